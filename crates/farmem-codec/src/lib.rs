@@ -1,0 +1,1 @@
+//! Page compression codecs for link compression (DaeMon §4.4).

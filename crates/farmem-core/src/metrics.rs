@@ -1,0 +1,114 @@
+//! Metrics primitives: lock-free counters and latency histograms, both cheap
+//! enough for the fault path and both reporting as plain JSON numbers.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use serde::Serialize;
+
+/// A monotonically increasing count.
+#[derive(Debug, Default)]
+pub struct Counter(AtomicU64);
+
+impl Counter {
+    pub fn add(&self, n: u64) {
+        self.0.fetch_add(n, Ordering::Relaxed);
+    }
+    pub fn inc(&self) {
+        self.add(1);
+    }
+    pub fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// Latency distribution in nanoseconds, 1 ns to 100 s at 3 significant digits.
+pub struct LatencyHistogram(Mutex<hdrhistogram::Histogram<u64>>);
+
+impl Default for LatencyHistogram {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl std::fmt::Debug for LatencyHistogram {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("LatencyHistogram")
+            .field(&self.summary())
+            .finish()
+    }
+}
+
+/// A histogram's summary in microseconds, as reports print it.
+#[derive(Debug, Clone, Copy, Default, Serialize, PartialEq)]
+pub struct LatencySummary {
+    pub count: u64,
+    pub mean_us: f64,
+    pub p50_us: f64,
+    pub p99_us: f64,
+    pub max_us: f64,
+}
+
+impl LatencyHistogram {
+    pub fn new() -> Self {
+        let hist = hdrhistogram::Histogram::new_with_bounds(1, 100_000_000_000, 3)
+            .expect("static histogram bounds are valid");
+        Self(Mutex::new(hist))
+    }
+
+    pub fn record(&self, latency: Duration) {
+        self.record_ns(latency.as_nanos().min(u64::MAX as u128) as u64);
+    }
+
+    pub fn record_ns(&self, ns: u64) {
+        self.0.lock().saturating_record(ns.max(1));
+    }
+
+    /// Adds every sample of `other` to this histogram.
+    pub fn merge(&self, other: &LatencyHistogram) {
+        let theirs = other.0.lock().clone();
+        // Same bounds on both sides, so adding cannot fail.
+        let _ = self.0.lock().add(theirs);
+    }
+
+    pub fn summary(&self) -> LatencySummary {
+        let h = self.0.lock();
+        if h.is_empty() {
+            return LatencySummary::default();
+        }
+        let us = |ns: u64| ns as f64 / 1000.0;
+        LatencySummary {
+            count: h.len(),
+            mean_us: h.mean() / 1000.0,
+            p50_us: us(h.value_at_quantile(0.50)),
+            p99_us: us(h.value_at_quantile(0.99)),
+            max_us: us(h.max()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histogram_quantiles() {
+        let h = LatencyHistogram::new();
+        for ns in 1..=1000u64 {
+            h.record_ns(ns * 1000);
+        }
+        let s = h.summary();
+        assert_eq!(s.count, 1000);
+        assert!((s.p50_us - 500.0).abs() < 1.0, "{s:?}");
+        assert!((s.p99_us - 990.0).abs() < 2.0, "{s:?}");
+    }
+
+    #[test]
+    fn counters_add() {
+        let c = Counter::default();
+        c.inc();
+        c.add(41);
+        assert_eq!(c.get(), 42);
+    }
+}

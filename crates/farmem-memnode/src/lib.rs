@@ -1,0 +1,1 @@
+//! farmem memory node.

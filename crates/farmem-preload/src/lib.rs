@@ -1,0 +1,1 @@
+//! LD_PRELOAD shim: places large anonymous mappings in far memory.

@@ -1,0 +1,1 @@
+//! Compute-node runtime: far regions served over userfaultfd.

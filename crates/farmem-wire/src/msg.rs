@@ -1,0 +1,733 @@
+//! Every message of the protocol, its opcode and its body layout.
+
+use crate::codec::{Reader, encode_frame, put_str};
+use crate::{LINE_LEN, LOG_RECORD_LEN, WireError};
+
+/// Who is speaking: decides what a peer may ask for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum Role {
+    /// A compute node (runtime, benchmark, test client).
+    Compute = 1,
+    /// A memory node talking to the controller.
+    MemNode = 2,
+    /// The controller talking to a memory node (grants, revocations).
+    Controller = 3,
+    /// An operator tool: may read stats, nothing else.
+    Admin = 4,
+}
+
+impl Role {
+    fn from_u8(v: u8) -> Result<Self, WireError> {
+        Ok(match v {
+            1 => Role::Compute,
+            2 => Role::MemNode,
+            3 => Role::Controller,
+            4 => Role::Admin,
+            _ => {
+                return Err(WireError::BadValue {
+                    what: "role",
+                    value: v.into(),
+                });
+            }
+        })
+    }
+}
+
+/// How the controller spreads a grant over memory nodes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[repr(u8)]
+pub enum Placement {
+    /// The controller's configured default.
+    #[default]
+    Default = 0,
+    RoundRobin = 1,
+    LeastLoaded = 2,
+}
+
+impl Placement {
+    fn from_u8(v: u8) -> Result<Self, WireError> {
+        Ok(match v {
+            0 => Placement::Default,
+            1 => Placement::RoundRobin,
+            2 => Placement::LeastLoaded,
+            _ => {
+                return Err(WireError::BadValue {
+                    what: "placement",
+                    value: v.into(),
+                });
+            }
+        })
+    }
+}
+
+/// Why a request was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u16)]
+pub enum ErrorCode {
+    /// The request was malformed or not allowed in this state.
+    BadRequest = 1,
+    /// Authentication failed or has not happened yet.
+    Unauthorized = 2,
+    /// The range is not granted to this client.
+    NotOwner = 3,
+    /// The range lies outside the node's capacity.
+    OutOfRange = 4,
+    /// Not enough free memory to satisfy an allocation.
+    NoCapacity = 5,
+    /// The named object (node, extent) does not exist.
+    NotFound = 6,
+    /// The peer speaks another protocol version.
+    VersionMismatch = 7,
+    /// Something failed inside the server.
+    Internal = 8,
+}
+
+impl ErrorCode {
+    pub fn from_u16(v: u16) -> Self {
+        match v {
+            1 => Self::BadRequest,
+            2 => Self::Unauthorized,
+            3 => Self::NotOwner,
+            4 => Self::OutOfRange,
+            5 => Self::NoCapacity,
+            6 => Self::NotFound,
+            7 => Self::VersionMismatch,
+            _ => Self::Internal,
+        }
+    }
+}
+
+/// A granted range of the global remote address space. Each memory node owns
+/// a contiguous slice of that space (UniMem's Shadow-Region: one address
+/// space for the whole pool, so there is no second translation).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Extent {
+    pub node: u32,
+    /// Where that memory node listens.
+    pub addr: String,
+    pub base: u64,
+    pub len: u64,
+}
+
+/// A memory node as the controller knows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeInfo {
+    pub node: u32,
+    pub addr: String,
+    pub base: u64,
+    pub capacity: u64,
+    pub granted: u64,
+    pub up: bool,
+}
+
+/// One cache line of the eviction log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LogRecord<'a> {
+    pub addr: u64,
+    pub line: &'a [u8; LINE_LEN],
+}
+
+/// A borrowed, already length-checked run of log records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LogRecords<'a>(&'a [u8]);
+
+impl<'a> LogRecords<'a> {
+    pub fn len(&self) -> usize {
+        self.0.len() / LOG_RECORD_LEN
+    }
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+    pub fn iter(&self) -> impl Iterator<Item = LogRecord<'a>> + 'a {
+        self.0.chunks_exact(LOG_RECORD_LEN).map(|rec| LogRecord {
+            addr: u64::from_le_bytes(rec[..8].try_into().expect("8 bytes")),
+            line: rec[8..].try_into().expect("64 bytes"),
+        })
+    }
+    /// Encodes records into the raw layout (for building a batch by hand).
+    pub fn encode_into(out: &mut Vec<u8>, addr: u64, line: &[u8; LINE_LEN]) {
+        out.extend_from_slice(&addr.to_le_bytes());
+        out.extend_from_slice(line);
+    }
+    /// Wraps raw record bytes, checking they hold whole records.
+    pub fn from_raw(raw: &'a [u8]) -> Result<Self, WireError> {
+        if raw.len() % LOG_RECORD_LEN != 0 {
+            return Err(WireError::Truncated {
+                what: "log record",
+                need: LOG_RECORD_LEN - raw.len() % LOG_RECORD_LEN,
+            });
+        }
+        Ok(Self(raw))
+    }
+    pub fn raw(&self) -> &'a [u8] {
+        self.0
+    }
+}
+
+macro_rules! ops {
+    ($($name:ident = $code:expr),* $(,)?) => {
+        /// Opcodes, one per message kind.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        #[repr(u8)]
+        pub enum Op { $($name = $code),* }
+        impl Op {
+            pub fn from_u8(v: u8) -> Result<Self, WireError> {
+                match v { $($code => Ok(Op::$name),)* _ => Err(WireError::UnknownOp(v)) }
+            }
+        }
+    };
+}
+
+ops! {
+    Hello = 0x01, Challenge = 0x02, Auth = 0x03, Welcome = 0x04,
+    Done = 0x0f,
+    Read = 0x10, ReadOk = 0x11, Write = 0x12, LogBatch = 0x14, LogAck = 0x15,
+    Alloc = 0x20, AllocOk = 0x21, Release = 0x22, Register = 0x24, Registered = 0x25,
+    Heartbeat = 0x26, Grant = 0x28, Revoke = 0x29, ListNodes = 0x2a, NodesOk = 0x2b,
+    Stats = 0x30, StatsOk = 0x31,
+    Error = 0x7f,
+}
+
+/// Every message. Requests and responses share one enum because decoding
+/// does not depend on direction; who may send what is the server's check.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Msg<'a> {
+    /// First message of a connection, client → server.
+    Hello {
+        version: u16,
+        role: Role,
+        name: &'a str,
+        nonce: [u8; 16],
+    },
+    /// Server's answer: its nonce, its proof of the token, and its frame limit.
+    Challenge {
+        version: u16,
+        nonce: [u8; 16],
+        proof: [u8; 32],
+        max_frame: u32,
+    },
+    /// Client's proof of the token.
+    Auth {
+        proof: [u8; 32],
+    },
+    /// Authentication succeeded.
+    Welcome {
+        session: u64,
+    },
+    /// Generic success for requests with nothing to return.
+    Done,
+    /// Read `len` bytes at global address `addr`.
+    Read {
+        addr: u64,
+        len: u32,
+    },
+    ReadOk {
+        data: &'a [u8],
+    },
+    /// Write `data` at global address `addr`; answered with `Done`.
+    Write {
+        addr: u64,
+        data: &'a [u8],
+    },
+    /// Apply many cache lines in one message; acknowledged once.
+    LogBatch {
+        records: LogRecords<'a>,
+    },
+    LogAck {
+        applied: u32,
+    },
+    /// Ask the controller for `size` bytes of remote memory.
+    Alloc {
+        size: u64,
+        placement: Placement,
+    },
+    AllocOk {
+        extents: Vec<Extent>,
+    },
+    /// Give a granted range back; answered with `Done`.
+    Release {
+        base: u64,
+        len: u64,
+    },
+    /// A memory node joins the controller.
+    Register {
+        listen: &'a str,
+        capacity: u64,
+    },
+    Registered {
+        node: u32,
+        base: u64,
+    },
+    /// A memory node is alive; answered with `Done`.
+    Heartbeat {
+        node: u32,
+        used: u64,
+    },
+    /// Controller → memory node: `owner` may now access the range.
+    Grant {
+        owner: &'a str,
+        base: u64,
+        len: u64,
+    },
+    /// Controller → memory node: the range is no longer anyone's.
+    Revoke {
+        base: u64,
+        len: u64,
+    },
+    ListNodes,
+    NodesOk {
+        nodes: Vec<NodeInfo>,
+    },
+    Stats,
+    /// Statistics as a JSON object.
+    StatsOk {
+        json: &'a str,
+    },
+    Error {
+        code: ErrorCode,
+        message: &'a str,
+    },
+}
+
+impl<'a> Msg<'a> {
+    pub fn op(&self) -> Op {
+        match self {
+            Msg::Hello { .. } => Op::Hello,
+            Msg::Challenge { .. } => Op::Challenge,
+            Msg::Auth { .. } => Op::Auth,
+            Msg::Welcome { .. } => Op::Welcome,
+            Msg::Done => Op::Done,
+            Msg::Read { .. } => Op::Read,
+            Msg::ReadOk { .. } => Op::ReadOk,
+            Msg::Write { .. } => Op::Write,
+            Msg::LogBatch { .. } => Op::LogBatch,
+            Msg::LogAck { .. } => Op::LogAck,
+            Msg::Alloc { .. } => Op::Alloc,
+            Msg::AllocOk { .. } => Op::AllocOk,
+            Msg::Release { .. } => Op::Release,
+            Msg::Register { .. } => Op::Register,
+            Msg::Registered { .. } => Op::Registered,
+            Msg::Heartbeat { .. } => Op::Heartbeat,
+            Msg::Grant { .. } => Op::Grant,
+            Msg::Revoke { .. } => Op::Revoke,
+            Msg::ListNodes => Op::ListNodes,
+            Msg::NodesOk { .. } => Op::NodesOk,
+            Msg::Stats => Op::Stats,
+            Msg::StatsOk { .. } => Op::StatsOk,
+            Msg::Error { .. } => Op::Error,
+        }
+    }
+
+    /// Appends this message as one frame with request id `id`.
+    pub fn encode(&self, id: u64, out: &mut Vec<u8>) {
+        encode_frame(out, self.op() as u8, id, |b| self.encode_body(b));
+    }
+
+    fn encode_body(&self, b: &mut Vec<u8>) {
+        match self {
+            Msg::Hello {
+                version,
+                role,
+                name,
+                nonce,
+            } => {
+                b.extend_from_slice(&version.to_le_bytes());
+                b.push(*role as u8);
+                put_str(b, name);
+                b.extend_from_slice(nonce);
+            }
+            Msg::Challenge {
+                version,
+                nonce,
+                proof,
+                max_frame,
+            } => {
+                b.extend_from_slice(&version.to_le_bytes());
+                b.extend_from_slice(nonce);
+                b.extend_from_slice(proof);
+                b.extend_from_slice(&max_frame.to_le_bytes());
+            }
+            Msg::Auth { proof } => b.extend_from_slice(proof),
+            Msg::Welcome { session } => b.extend_from_slice(&session.to_le_bytes()),
+            Msg::Done | Msg::ListNodes | Msg::Stats => {}
+            Msg::Read { addr, len } => {
+                b.extend_from_slice(&addr.to_le_bytes());
+                b.extend_from_slice(&len.to_le_bytes());
+            }
+            Msg::ReadOk { data } => b.extend_from_slice(data),
+            Msg::Write { addr, data } => {
+                b.extend_from_slice(&addr.to_le_bytes());
+                b.extend_from_slice(data);
+            }
+            Msg::LogBatch { records } => b.extend_from_slice(records.raw()),
+            Msg::LogAck { applied } => b.extend_from_slice(&applied.to_le_bytes()),
+            Msg::Alloc { size, placement } => {
+                b.extend_from_slice(&size.to_le_bytes());
+                b.push(*placement as u8);
+            }
+            Msg::AllocOk { extents } => {
+                for e in extents {
+                    b.extend_from_slice(&e.node.to_le_bytes());
+                    b.extend_from_slice(&e.base.to_le_bytes());
+                    b.extend_from_slice(&e.len.to_le_bytes());
+                    put_str(b, &e.addr);
+                }
+            }
+            Msg::Release { base, len } | Msg::Revoke { base, len } => {
+                b.extend_from_slice(&base.to_le_bytes());
+                b.extend_from_slice(&len.to_le_bytes());
+            }
+            Msg::Register { listen, capacity } => {
+                b.extend_from_slice(&capacity.to_le_bytes());
+                put_str(b, listen);
+            }
+            Msg::Registered { node, base } => {
+                b.extend_from_slice(&node.to_le_bytes());
+                b.extend_from_slice(&base.to_le_bytes());
+            }
+            Msg::Heartbeat { node, used } => {
+                b.extend_from_slice(&node.to_le_bytes());
+                b.extend_from_slice(&used.to_le_bytes());
+            }
+            Msg::Grant { owner, base, len } => {
+                b.extend_from_slice(&base.to_le_bytes());
+                b.extend_from_slice(&len.to_le_bytes());
+                put_str(b, owner);
+            }
+            Msg::NodesOk { nodes } => {
+                for n in nodes {
+                    b.extend_from_slice(&n.node.to_le_bytes());
+                    b.extend_from_slice(&n.base.to_le_bytes());
+                    b.extend_from_slice(&n.capacity.to_le_bytes());
+                    b.extend_from_slice(&n.granted.to_le_bytes());
+                    b.push(n.up as u8);
+                    put_str(b, &n.addr);
+                }
+            }
+            Msg::StatsOk { json } => b.extend_from_slice(json.as_bytes()),
+            Msg::Error { code, message } => {
+                b.extend_from_slice(&(*code as u16).to_le_bytes());
+                b.extend_from_slice(message.as_bytes());
+            }
+        }
+    }
+
+    /// Decodes a body of opcode `op`. Fails on unknown opcodes, short bodies,
+    /// trailing bytes and invalid field values; never panics.
+    pub fn decode(op: u8, body: &'a [u8]) -> Result<Self, WireError> {
+        let op = Op::from_u8(op)?;
+        let mut r = Reader::new(body, op_name(op));
+        let msg = match op {
+            Op::Hello => Msg::Hello {
+                version: r.u16()?,
+                role: Role::from_u8(r.u8()?)?,
+                name: r.str("client name")?,
+                nonce: r.array()?,
+            },
+            Op::Challenge => Msg::Challenge {
+                version: r.u16()?,
+                nonce: r.array()?,
+                proof: r.array()?,
+                max_frame: r.u32()?,
+            },
+            Op::Auth => Msg::Auth { proof: r.array()? },
+            Op::Welcome => Msg::Welcome { session: r.u64()? },
+            Op::Done => Msg::Done,
+            Op::Read => Msg::Read {
+                addr: r.u64()?,
+                len: r.u32()?,
+            },
+            Op::ReadOk => Msg::ReadOk { data: r.rest() },
+            Op::Write => Msg::Write {
+                addr: r.u64()?,
+                data: r.rest(),
+            },
+            Op::LogBatch => Msg::LogBatch {
+                records: LogRecords::from_raw(r.rest())?,
+            },
+            Op::LogAck => Msg::LogAck { applied: r.u32()? },
+            Op::Alloc => Msg::Alloc {
+                size: r.u64()?,
+                placement: Placement::from_u8(r.u8()?)?,
+            },
+            Op::AllocOk => {
+                let mut extents = Vec::new();
+                while r.remaining() > 0 {
+                    let node = r.u32()?;
+                    let base = r.u64()?;
+                    let len = r.u64()?;
+                    let addr = r.str("memnode address")?.to_string();
+                    extents.push(Extent {
+                        node,
+                        addr,
+                        base,
+                        len,
+                    });
+                }
+                Msg::AllocOk { extents }
+            }
+            Op::Release => Msg::Release {
+                base: r.u64()?,
+                len: r.u64()?,
+            },
+            Op::Register => {
+                let capacity = r.u64()?;
+                Msg::Register {
+                    listen: r.str("listen address")?,
+                    capacity,
+                }
+            }
+            Op::Registered => Msg::Registered {
+                node: r.u32()?,
+                base: r.u64()?,
+            },
+            Op::Heartbeat => Msg::Heartbeat {
+                node: r.u32()?,
+                used: r.u64()?,
+            },
+            Op::Grant => {
+                let base = r.u64()?;
+                let len = r.u64()?;
+                Msg::Grant {
+                    owner: r.str("owner")?,
+                    base,
+                    len,
+                }
+            }
+            Op::Revoke => Msg::Revoke {
+                base: r.u64()?,
+                len: r.u64()?,
+            },
+            Op::ListNodes => Msg::ListNodes,
+            Op::NodesOk => {
+                let mut nodes = Vec::new();
+                while r.remaining() > 0 {
+                    let node = r.u32()?;
+                    let base = r.u64()?;
+                    let capacity = r.u64()?;
+                    let granted = r.u64()?;
+                    let up = r.u8()? != 0;
+                    let addr = r.str("memnode address")?.to_string();
+                    nodes.push(NodeInfo {
+                        node,
+                        addr,
+                        base,
+                        capacity,
+                        granted,
+                        up,
+                    });
+                }
+                Msg::NodesOk { nodes }
+            }
+            Op::Stats => Msg::Stats,
+            Op::StatsOk => Msg::StatsOk {
+                json: std::str::from_utf8(r.rest())
+                    .map_err(|_| WireError::BadUtf8 { what: "stats" })?,
+            },
+            Op::Error => {
+                let code = ErrorCode::from_u16(r.u16()?);
+                let message = std::str::from_utf8(r.rest()).map_err(|_| WireError::BadUtf8 {
+                    what: "error message",
+                })?;
+                Msg::Error { code, message }
+            }
+        };
+        r.finish()?;
+        Ok(msg)
+    }
+}
+
+fn op_name(op: Op) -> &'static str {
+    match op {
+        Op::Hello => "hello",
+        Op::Challenge => "challenge",
+        Op::Auth => "auth",
+        Op::Welcome => "welcome",
+        Op::Done => "done",
+        Op::Read => "read",
+        Op::ReadOk => "read reply",
+        Op::Write => "write",
+        Op::LogBatch => "log batch",
+        Op::LogAck => "log ack",
+        Op::Alloc => "alloc",
+        Op::AllocOk => "alloc reply",
+        Op::Release => "release",
+        Op::Register => "register",
+        Op::Registered => "register reply",
+        Op::Heartbeat => "heartbeat",
+        Op::Grant => "grant",
+        Op::Revoke => "revoke",
+        Op::ListNodes => "list nodes",
+        Op::NodesOk => "nodes reply",
+        Op::Stats => "stats",
+        Op::StatsOk => "stats reply",
+        Op::Error => "error",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{DEFAULT_MAX_FRAME, HEADER_LEN, decode_header};
+    use proptest::prelude::*;
+
+    fn round_trip(msg: Msg<'_>) {
+        let mut buf = Vec::new();
+        msg.encode(7, &mut buf);
+        let header =
+            decode_header(buf[..HEADER_LEN].try_into().unwrap(), DEFAULT_MAX_FRAME).unwrap();
+        assert_eq!(header.id, 7);
+        assert_eq!(header.body_len as usize, buf.len() - HEADER_LEN);
+        let back = Msg::decode(header.op, &buf[HEADER_LEN..]).unwrap();
+        assert_eq!(back, msg);
+    }
+
+    #[test]
+    fn every_message_round_trips() {
+        let line = [0xabu8; 64];
+        let mut raw = Vec::new();
+        LogRecords::encode_into(&mut raw, 4096, &line);
+        LogRecords::encode_into(&mut raw, 8192 + 64, &line);
+        let extent = Extent {
+            node: 2,
+            addr: "127.0.0.1:7001".into(),
+            base: 1 << 40,
+            len: 128 << 20,
+        };
+        for msg in [
+            Msg::Hello {
+                version: 1,
+                role: Role::Compute,
+                name: "cn-0",
+                nonce: [3; 16],
+            },
+            Msg::Challenge {
+                version: 1,
+                nonce: [4; 16],
+                proof: [5; 32],
+                max_frame: 1 << 20,
+            },
+            Msg::Auth { proof: [6; 32] },
+            Msg::Welcome { session: 99 },
+            Msg::Done,
+            Msg::Read {
+                addr: 12345,
+                len: 4096,
+            },
+            Msg::ReadOk { data: b"hello" },
+            Msg::Write {
+                addr: 64,
+                data: &[1, 2, 3],
+            },
+            Msg::LogBatch {
+                records: LogRecords::from_raw(&raw).unwrap(),
+            },
+            Msg::LogAck { applied: 2 },
+            Msg::Alloc {
+                size: 1 << 30,
+                placement: Placement::LeastLoaded,
+            },
+            Msg::AllocOk {
+                extents: vec![extent.clone(), extent],
+            },
+            Msg::Release { base: 1, len: 2 },
+            Msg::Register {
+                listen: "127.0.0.1:9",
+                capacity: 1 << 36,
+            },
+            Msg::Registered {
+                node: 3,
+                base: 1 << 40,
+            },
+            Msg::Heartbeat { node: 3, used: 77 },
+            Msg::Grant {
+                owner: "cn-0",
+                base: 5,
+                len: 6,
+            },
+            Msg::Revoke { base: 5, len: 6 },
+            Msg::ListNodes,
+            Msg::NodesOk {
+                nodes: vec![NodeInfo {
+                    node: 1,
+                    addr: "a:1".into(),
+                    base: 0,
+                    capacity: 9,
+                    granted: 3,
+                    up: true,
+                }],
+            },
+            Msg::Stats,
+            Msg::StatsOk { json: "{\"a\":1}" },
+            Msg::Error {
+                code: ErrorCode::NotOwner,
+                message: "not yours",
+            },
+        ] {
+            round_trip(msg);
+        }
+    }
+
+    #[test]
+    fn log_records_iterate_in_order() {
+        let mut raw = Vec::new();
+        for i in 0..3u8 {
+            LogRecords::encode_into(&mut raw, u64::from(i) * 64, &[i; 64]);
+        }
+        let recs = LogRecords::from_raw(&raw).unwrap();
+        let got: Vec<_> = recs.iter().map(|r| (r.addr, r.line[0])).collect();
+        assert_eq!(got, vec![(0, 0), (64, 1), (128, 2)]);
+    }
+
+    #[test]
+    fn oversized_frames_are_refused_before_allocation() {
+        let mut header = [0u8; HEADER_LEN];
+        header[..4].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(matches!(
+            decode_header(&header, DEFAULT_MAX_FRAME),
+            Err(WireError::FrameTooLarge { .. })
+        ));
+    }
+
+    #[test]
+    fn malformed_bodies_get_typed_errors() {
+        assert_eq!(Msg::decode(0x55, &[]), Err(WireError::UnknownOp(0x55)));
+        assert!(matches!(
+            Msg::decode(Op::Read as u8, &[1, 2, 3]),
+            Err(WireError::Truncated { .. })
+        ));
+        assert!(matches!(
+            Msg::decode(Op::Done as u8, &[0]),
+            Err(WireError::Trailing(1))
+        ));
+        assert!(matches!(
+            Msg::decode(Op::LogBatch as u8, &[0; 73]),
+            Err(WireError::Truncated { .. })
+        ));
+        assert!(matches!(
+            Msg::decode(Op::Hello as u8, &[1, 0, 9, 0]),
+            Err(WireError::BadValue { what: "role", .. })
+        ));
+    }
+
+    proptest! {
+        #[test]
+        fn decoder_never_panics_on_arbitrary_bytes(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
+            if bytes.len() >= HEADER_LEN {
+                if let Ok(h) = decode_header(bytes[..HEADER_LEN].try_into().unwrap(), DEFAULT_MAX_FRAME) {
+                    let end = (HEADER_LEN + h.body_len as usize).min(bytes.len());
+                    let _ = Msg::decode(h.op, &bytes[HEADER_LEN..end]);
+                }
+            }
+            if let Some((&op, body)) = bytes.split_first() {
+                let _ = Msg::decode(op, body);
+            }
+        }
+
+        #[test]
+        fn any_valid_op_with_random_body_never_panics(op in 0u8..0x80, body in proptest::collection::vec(any::<u8>(), 0..256)) {
+            let _ = Msg::decode(op, &body);
+        }
+    }
+}

@@ -1,0 +1,1 @@
+//! Built-in workloads and the trace format.

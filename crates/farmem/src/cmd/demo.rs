@@ -1,0 +1,10 @@
+//! `farmem demo`.
+
+use super::Outcome;
+
+#[derive(clap::Args)]
+pub struct Args {}
+
+pub fn run(_args: Args) -> Outcome {
+    anyhow::bail!("`farmem demo` is not implemented yet")
+}

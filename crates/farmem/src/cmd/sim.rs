@@ -1,0 +1,10 @@
+//! `farmem sim`.
+
+use super::Outcome;
+
+#[derive(clap::Args)]
+pub struct Args {}
+
+pub fn run(_args: Args) -> Outcome {
+    anyhow::bail!("`farmem sim` is not implemented yet")
+}

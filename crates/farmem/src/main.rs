@@ -1,0 +1,81 @@
+//! `farmem`: one binary, one subcommand per job.
+
+mod cmd;
+
+use clap::{Parser, Subcommand};
+
+/// farmem lets unmodified programs use memory that lives on other machines,
+/// and simulates the same mechanisms where their hardware does not exist yet.
+///
+/// Start with `farmem demo`. Daemons: `farmem controller`, `farmem memnode`.
+/// Measurements: `farmem bench`, `farmem sim`, `farmem eval`. Every command
+/// that reports takes `--json` and then prints one JSON object on stdout.
+#[derive(Parser)]
+#[command(name = "farmem", version, propagate_version = true)]
+struct Cli {
+    /// Log more (-v info, -vv debug, -vvv trace); RUST_LOG overrides.
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    verbose: u8,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run a memory node: stores extents granted by the controller.
+    Memnode(cmd::memnode::Args),
+    /// Run the rack controller: membership and Remote-Balloon allocation.
+    Controller(cmd::controller::Args),
+    /// Measure a part of the real system against its baseline, side by side.
+    #[command(subcommand)]
+    Bench(cmd::bench::Bench),
+    /// Simulate a workload or trace through the memory hierarchy.
+    Sim(cmd::sim::Args),
+    /// Reproduce a paper's evaluation in the simulator.
+    Eval(cmd::eval::Args),
+    /// Generate, capture and inspect memory-access traces.
+    #[command(subcommand)]
+    Trace(cmd::trace::Trace),
+    /// Run an unmodified program with its large allocations in far memory.
+    Run(cmd::run::Args),
+    /// The quick start: a local cluster and a memory-heavy job, side by side.
+    Demo(cmd::demo::Args),
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    init_logging(cli.verbose);
+    let result = match cli.command {
+        Command::Memnode(a) => cmd::memnode::run(a),
+        Command::Controller(a) => cmd::controller::run(a),
+        Command::Bench(b) => cmd::bench::run(b),
+        Command::Sim(a) => cmd::sim::run(a),
+        Command::Eval(a) => cmd::eval::run(a),
+        Command::Trace(t) => cmd::trace::run(t),
+        Command::Run(a) => cmd::run::run(a),
+        Command::Demo(a) => cmd::demo::run(a),
+    };
+    match result {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("farmem: error: {err:#}");
+            std::process::ExitCode::from(2)
+        }
+    }
+}
+
+fn init_logging(verbose: u8) {
+    use tracing_subscriber::EnvFilter;
+    let default = match verbose {
+        0 => "warn",
+        1 => "info",
+        2 => "debug",
+        _ => "trace",
+    };
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .init();
+}
