@@ -1,3 +1,15 @@
-//! Pure policy decisions (eviction, granularity selection, bandwidth
-//! partitioning, promotion, backend choice): no I/O, time passed in, shared by
-//! the runtime and the simulator.
+//! farmem-policy: every decision farmem makes, as pure code.
+//!
+//! Policies take time as an argument (`now`, virtual or monotonic
+//! nanoseconds) and do no I/O, so the real runtime and the simulator drive
+//! the same objects: the runtime with the monotonic clock and real pages, the
+//! simulator with virtual time and traces. A policy is written once.
+
+pub mod cache;
+pub mod list;
+
+/// Nanoseconds, virtual (simulator) or monotonic (runtime).
+pub type Nanos = u64;
+
+/// A cached block's number: its address divided by the cache's block size.
+pub type BlockId = u64;

@@ -1,0 +1,125 @@
+//! Replacement policies for every cache farmem models or runs: CPU cache sets
+//! in the simulator, the local memory that caches remote memory, and the
+//! runtime's resident-page set.
+//!
+//! A policy only orders blocks; it never holds data or dirty bits. The cache
+//! that owns it keeps those, so writing back a dirty victim is the cache's
+//! job and no policy can lose one. Policies are chosen by name from config
+//! ([`PolicyConfig`]).
+
+mod lru;
+
+pub use lru::Lru;
+
+use serde::{Deserialize, Serialize};
+
+use crate::{BlockId, Nanos};
+
+/// The result of one access through [`ReplacementPolicy::access`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    Hit,
+    /// The block was admitted; `evicted` made room for it.
+    Miss {
+        evicted: Option<BlockId>,
+    },
+}
+
+/// One replacement policy over a fixed number of block slots.
+///
+/// Hooks are narrow, after ChampSim: `touch` on a hit, `insert` on a fill
+/// (which names the victim when the cache is full), `evict` when the owner
+/// wants room ahead of demand (watermarks, batch eviction), `remove` when a
+/// block leaves for another reason (invalidation, promotion).
+pub trait ReplacementPolicy: Send {
+    /// The name this policy is chosen by.
+    fn name(&self) -> &'static str;
+    /// Blocks it can hold.
+    fn capacity(&self) -> usize;
+    /// Blocks it holds.
+    fn len(&self) -> usize;
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    fn contains(&self, block: BlockId) -> bool;
+    /// A resident block was accessed.
+    fn touch(&mut self, block: BlockId, now: Nanos);
+    /// Admits a block that is not resident. When the policy is full it first
+    /// evicts, by its own order, and returns that victim.
+    fn insert(&mut self, block: BlockId, now: Nanos) -> Option<BlockId>;
+    /// Evicts one block by the policy's order; `None` when empty.
+    fn evict(&mut self, now: Nanos) -> Option<BlockId>;
+    /// Drops a block without choosing it as a victim; false if absent.
+    fn remove(&mut self, block: BlockId) -> bool;
+
+    /// Touch on a hit, insert on a miss.
+    fn access(&mut self, block: BlockId, now: Nanos) -> Access {
+        if self.contains(block) {
+            self.touch(block, now);
+            Access::Hit
+        } else {
+            Access::Miss {
+                evicted: self.insert(block, now),
+            }
+        }
+    }
+}
+
+/// A replacement policy chosen by name in config files and on the command
+/// line (`policy = "lru"`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PolicyConfig {
+    /// Least recently used.
+    #[default]
+    Lru,
+}
+
+/// Why a policy could not be built.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PolicyError {
+    #[error("unknown policy `{name}` (known: {known})")]
+    Unknown { name: String, known: String },
+    #[error("policy `{policy}` needs a capacity of at least {min} blocks, got {got}")]
+    TooSmall {
+        policy: &'static str,
+        min: usize,
+        got: usize,
+    },
+}
+
+impl PolicyConfig {
+    /// Every name, for `--help` and error messages.
+    pub const NAMES: &'static [&'static str] = &["lru"];
+
+    pub fn from_name(name: &str) -> Result<Self, PolicyError> {
+        match name {
+            "lru" => Ok(Self::Lru),
+            _ => Err(PolicyError::Unknown {
+                name: name.to_string(),
+                known: Self::NAMES.join(", "),
+            }),
+        }
+    }
+
+    /// Builds the policy for `capacity` blocks.
+    pub fn build(self, capacity: usize) -> Result<Box<dyn ReplacementPolicy>, PolicyError> {
+        if capacity == 0 {
+            return Err(PolicyError::TooSmall {
+                policy: "any",
+                min: 1,
+                got: 0,
+            });
+        }
+        Ok(match self {
+            Self::Lru => Box::new(Lru::new(capacity)),
+        })
+    }
+}
+
+impl std::str::FromStr for PolicyConfig {
+    type Err = PolicyError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::from_name(s)
+    }
+}
