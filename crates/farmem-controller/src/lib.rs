@@ -1,1 +1,3 @@
 //! farmem rack controller.
+
+pub mod extent;

@@ -1,0 +1,1 @@
+//! UniMem Remote-Balloon extent tree (being written).
