@@ -7,9 +7,13 @@
 //! job and no policy can lose one. Policies are chosen by name from config
 //! ([`PolicyConfig`]).
 
+mod fifo;
 mod lru;
+mod set_assoc;
 
+pub use fifo::Fifo;
 pub use lru::Lru;
+pub use set_assoc::SetAssocLru;
 
 use serde::{Deserialize, Serialize};
 
@@ -73,6 +77,11 @@ pub enum PolicyConfig {
     /// Least recently used.
     #[default]
     Lru,
+    /// First in, first out (DaeMon's sensitivity study).
+    Fifo,
+    /// 4-way set-associative true LRU (Kona's local cache).
+    #[serde(rename = "4-way")]
+    FourWay,
 }
 
 /// Why a policy could not be built.
@@ -90,11 +99,13 @@ pub enum PolicyError {
 
 impl PolicyConfig {
     /// Every name, for `--help` and error messages.
-    pub const NAMES: &'static [&'static str] = &["lru"];
+    pub const NAMES: &'static [&'static str] = &["lru", "fifo", "4-way"];
 
     pub fn from_name(name: &str) -> Result<Self, PolicyError> {
         match name {
             "lru" => Ok(Self::Lru),
+            "fifo" => Ok(Self::Fifo),
+            "4-way" => Ok(Self::FourWay),
             _ => Err(PolicyError::Unknown {
                 name: name.to_string(),
                 known: Self::NAMES.join(", "),
@@ -113,6 +124,8 @@ impl PolicyConfig {
         }
         Ok(match self {
             Self::Lru => Box::new(Lru::new(capacity)),
+            Self::Fifo => Box::new(Fifo::new(capacity)),
+            Self::FourWay => Box::new(SetAssocLru::new(capacity, 4)),
         })
     }
 }
