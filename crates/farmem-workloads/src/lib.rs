@@ -1,1 +1,20 @@
 //! Built-in workloads and the trace format.
+//!
+//! Workloads run real algorithms on generated data and report every access
+//! to their data arrays to a [`Sink`]: the simulator consumes them directly,
+//! or a [`trace::TraceWriter`] stores them in the compact binary format that
+//! `farmem trace capture` also produces from unmodified programs.
+
+pub mod fxhash;
+pub mod graph;
+pub mod kernels;
+pub mod lackey;
+pub mod record;
+pub mod registry;
+pub mod space;
+pub mod trace;
+pub mod zipf;
+
+pub use record::{Access, Sink};
+pub use registry::{Scale, WORKLOADS, WorkloadError, WorkloadInfo, run_workload};
+pub use trace::{TraceError, TraceHeader, TraceReader, TraceRecord, TraceWriter};

@@ -1,0 +1,131 @@
+//! The simulated address space of a workload: page-aligned regions, one per
+//! data array, and an emitter that turns array indexing into accesses.
+
+use farmem_core::PAGE_SIZE;
+
+use crate::record::{Access, Sink};
+
+/// Where simulated arrays start: away from 0 so traces look like user heaps.
+pub const BASE: u64 = 0x10_0000_0000;
+
+/// One data array in the simulated address space.
+#[derive(Debug, Clone, Copy)]
+pub struct Region {
+    pub base: u64,
+    pub elem: u16,
+    pub len: u64,
+}
+
+impl Region {
+    #[inline]
+    pub fn addr(&self, i: u64) -> u64 {
+        self.base + i * self.elem as u64
+    }
+    pub fn bytes(&self) -> u64 {
+        self.len * self.elem as u64
+    }
+}
+
+/// Bump allocator of page-aligned regions.
+#[derive(Debug, Clone)]
+pub struct Space {
+    next: u64,
+    regions: Vec<(&'static str, Region)>,
+}
+
+impl Default for Space {
+    fn default() -> Self {
+        Self {
+            next: BASE,
+            regions: Vec::new(),
+        }
+    }
+}
+
+impl Space {
+    pub fn alloc(&mut self, name: &'static str, elem: u16, len: u64) -> Region {
+        let r = Region {
+            base: self.next,
+            elem,
+            len,
+        };
+        let bytes = r.bytes().div_ceil(PAGE_SIZE).max(1) * PAGE_SIZE;
+        self.next += bytes;
+        self.regions.push((name, r));
+        r
+    }
+    /// Bytes of all regions, rounded up to pages.
+    pub fn footprint(&self) -> u64 {
+        self.next - BASE
+    }
+    pub fn regions(&self) -> &[(&'static str, Region)] {
+        &self.regions
+    }
+}
+
+/// Plain values whose little-endian bytes are a page's real content.
+pub trait Pod: Copy {
+    const SIZE: usize;
+    fn put(self, out: &mut [u8]);
+}
+
+macro_rules! pod {
+    ($($t:ty),*) => {$(
+        impl Pod for $t {
+            const SIZE: usize = std::mem::size_of::<$t>();
+            #[inline]
+            fn put(self, out: &mut [u8]) {
+                out.copy_from_slice(&self.to_le_bytes());
+            }
+        }
+    )*};
+}
+pod!(u8, u32, u64, i32, i64, f32, f64);
+
+/// Turns array indexing into accesses on one thread.
+pub struct Emitter<'a, S: Sink + ?Sized> {
+    pub sink: &'a mut S,
+    pub thread: u16,
+}
+
+impl<'a, S: Sink + ?Sized> Emitter<'a, S> {
+    pub fn new(sink: &'a mut S) -> Self {
+        Self { sink, thread: 0 }
+    }
+    #[inline]
+    pub fn ld(&mut self, r: &Region, i: u64, gap: u32) {
+        self.sink
+            .access(Access::load(r.addr(i), r.elem, gap).on_thread(self.thread));
+    }
+    #[inline]
+    pub fn st(&mut self, r: &Region, i: u64, gap: u32) {
+        self.sink
+            .access(Access::store(r.addr(i), r.elem, gap).on_thread(self.thread));
+    }
+    /// A `size`-byte access at byte `offset` of `r` (records, values).
+    #[inline]
+    pub fn ld_bytes(&mut self, r: &Region, offset: u64, size: u16, gap: u32) {
+        self.sink
+            .access(Access::load(r.base + offset, size, gap).on_thread(self.thread));
+    }
+    #[inline]
+    pub fn st_bytes(&mut self, r: &Region, offset: u64, size: u16, gap: u32) {
+        self.sink
+            .access(Access::store(r.base + offset, size, gap).on_thread(self.thread));
+    }
+    /// Reports the initial content of `r` from `values`, if the sink wants it.
+    pub fn contents<T: Pod>(&mut self, r: &Region, values: &[T]) {
+        if !self.sink.wants_contents() {
+            return;
+        }
+        let mut page = vec![0u8; PAGE_SIZE as usize];
+        let per_page = PAGE_SIZE as usize / T::SIZE;
+        for (p, chunk) in values.chunks(per_page).enumerate() {
+            page.fill(0);
+            for (i, v) in chunk.iter().enumerate() {
+                v.put(&mut page[i * T::SIZE..(i + 1) * T::SIZE]);
+            }
+            self.sink.page(r.base + p as u64 * PAGE_SIZE, &page);
+        }
+    }
+}
