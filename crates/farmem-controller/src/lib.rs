@@ -1,3 +1,545 @@
-//! farmem rack controller.
+//! farmem rack controller: memory node membership and Remote-Balloon
+//! allocation (UniMem §3.1, Kona §4's rack controller).
+//!
+//! Memory nodes register their capacity and heartbeat; each receives a
+//! contiguous slice of one global remote address space. Compute nodes ask
+//! for memory and receive exclusive extents from the [`extent`] tree, in
+//! multiples of the hot-plug granularity (128 MiB by default), placed
+//! round-robin or least-loaded. Before answering, the controller tells each
+//! memory node about its new grants, so a compute node may use an extent the
+//! moment it learns of it. With a state file the table survives a restart.
 
 pub mod extent;
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use farmem_net::server::{Peer, Refusal, Server, ServerConfig, Service};
+use farmem_net::{ClientConfig, Connection, NetError};
+use farmem_wire::{ErrorCode, Msg, NodeInfo, Role};
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+
+use extent::{ExtentTree, Grant, Placement};
+
+/// How to run a controller.
+#[derive(Debug, Clone)]
+pub struct ControllerConfig {
+    pub listen: String,
+    /// Where the node and extent table is kept across restarts.
+    pub state: Option<PathBuf>,
+    pub token: Vec<u8>,
+    /// Grants are multiples of this (UniMem: the hot-plug granularity).
+    pub granularity: u64,
+    pub placement: Placement,
+    /// A memory node silent for this long is marked down and gets no new grants.
+    pub heartbeat_timeout: Duration,
+}
+
+impl ControllerConfig {
+    pub fn new(listen: impl Into<String>) -> Self {
+        Self {
+            listen: listen.into(),
+            state: None,
+            token: Vec::new(),
+            granularity: extent::DEFAULT_GRANULARITY,
+            placement: Placement::RoundRobin,
+            heartbeat_timeout: Duration::from_secs(3),
+        }
+    }
+}
+
+/// Why a controller could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ControllerError {
+    #[error("cannot listen: {0}")]
+    Listen(NetError),
+    #[error("cannot read state file {path}: {source}")]
+    StateRead {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("state file {path} is corrupt: {source}")]
+    StateCorrupt {
+        path: PathBuf,
+        source: serde_json::Error,
+    },
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct NodeRecord {
+    addr: String,
+    base: u64,
+    capacity: u64,
+    up: bool,
+    #[serde(skip)]
+    last_seen: Option<Instant>,
+}
+
+#[derive(Clone, Serialize, Deserialize)]
+struct Table {
+    tree: ExtentTree,
+    nodes: BTreeMap<u32, NodeRecord>,
+    next_node: u32,
+}
+
+struct Shared {
+    cfg: ControllerConfig,
+    table: Mutex<Table>,
+    /// Our connections to memory nodes, for pushing grants.
+    links: Mutex<HashMap<u32, Connection>>,
+}
+
+/// A snapshot of the controller's table, as `Stats` returns it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ControllerStats {
+    pub nodes: u64,
+    pub nodes_up: u64,
+    pub capacity_bytes: u64,
+    pub granted_bytes: u64,
+    pub free_bytes: u64,
+    pub grants: u64,
+    pub granularity: u64,
+}
+
+impl Shared {
+    fn save(&self, table: &Table) {
+        let Some(path) = &self.cfg.state else { return };
+        let tmp = path.with_extension("tmp");
+        let result = serde_json::to_vec_pretty(table)
+            .map_err(std::io::Error::other)
+            .and_then(|bytes| std::fs::write(&tmp, bytes))
+            .and_then(|_| std::fs::rename(&tmp, path));
+        if let Err(e) = result {
+            tracing::error!("cannot save controller state to {}: {e}", path.display());
+        }
+    }
+
+    fn link(&self, node: u32, addr: &str) -> Result<Connection, NetError> {
+        if let Some(c) = self.links.lock().get(&node) {
+            return Ok(c.clone());
+        }
+        let cfg =
+            ClientConfig::new("controller", Role::Controller).with_token(self.cfg.token.clone());
+        let conn = Connection::connect(addr, &cfg)?;
+        self.links.lock().insert(node, conn.clone());
+        Ok(conn)
+    }
+
+    /// Sends one control message to a memory node, reconnecting once.
+    fn push(&self, node: u32, addr: &str, msg: &Msg<'_>) -> Result<(), NetError> {
+        let attempt = |conn: Connection| conn.call(msg).and_then(|r| r.done("grant"));
+        match self.link(node, addr).and_then(attempt) {
+            Err(e) if e.is_transient() => {
+                self.links.lock().remove(&node);
+                self.link(node, addr).and_then(attempt)
+            }
+            r => r,
+        }
+    }
+
+    fn node_addr(&self, node: u32) -> Option<String> {
+        self.table.lock().nodes.get(&node).map(|n| n.addr.clone())
+    }
+
+    fn push_grants(&self, grants: &[Grant]) -> Result<(), (u32, NetError)> {
+        for g in grants {
+            let addr = self.node_addr(g.node).unwrap_or_default();
+            self.push(
+                g.node,
+                &addr,
+                &Msg::Grant {
+                    owner: &g.owner,
+                    base: g.base,
+                    len: g.len,
+                },
+            )
+            .map_err(|e| (g.node, e))?;
+        }
+        Ok(())
+    }
+
+    fn register(&self, listen: &str, capacity: u64) -> Result<(u32, u64), Refusal> {
+        let mut t = self.table.lock();
+        let existing = t
+            .nodes
+            .iter()
+            .find(|(_, n)| n.addr == listen)
+            .map(|(&id, n)| (id, n.clone()));
+        let (id, base) = match existing {
+            Some((id, n)) => {
+                if n.capacity != capacity {
+                    return Err(Refusal::new(
+                        ErrorCode::BadRequest,
+                        format!(
+                            "{listen} registered before with {} bytes, now {capacity}; give it a new address",
+                            n.capacity
+                        ),
+                    ));
+                }
+                (id, n.base)
+            }
+            None => {
+                let id = t.next_node;
+                let base = t.tree.next_free_base();
+                t.tree
+                    .add_node(id, base, capacity)
+                    .map_err(|e| Refusal::new(ErrorCode::BadRequest, e.to_string()))?;
+                t.next_node += 1;
+                t.nodes.insert(
+                    id,
+                    NodeRecord {
+                        addr: listen.to_string(),
+                        base,
+                        capacity,
+                        up: true,
+                        last_seen: None,
+                    },
+                );
+                (id, base)
+            }
+        };
+        t.tree.set_up(id, true);
+        if let Some(n) = t.nodes.get_mut(&id) {
+            n.up = true;
+            n.last_seen = Some(Instant::now());
+        }
+        self.save(&t);
+        Ok((id, base))
+    }
+
+    fn stats(&self) -> ControllerStats {
+        let t = self.table.lock();
+        let free: u64 = t.nodes.keys().map(|&id| t.tree.free_bytes(id)).sum();
+        let granted: u64 = t.nodes.keys().map(|&id| t.tree.granted_bytes(id)).sum();
+        ControllerStats {
+            nodes: t.nodes.len() as u64,
+            nodes_up: t.nodes.values().filter(|n| n.up).count() as u64,
+            capacity_bytes: free + granted,
+            granted_bytes: granted,
+            free_bytes: free,
+            grants: t.tree.grants().len() as u64,
+            granularity: t.tree.granularity(),
+        }
+    }
+
+    fn nodes(&self) -> Vec<NodeInfo> {
+        let t = self.table.lock();
+        t.nodes
+            .iter()
+            .map(|(&id, n)| NodeInfo {
+                node: id,
+                addr: n.addr.clone(),
+                base: n.base,
+                capacity: n.capacity,
+                granted: t.tree.granted_bytes(id),
+                up: n.up,
+            })
+            .collect()
+    }
+
+    fn refuse_role(peer: &Peer, what: &str) -> Refusal {
+        Refusal::new(
+            ErrorCode::Unauthorized,
+            format!("a {:?} peer may not {what}", peer.role),
+        )
+    }
+}
+
+/// The server-facing handle; holds the table by `Arc` so handlers can hand
+/// follow-up work (re-sending grants) to another thread.
+struct ControllerService(Arc<Shared>);
+
+impl Service for ControllerService {
+    fn handle(&self, peer: &Peer, id: u64, msg: Msg<'_>, out: &mut Vec<u8>) -> Result<(), Refusal> {
+        let shared = &self.0;
+        shared.handle(peer, id, msg, out, &self.0)
+    }
+}
+
+impl Shared {
+    fn handle(
+        &self,
+        peer: &Peer,
+        id: u64,
+        msg: Msg<'_>,
+        out: &mut Vec<u8>,
+        me: &Arc<Shared>,
+    ) -> Result<(), Refusal> {
+        match msg {
+            Msg::Register { listen, capacity } => {
+                if peer.role != Role::MemNode {
+                    return Err(Self::refuse_role(peer, "register as a memory node"));
+                }
+                let (node, base) = self.register(listen, capacity)?;
+                Msg::Registered { node, base }.encode(id, out);
+                // A node that restarted or reconnected learns its grants again.
+                let grants: Vec<Grant> = self
+                    .table
+                    .lock()
+                    .tree
+                    .grants()
+                    .into_iter()
+                    .filter(|g| g.node == node)
+                    .collect();
+                if !grants.is_empty() {
+                    let me = me.clone();
+                    thread::spawn(move || {
+                        // Give the node a moment to read our reply first.
+                        thread::sleep(Duration::from_millis(20));
+                        if let Err((node, e)) = me.push_grants(&grants) {
+                            tracing::warn!("cannot re-send grants to node {node}: {e}");
+                        }
+                    });
+                }
+            }
+            Msg::Heartbeat { node, .. } => {
+                if peer.role != Role::MemNode {
+                    return Err(Self::refuse_role(peer, "heartbeat"));
+                }
+                let mut t = self.table.lock();
+                let Some(n) = t.nodes.get_mut(&node) else {
+                    return Err(Refusal::new(
+                        ErrorCode::NotFound,
+                        format!("node {node} is not registered"),
+                    ));
+                };
+                n.last_seen = Some(Instant::now());
+                if !n.up {
+                    n.up = true;
+                    t.tree.set_up(node, true);
+                    tracing::info!("memory node {node} is back up");
+                    self.save(&t);
+                }
+                Msg::Done.encode(id, out);
+            }
+            Msg::Alloc { size, placement } => {
+                if peer.role != Role::Compute {
+                    return Err(Self::refuse_role(peer, "allocate"));
+                }
+                let placement = match placement {
+                    farmem_wire::Placement::Default => self.cfg.placement,
+                    farmem_wire::Placement::RoundRobin => Placement::RoundRobin,
+                    farmem_wire::Placement::LeastLoaded => Placement::LeastLoaded,
+                };
+                let grants = {
+                    let mut t = self.table.lock();
+                    let grants = t
+                        .tree
+                        .allocate(&peer.name, size, placement)
+                        .map_err(|e| Refusal::new(ErrorCode::NoCapacity, e.to_string()))?;
+                    self.save(&t);
+                    grants
+                };
+                if let Err((node, e)) = self.push_grants(&grants) {
+                    let mut t = self.table.lock();
+                    for g in &grants {
+                        let _ = t.tree.release(&g.owner, g.base, g.len);
+                    }
+                    self.save(&t);
+                    return Err(Refusal::new(
+                        ErrorCode::Internal,
+                        format!("memory node {node} did not take the grant: {e}"),
+                    ));
+                }
+                let t = self.table.lock();
+                let extents = grants
+                    .iter()
+                    .map(|g| farmem_wire::Extent {
+                        node: g.node,
+                        addr: t
+                            .nodes
+                            .get(&g.node)
+                            .map(|n| n.addr.clone())
+                            .unwrap_or_default(),
+                        base: g.base,
+                        len: g.len,
+                    })
+                    .collect();
+                Msg::AllocOk { extents }.encode(id, out);
+            }
+            Msg::Release { base, len } => {
+                if peer.role != Role::Compute {
+                    return Err(Self::refuse_role(peer, "release"));
+                }
+                let released = {
+                    let mut t = self.table.lock();
+                    let released = t
+                        .tree
+                        .release(&peer.name, base, len)
+                        .map_err(|e| Refusal::new(ErrorCode::NotOwner, e.to_string()))?;
+                    self.save(&t);
+                    released
+                };
+                for g in released {
+                    let addr = self.node_addr(g.node).unwrap_or_default();
+                    if let Err(e) = self.push(
+                        g.node,
+                        &addr,
+                        &Msg::Revoke {
+                            base: g.base,
+                            len: g.len,
+                        },
+                    ) {
+                        // The node keeps a stale grant until it re-registers; the
+                        // range is free in our table and will be re-granted there.
+                        tracing::warn!(
+                            "cannot revoke [{:#x}, +{}) on node {}: {e}",
+                            g.base,
+                            g.len,
+                            g.node
+                        );
+                    }
+                }
+                Msg::Done.encode(id, out);
+            }
+            Msg::ListNodes => Msg::NodesOk {
+                nodes: self.nodes(),
+            }
+            .encode(id, out),
+            Msg::Stats => {
+                let json = serde_json::to_string(&self.stats()).unwrap_or_else(|_| "{}".into());
+                Msg::StatsOk { json: &json }.encode(id, out);
+            }
+            other => {
+                return Err(Refusal::new(
+                    ErrorCode::BadRequest,
+                    format!("the controller does not answer {:?}", other.op()),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A running controller. Dropping it stops it.
+pub struct Controller {
+    server: Server,
+    shared: Arc<Shared>,
+    stop: Arc<AtomicBool>,
+    monitor: Option<JoinHandle<()>>,
+}
+
+impl Controller {
+    pub fn start(cfg: ControllerConfig) -> Result<Self, ControllerError> {
+        let mut table = Table {
+            tree: ExtentTree::new(cfg.granularity),
+            nodes: BTreeMap::new(),
+            next_node: 0,
+        };
+        if let Some(path) = &cfg.state {
+            match std::fs::read(path) {
+                Ok(bytes) => {
+                    table = serde_json::from_slice(&bytes).map_err(|source| {
+                        ControllerError::StateCorrupt {
+                            path: path.clone(),
+                            source,
+                        }
+                    })?;
+                    // Nodes get one timeout from now to show they are alive.
+                    let now = Instant::now();
+                    for n in table.nodes.values_mut() {
+                        n.last_seen = Some(now);
+                    }
+                    tracing::info!(
+                        "loaded {} nodes and {} grants from {}",
+                        table.nodes.len(),
+                        table.tree.grants().len(),
+                        path.display()
+                    );
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(source) => {
+                    return Err(ControllerError::StateRead {
+                        path: path.clone(),
+                        source,
+                    });
+                }
+            }
+        }
+        let shared = Arc::new(Shared {
+            cfg: cfg.clone(),
+            table: Mutex::new(table),
+            links: Mutex::new(HashMap::new()),
+        });
+        let server_cfg = ServerConfig {
+            token: cfg.token.clone(),
+            ..ServerConfig::default()
+        };
+        let server = Server::start(
+            &cfg.listen,
+            server_cfg,
+            Arc::new(ControllerService(shared.clone())),
+        )
+        .map_err(ControllerError::Listen)?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let monitor = {
+            let (shared, stop) = (shared.clone(), stop.clone());
+            thread::Builder::new()
+                .name("farmem-liveness".into())
+                .spawn(move || liveness_loop(&shared, &stop))
+                .expect("spawning the liveness thread")
+        };
+        Ok(Self {
+            server,
+            shared,
+            stop,
+            monitor: Some(monitor),
+        })
+    }
+
+    pub fn local_addr(&self) -> std::net::SocketAddr {
+        self.server.local_addr()
+    }
+
+    pub fn stats(&self) -> ControllerStats {
+        self.shared.stats()
+    }
+
+    pub fn nodes(&self) -> Vec<NodeInfo> {
+        self.shared.nodes()
+    }
+
+    pub fn shutdown(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        self.server.shutdown();
+        if let Some(h) = self.monitor.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+impl Drop for Controller {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+fn liveness_loop(shared: &Shared, stop: &AtomicBool) {
+    let timeout = shared.cfg.heartbeat_timeout;
+    let tick = (timeout / 4).max(Duration::from_millis(10));
+    while !stop.load(Ordering::SeqCst) {
+        thread::sleep(tick);
+        let mut t = shared.table.lock();
+        let late: Vec<u32> = t
+            .nodes
+            .iter()
+            .filter(|(_, n)| n.up && n.last_seen.is_none_or(|s| s.elapsed() > timeout))
+            .map(|(&id, _)| id)
+            .collect();
+        for id in &late {
+            tracing::warn!("memory node {id} missed its heartbeats; marking it down");
+            if let Some(n) = t.nodes.get_mut(id) {
+                n.up = false;
+            }
+            t.tree.set_up(*id, false);
+        }
+        if !late.is_empty() {
+            shared.save(&t);
+        }
+    }
+}

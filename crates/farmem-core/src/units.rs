@@ -97,7 +97,7 @@ impl fmt::Display for ByteSize {
         for (name, shift) in UNITS {
             let unit = 1u64 << shift;
             if self.0 >= unit {
-                return if self.0 % unit == 0 {
+                return if self.0.is_multiple_of(unit) {
                     write!(f, "{}{}", self.0 / unit, name)
                 } else {
                     write!(f, "{:.2}{}", self.0 as f64 / unit as f64, name)

@@ -1,1 +1,498 @@
-//! farmem memory node.
+//! farmem memory node: serves its slice of the global remote address space.
+//!
+//! A memory node stores extents (lazily, see [`store`]), serves reads and
+//! writes at any granularity and cache-line log batches (Kona's log
+//! receiver: many (address, line) records applied in one message and
+//! acknowledged once), and enforces ownership: a compute node may touch only
+//! ranges the controller granted to it. The controller tells the node about
+//! grants over its own authenticated connection (role `Controller`).
+//!
+//! The daemon is a library: tests start it in-process on port 0.
+
+pub mod store;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::thread::{self, JoinHandle};
+use std::time::Duration;
+
+use farmem_core::Counter;
+use farmem_net::server::{Peer, Refusal, Server, ServerConfig, Service};
+use farmem_net::{ClientConfig, Connection, NetError};
+use farmem_wire::{ErrorCode, Msg, Role};
+use parking_lot::RwLock;
+use serde::Serialize;
+
+use store::ChunkStore;
+
+/// How to run a memory node.
+#[derive(Debug, Clone)]
+pub struct MemNodeConfig {
+    /// Address to listen on; port 0 picks a free one.
+    pub listen: String,
+    /// Address the controller and compute nodes should dial; defaults to the
+    /// bound address.
+    pub advertise: Option<String>,
+    pub capacity: u64,
+    /// The controller to register with. Without one the node is standalone:
+    /// its range starts at global address 0 and every authenticated compute
+    /// node may touch all of it (for benchmarks and single-node tests).
+    pub controller: Option<String>,
+    pub token: Vec<u8>,
+    pub heartbeat: Duration,
+    pub max_frame: u32,
+}
+
+impl MemNodeConfig {
+    pub fn new(listen: impl Into<String>, capacity: u64) -> Self {
+        Self {
+            listen: listen.into(),
+            advertise: None,
+            capacity,
+            controller: None,
+            token: Vec::new(),
+            heartbeat: Duration::from_millis(500),
+            max_frame: farmem_wire::DEFAULT_MAX_FRAME,
+        }
+    }
+}
+
+/// Why a memory node could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum MemNodeError {
+    #[error("cannot listen: {0}")]
+    Listen(NetError),
+    #[error("cannot register with the controller at {addr}: {source}")]
+    Register { addr: String, source: NetError },
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    reads: Counter,
+    writes: Counter,
+    bytes_read: Counter,
+    bytes_written: Counter,
+    log_batches: Counter,
+    log_lines: Counter,
+    refused_not_owner: Counter,
+    refused_out_of_range: Counter,
+    refused_role: Counter,
+    grants: Counter,
+    revokes: Counter,
+}
+
+/// A snapshot of a memory node's counters, as `Stats` returns it.
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq, Eq)]
+pub struct MemNodeStats {
+    pub node: u32,
+    pub base: u64,
+    pub capacity: u64,
+    pub resident_bytes: u64,
+    pub granted_bytes: u64,
+    pub grants: u64,
+    pub reads: u64,
+    pub writes: u64,
+    pub bytes_read: u64,
+    pub bytes_written: u64,
+    pub log_batches: u64,
+    pub log_lines: u64,
+    pub refused_not_owner: u64,
+    pub refused_out_of_range: u64,
+    pub refused_role: u64,
+    pub connections: u64,
+    pub protocol_errors: u64,
+    pub auth_failures: u64,
+}
+
+struct GrantEntry {
+    len: u64,
+    owner: Arc<str>,
+}
+
+struct Shared {
+    store: ChunkStore,
+    /// Global address of this node's first byte (assigned by the controller).
+    base: AtomicU64,
+    node: AtomicU32,
+    standalone: bool,
+    /// Granted ranges keyed by global base address.
+    grants: RwLock<BTreeMap<u64, GrantEntry>>,
+    counters: Counters,
+    server_stats: RwLock<Option<Arc<farmem_net::server::ServerStats>>>,
+}
+
+impl Shared {
+    /// Translates a global range to a store offset after checking that
+    /// `peer` owns all of it.
+    fn authorize(&self, peer: &Peer, addr: u64, len: u64) -> Result<u64, Refusal> {
+        let base = self.base.load(Ordering::Acquire);
+        let offset = addr.checked_sub(base).filter(|off| {
+            off.checked_add(len)
+                .is_some_and(|end| end <= self.store.capacity())
+        });
+        let Some(offset) = offset else {
+            self.counters.refused_out_of_range.inc();
+            return Err(Refusal::new(
+                ErrorCode::OutOfRange,
+                format!(
+                    "[{addr:#x}, +{len}) is outside this node's range [{base:#x}, +{})",
+                    self.store.capacity()
+                ),
+            ));
+        };
+        if self.standalone {
+            return Ok(offset);
+        }
+        let grants = self.grants.read();
+        let owned = grants
+            .range(..=addr)
+            .next_back()
+            .is_some_and(|(&gbase, g)| addr + len <= gbase + g.len && *g.owner == *peer.name);
+        if owned {
+            Ok(offset)
+        } else {
+            self.counters.refused_not_owner.inc();
+            Err(Refusal::new(
+                ErrorCode::NotOwner,
+                format!("[{addr:#x}, +{len}) is not granted to `{}`", peer.name),
+            ))
+        }
+    }
+
+    fn stats(&self) -> MemNodeStats {
+        let grants = self.grants.read();
+        let c = &self.counters;
+        let server = self.server_stats.read().clone();
+        let sv =
+            |f: fn(&farmem_net::server::ServerStats) -> u64| server.as_deref().map(f).unwrap_or(0);
+        MemNodeStats {
+            node: self.node.load(Ordering::Relaxed),
+            base: self.base.load(Ordering::Relaxed),
+            capacity: self.store.capacity(),
+            resident_bytes: self.store.resident_bytes(),
+            granted_bytes: grants.values().map(|g| g.len).sum(),
+            grants: grants.len() as u64,
+            reads: c.reads.get(),
+            writes: c.writes.get(),
+            bytes_read: c.bytes_read.get(),
+            bytes_written: c.bytes_written.get(),
+            log_batches: c.log_batches.get(),
+            log_lines: c.log_lines.get(),
+            refused_not_owner: c.refused_not_owner.get(),
+            refused_out_of_range: c.refused_out_of_range.get(),
+            refused_role: c.refused_role.get(),
+            connections: sv(|s| s.connections.get()),
+            protocol_errors: sv(|s| s.protocol_errors.get()),
+            auth_failures: sv(|s| s.auth_failures.get()),
+        }
+    }
+
+    fn refuse_role(&self, peer: &Peer, what: &str) -> Refusal {
+        self.counters.refused_role.inc();
+        Refusal::new(
+            ErrorCode::Unauthorized,
+            format!("a {:?} peer may not {what}", peer.role),
+        )
+    }
+}
+
+impl Service for Shared {
+    fn handle(&self, peer: &Peer, id: u64, msg: Msg<'_>, out: &mut Vec<u8>) -> Result<(), Refusal> {
+        match msg {
+            Msg::Read { addr, len } => {
+                if peer.role != Role::Compute {
+                    return Err(self.refuse_role(peer, "read"));
+                }
+                let offset = self.authorize(peer, addr, len.into())?;
+                // Encode the reply header, then read straight into the frame.
+                farmem_wire::encode_frame(out, farmem_wire::Op::ReadOk as u8, id, |b| {
+                    // Range was checked by authorize.
+                    let _ = self.store.read_append(offset, len.into(), b);
+                });
+                self.counters.reads.inc();
+                self.counters.bytes_read.add(len.into());
+            }
+            Msg::Write { addr, data } => {
+                if peer.role != Role::Compute {
+                    return Err(self.refuse_role(peer, "write"));
+                }
+                let offset = self.authorize(peer, addr, data.len() as u64)?;
+                self.store
+                    .write(offset, data)
+                    .map_err(|e| Refusal::new(ErrorCode::OutOfRange, e.to_string()))?;
+                self.counters.writes.inc();
+                self.counters.bytes_written.add(data.len() as u64);
+                Msg::Done.encode(id, out);
+            }
+            Msg::LogBatch { records } => {
+                if peer.role != Role::Compute {
+                    return Err(self.refuse_role(peer, "apply a log"));
+                }
+                // All or nothing: check every record before applying any, so a
+                // refused batch leaves memory as it was and the sender can retry.
+                let mut offsets = Vec::with_capacity(records.len());
+                for rec in records.iter() {
+                    offsets.push(self.authorize(peer, rec.addr, rec.line.len() as u64)?);
+                }
+                for (rec, offset) in records.iter().zip(offsets) {
+                    self.store
+                        .write(offset, rec.line)
+                        .map_err(|e| Refusal::new(ErrorCode::OutOfRange, e.to_string()))?;
+                }
+                self.counters.log_batches.inc();
+                self.counters.log_lines.add(records.len() as u64);
+                self.counters
+                    .bytes_written
+                    .add((records.len() * farmem_wire::LINE_LEN) as u64);
+                Msg::LogAck {
+                    applied: records.len() as u32,
+                }
+                .encode(id, out);
+            }
+            Msg::Grant { owner, base, len } => {
+                if peer.role != Role::Controller {
+                    return Err(self.refuse_role(peer, "grant memory"));
+                }
+                let node_base = self.base.load(Ordering::Acquire);
+                if base < node_base || base.saturating_add(len) > node_base + self.store.capacity()
+                {
+                    return Err(Refusal::new(
+                        ErrorCode::OutOfRange,
+                        format!("grant [{base:#x}, +{len}) is not on this node"),
+                    ));
+                }
+                let mut grants = self.grants.write();
+                // A grant replaces whatever overlapped it: the controller is the
+                // single source of truth for ownership.
+                let overlapping: Vec<u64> = grants
+                    .range(..base.saturating_add(len))
+                    .filter(|(gb, g)| **gb + g.len > base)
+                    .map(|(gb, _)| *gb)
+                    .collect();
+                for gb in overlapping {
+                    grants.remove(&gb);
+                }
+                grants.insert(
+                    base,
+                    GrantEntry {
+                        len,
+                        owner: owner.into(),
+                    },
+                );
+                self.counters.grants.inc();
+                Msg::Done.encode(id, out);
+            }
+            Msg::Revoke { base, len } => {
+                if peer.role != Role::Controller {
+                    return Err(self.refuse_role(peer, "revoke memory"));
+                }
+                let mut grants = self.grants.write();
+                let end = base.saturating_add(len);
+                let overlapping: Vec<u64> = grants
+                    .range(..end)
+                    .filter(|(gb, g)| **gb + g.len > base)
+                    .map(|(gb, _)| *gb)
+                    .collect();
+                for gb in overlapping {
+                    let g = grants.remove(&gb).expect("key listed above");
+                    // Keep the parts of a grant outside the revoked range.
+                    if gb < base {
+                        grants.insert(
+                            gb,
+                            GrantEntry {
+                                len: base - gb,
+                                owner: g.owner.clone(),
+                            },
+                        );
+                    }
+                    if gb + g.len > end {
+                        grants.insert(
+                            end,
+                            GrantEntry {
+                                len: gb + g.len - end,
+                                owner: g.owner,
+                            },
+                        );
+                    }
+                }
+                self.counters.revokes.inc();
+                Msg::Done.encode(id, out);
+            }
+            Msg::Stats => {
+                let json = serde_json::to_string(&self.stats()).unwrap_or_else(|_| "{}".into());
+                Msg::StatsOk { json: &json }.encode(id, out);
+            }
+            other => {
+                return Err(Refusal::new(
+                    ErrorCode::BadRequest,
+                    format!("a memory node does not answer {:?}", other.op()),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A running memory node. Dropping it stops it.
+pub struct MemNode {
+    server: Server,
+    shared: Arc<Shared>,
+    advertise: String,
+    stop: Arc<AtomicBool>,
+    heartbeat: Option<JoinHandle<()>>,
+}
+
+impl MemNode {
+    pub fn start(cfg: MemNodeConfig) -> Result<Self, MemNodeError> {
+        let shared = Arc::new(Shared {
+            store: ChunkStore::new(cfg.capacity),
+            base: AtomicU64::new(0),
+            node: AtomicU32::new(0),
+            standalone: cfg.controller.is_none(),
+            grants: RwLock::new(BTreeMap::new()),
+            counters: Counters::default(),
+            server_stats: RwLock::new(None),
+        });
+        let server_cfg = ServerConfig {
+            token: cfg.token.clone(),
+            max_frame: cfg.max_frame,
+            idle_timeout: None,
+        };
+        let server =
+            Server::start(&cfg.listen, server_cfg, shared.clone()).map_err(MemNodeError::Listen)?;
+        *shared.server_stats.write() = Some(server.stats().clone());
+        let advertise = cfg
+            .advertise
+            .clone()
+            .unwrap_or_else(|| server.local_addr().to_string());
+        let stop = Arc::new(AtomicBool::new(false));
+        let heartbeat = match &cfg.controller {
+            None => None,
+            Some(ctl) => {
+                let link = register(ctl, &advertise, &cfg, &shared).map_err(|source| {
+                    MemNodeError::Register {
+                        addr: ctl.clone(),
+                        source,
+                    }
+                })?;
+                let (shared, stop, cfg, ctl, advertise) = (
+                    shared.clone(),
+                    stop.clone(),
+                    cfg.clone(),
+                    ctl.clone(),
+                    advertise.clone(),
+                );
+                Some(
+                    thread::Builder::new()
+                        .name("farmem-heartbeat".into())
+                        .spawn(move || heartbeat_loop(link, &ctl, &advertise, &cfg, &shared, &stop))
+                        .expect("spawning the heartbeat thread"),
+                )
+            }
+        };
+        Ok(Self {
+            server,
+            shared,
+            advertise,
+            stop,
+            heartbeat,
+        })
+    }
+
+    /// The address peers should dial.
+    pub fn addr(&self) -> &str {
+        &self.advertise
+    }
+
+    pub fn local_addr(&self) -> std::net::SocketAddr {
+        self.server.local_addr()
+    }
+
+    pub fn node_id(&self) -> u32 {
+        self.shared.node.load(Ordering::Relaxed)
+    }
+
+    pub fn stats(&self) -> MemNodeStats {
+        self.shared.stats()
+    }
+
+    /// Stops serving and heartbeating; the controller will mark us down.
+    pub fn shutdown(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        self.server.shutdown();
+        if let Some(h) = self.heartbeat.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+impl Drop for MemNode {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+fn register(
+    ctl: &str,
+    advertise: &str,
+    cfg: &MemNodeConfig,
+    shared: &Shared,
+) -> Result<Connection, NetError> {
+    let client = ClientConfig::new(format!("memnode@{advertise}"), Role::MemNode)
+        .with_token(cfg.token.clone());
+    let conn = Connection::connect(ctl, &client)?;
+    let reply = conn.call(&Msg::Register {
+        listen: advertise,
+        capacity: cfg.capacity,
+    })?;
+    match reply.msg()? {
+        Msg::Registered { node, base } => {
+            shared.node.store(node, Ordering::Relaxed);
+            shared.base.store(base, Ordering::Release);
+            tracing::info!("registered with {ctl} as node {node}, global base {base:#x}");
+            Ok(conn)
+        }
+        other => Err(NetError::Unexpected {
+            request: "register",
+            got: other.op(),
+        }),
+    }
+}
+
+fn heartbeat_loop(
+    mut link: Connection,
+    ctl: &str,
+    advertise: &str,
+    cfg: &MemNodeConfig,
+    shared: &Shared,
+    stop: &AtomicBool,
+) {
+    while !stop.load(Ordering::SeqCst) {
+        thread::sleep(cfg.heartbeat);
+        let used = shared.store.resident_bytes();
+        let beat = Msg::Heartbeat {
+            node: shared.node.load(Ordering::Relaxed),
+            used,
+        };
+        if let Err(e) = link.call(&beat).and_then(|r| r.done("heartbeat")) {
+            tracing::warn!("heartbeat to {ctl} failed: {e}; re-registering");
+            // Keep trying until the controller is back or we are stopped.
+            loop {
+                if stop.load(Ordering::SeqCst) {
+                    return;
+                }
+                match register(ctl, advertise, cfg, shared) {
+                    Ok(conn) => {
+                        link = conn;
+                        break;
+                    }
+                    Err(e) => {
+                        tracing::debug!("re-register with {ctl} failed: {e}");
+                        thread::sleep(cfg.heartbeat);
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,1 +1,102 @@
-//! farmem transport.
+//! farmem-net: how farmem processes talk.
+//!
+//! - [`Connection`]: a client connection with pipelining. Any number of
+//!   threads may submit requests; completions arrive in any order and are
+//!   matched by request id. Whoever waits first reads the socket for
+//!   everyone (leader/followers), so a lone synchronous caller pays no
+//!   thread hand-off on its round trip.
+//! - [`server`]: the accept loop and per-connection loop every daemon uses,
+//!   with the authentication handshake and protocol-error isolation.
+//! - [`cluster`]: the compute node's view of a rack: a controller client and
+//!   a pool of connections to memory nodes, routing by global address.
+
+pub mod cluster;
+mod conn;
+mod frame;
+pub mod server;
+
+use std::time::Duration;
+
+pub use cluster::{Cluster, ControllerClient};
+pub use conn::{Connection, Reply, Ticket};
+pub use frame::{read_frame, write_all_frames};
+
+use farmem_wire::{ErrorCode, WireError};
+
+/// Settings every client connection needs.
+#[derive(Debug, Clone)]
+pub struct ClientConfig {
+    /// Who we are; memory nodes check grants against this name.
+    pub name: String,
+    pub role: farmem_wire::Role,
+    /// Shared cluster token; empty means an unauthenticated (loopback) cluster.
+    pub token: Vec<u8>,
+    /// How long a request may wait for its reply before the connection is
+    /// declared dead.
+    pub timeout: Duration,
+}
+
+impl ClientConfig {
+    pub fn new(name: impl Into<String>, role: farmem_wire::Role) -> Self {
+        Self {
+            name: name.into(),
+            role,
+            token: Vec::new(),
+            timeout: Duration::from_secs(10),
+        }
+    }
+
+    pub fn with_token(mut self, token: impl Into<Vec<u8>>) -> Self {
+        self.token = token.into();
+        self
+    }
+}
+
+/// What can go wrong talking to a peer.
+#[derive(Debug, thiserror::Error)]
+pub enum NetError {
+    #[error("cannot connect to {addr}: {source}")]
+    Connect {
+        addr: String,
+        source: std::io::Error,
+    },
+    #[error("i/o error: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("protocol error: {0}")]
+    Wire(#[from] WireError),
+    #[error("authentication failed: {0}")]
+    Auth(String),
+    #[error("peer refused the request ({code:?}): {message}")]
+    Remote { code: ErrorCode, message: String },
+    #[error("unexpected reply {got:?} to {request}")]
+    Unexpected {
+        request: &'static str,
+        got: farmem_wire::Op,
+    },
+    #[error("connection closed: {0}")]
+    Disconnected(String),
+    #[error("no reply within {0:?}")]
+    Timeout(Duration),
+    #[error("{0}")]
+    Routing(String),
+}
+
+impl NetError {
+    /// True when retrying on a fresh connection could help.
+    pub fn is_transient(&self) -> bool {
+        matches!(
+            self,
+            NetError::Io(_)
+                | NetError::Disconnected(_)
+                | NetError::Timeout(_)
+                | NetError::Connect { .. }
+        )
+    }
+}
+
+/// Reads a token file: its contents with surrounding whitespace trimmed.
+pub fn read_token_file(path: &std::path::Path) -> std::io::Result<Vec<u8>> {
+    let raw = std::fs::read(path)?;
+    let text = String::from_utf8_lossy(&raw);
+    Ok(text.trim().as_bytes().to_vec())
+}

@@ -152,7 +152,7 @@ impl<'a> LogRecords<'a> {
     }
     /// Wraps raw record bytes, checking they hold whole records.
     pub fn from_raw(raw: &'a [u8]) -> Result<Self, WireError> {
-        if raw.len() % LOG_RECORD_LEN != 0 {
+        if !raw.len().is_multiple_of(LOG_RECORD_LEN) {
             return Err(WireError::Truncated {
                 what: "log record",
                 need: LOG_RECORD_LEN - raw.len() % LOG_RECORD_LEN,

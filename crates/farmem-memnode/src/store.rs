@@ -1,0 +1,138 @@
+//! The memory node's backing store: its slice of the global address space,
+//! allocated lazily in chunks so a node can advertise 64 GiB and cost nothing
+//! until written. Reads of never-written memory return zeros.
+
+use parking_lot::RwLock;
+
+/// Bytes per lazily allocated chunk. Large enough that the table stays tiny
+/// (32 Ki entries for 64 GiB), small enough that a sparse write costs little.
+pub const CHUNK: u64 = 2 << 20;
+
+/// Lazily allocated memory, `capacity` bytes, addressed from zero.
+pub struct ChunkStore {
+    capacity: u64,
+    chunks: Vec<RwLock<Option<Box<[u8]>>>>,
+}
+
+/// An access outside the store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("range [{offset:#x}, +{len}) lies outside the store's {capacity} bytes")]
+pub struct OutOfRange {
+    pub offset: u64,
+    pub len: u64,
+    pub capacity: u64,
+}
+
+impl ChunkStore {
+    pub fn new(capacity: u64) -> Self {
+        let n = capacity.div_ceil(CHUNK) as usize;
+        Self {
+            capacity,
+            chunks: (0..n).map(|_| RwLock::new(None)).collect(),
+        }
+    }
+
+    pub fn capacity(&self) -> u64 {
+        self.capacity
+    }
+
+    /// Bytes actually backed by memory.
+    pub fn resident_bytes(&self) -> u64 {
+        self.chunks.iter().filter(|c| c.read().is_some()).count() as u64 * CHUNK
+    }
+
+    fn check(&self, offset: u64, len: u64) -> Result<(), OutOfRange> {
+        match offset.checked_add(len) {
+            Some(end) if end <= self.capacity => Ok(()),
+            _ => Err(OutOfRange {
+                offset,
+                len,
+                capacity: self.capacity,
+            }),
+        }
+    }
+
+    /// Splits [offset, offset+len) at chunk boundaries.
+    fn pieces(offset: u64, len: u64) -> impl Iterator<Item = (usize, usize, usize, usize)> {
+        // (chunk index, offset in chunk, length, offset in caller's buffer)
+        let mut done = 0u64;
+        std::iter::from_fn(move || {
+            (done < len).then(|| {
+                let at = offset + done;
+                let in_chunk = at % CHUNK;
+                let n = (CHUNK - in_chunk).min(len - done);
+                let piece = (
+                    (at / CHUNK) as usize,
+                    in_chunk as usize,
+                    n as usize,
+                    done as usize,
+                );
+                done += n;
+                piece
+            })
+        })
+    }
+
+    pub fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), OutOfRange> {
+        self.check(offset, buf.len() as u64)?;
+        for (chunk, at, n, pos) in Self::pieces(offset, buf.len() as u64) {
+            let dst = &mut buf[pos..pos + n];
+            match &*self.chunks[chunk].read() {
+                Some(data) => dst.copy_from_slice(&data[at..at + n]),
+                None => dst.fill(0),
+            }
+        }
+        Ok(())
+    }
+
+    /// Appends `len` bytes at `offset` to `out` (saves a copy when building replies).
+    pub fn read_append(&self, offset: u64, len: u64, out: &mut Vec<u8>) -> Result<(), OutOfRange> {
+        self.check(offset, len)?;
+        let start = out.len();
+        out.resize(start + len as usize, 0);
+        self.read(offset, &mut out[start..])
+    }
+
+    pub fn write(&self, offset: u64, data: &[u8]) -> Result<(), OutOfRange> {
+        self.check(offset, data.len() as u64)?;
+        for (chunk, at, n, pos) in Self::pieces(offset, data.len() as u64) {
+            let mut slot = self.chunks[chunk].write();
+            let chunk_len = (self.capacity - chunk as u64 * CHUNK).min(CHUNK) as usize;
+            // calloc-backed: the kernel maps zero pages lazily, so even an
+            // allocated chunk only costs what is written into it.
+            let data_chunk = slot.get_or_insert_with(|| vec![0u8; chunk_len].into_boxed_slice());
+            data_chunk[at..at + n].copy_from_slice(&data[pos..pos + n]);
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unwritten_memory_reads_as_zero_and_costs_nothing() {
+        let s = ChunkStore::new(64 << 30);
+        let mut buf = [1u8; 4096];
+        s.read(10 << 30, &mut buf).unwrap();
+        assert!(buf.iter().all(|&b| b == 0));
+        assert_eq!(s.resident_bytes(), 0);
+    }
+
+    #[test]
+    fn writes_across_chunk_boundaries_read_back() {
+        let s = ChunkStore::new(3 * CHUNK + 100);
+        let data: Vec<u8> = (0..10_000u32).map(|i| (i * 7) as u8).collect();
+        let at = CHUNK - 5000;
+        s.write(at, &data).unwrap();
+        let mut back = vec![0u8; data.len()];
+        s.read(at, &mut back).unwrap();
+        assert_eq!(back, data);
+        assert_eq!(s.resident_bytes(), 2 * CHUNK);
+        // the short last chunk
+        s.write(3 * CHUNK + 90, &[9; 10]).unwrap();
+        assert!(s.write(3 * CHUNK + 91, &[9; 10]).is_err());
+        assert!(s.read(u64::MAX - 2, &mut [0; 8]).is_err());
+    }
+}

@@ -1,0 +1,388 @@
+//! A controller and two memory nodes in-process on loopback, driven through
+//! the client library as a compute node would.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use farmem_controller::extent::Placement as TreePlacement;
+use farmem_controller::{Controller, ControllerConfig};
+use farmem_memnode::{MemNode, MemNodeConfig};
+use farmem_net::{ClientConfig, Cluster, NetError};
+use farmem_wire::{ErrorCode, Placement, Role};
+use rand::rngs::SmallRng;
+use rand::{Rng, RngCore, SeedableRng};
+
+const GIB: u64 = 1 << 30;
+const TOKEN: &[u8] = b"test-cluster-token";
+
+struct Rack {
+    controller: Controller,
+    memnodes: Vec<MemNode>,
+}
+
+fn rack(nodes: usize, heartbeat_timeout: Duration) -> Rack {
+    let mut cfg = ControllerConfig::new("127.0.0.1:0");
+    cfg.token = TOKEN.to_vec();
+    cfg.heartbeat_timeout = heartbeat_timeout;
+    cfg.placement = TreePlacement::RoundRobin;
+    let controller = Controller::start(cfg).expect("controller starts");
+    let ctl = controller.local_addr().to_string();
+    let memnodes = (0..nodes)
+        .map(|_| {
+            let mut m = MemNodeConfig::new("127.0.0.1:0", 64 * GIB);
+            m.controller = Some(ctl.clone());
+            m.token = TOKEN.to_vec();
+            m.heartbeat = Duration::from_millis(50);
+            MemNode::start(m).expect("memnode starts")
+        })
+        .collect();
+    Rack {
+        controller,
+        memnodes,
+    }
+}
+
+fn client(rack: &Rack, name: &str) -> Cluster {
+    let cfg = ClientConfig::new(name, Role::Compute).with_token(TOKEN);
+    Cluster::connect(&rack.controller.local_addr().to_string(), cfg, 2).expect("client connects")
+}
+
+/// FNV-1a, enough to compare a GiB without keeping two copies around.
+fn checksum(data: &[u8]) -> u64 {
+    data.iter().fold(0xcbf29ce484222325u64, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100000001b3)
+    })
+}
+
+#[test]
+fn a_gib_written_at_every_granularity_reads_back_identically() {
+    let rack = rack(2, Duration::from_secs(5));
+    let a = client(&rack, "cn-a");
+    let extents = a.allocate(GIB, Placement::Default).unwrap();
+    assert_eq!(extents.iter().map(|e| e.len).sum::<u64>(), GIB);
+    let nodes: std::collections::BTreeSet<u32> = extents.iter().map(|e| e.node).collect();
+    assert_eq!(
+        nodes.len(),
+        2,
+        "round-robin placement spreads over both nodes: {extents:?}"
+    );
+
+    // A shadow of what the remote memory should hold, addressed by offset
+    // into the concatenation of our extents.
+    let total = GIB as usize;
+    let mut shadow = vec![0u8; total];
+    let mut rng = SmallRng::seed_from_u64(42);
+    rng.fill_bytes(&mut shadow);
+    let addr_of = |off: usize| -> u64 {
+        let mut off = off as u64;
+        for e in &extents {
+            if off < e.len {
+                return e.base + off;
+            }
+            off -= e.len;
+        }
+        unreachable!("offset inside the allocation")
+    };
+
+    // 2 MiB clusters fill everything (extents are 128 MiB aligned multiples).
+    const CLUSTER: usize = 2 << 20;
+    for off in (0..total).step_by(CLUSTER) {
+        a.write(addr_of(off), &shadow[off..off + CLUSTER]).unwrap();
+    }
+    // Then random overwrites at the line, sub-block and page granularities.
+    for &size in &[64usize, 512, 4096, 64 << 10] {
+        for _ in 0..2000 {
+            let off = rng.gen_range(0..total / size) * size;
+            rng.fill_bytes(&mut shadow[off..off + size]);
+            a.write(addr_of(off), &shadow[off..off + size]).unwrap();
+        }
+    }
+    // And cache lines through log batches.
+    for _ in 0..20 {
+        let lines: Vec<(u64, [u8; 64])> = (0..500)
+            .map(|_| {
+                let off = rng.gen_range(0..total / 64) * 64;
+                rng.fill_bytes(&mut shadow[off..off + 64]);
+                (addr_of(off), shadow[off..off + 64].try_into().unwrap())
+            })
+            .collect();
+        // Later records for the same line win, as in the shadow.
+        a.write_lines(&lines).unwrap();
+    }
+
+    // Read it all back with a fresh client of the same name (the runtime's
+    // restart case), in 4 MiB reads.
+    let b = client(&rack, "cn-a");
+    b.adopt(extents.clone()).unwrap();
+    let mut back = vec![0u8; total];
+    const READ: usize = 4 << 20;
+    for off in (0..total).step_by(READ) {
+        // Reads never cross an extent: extents are multiples of 4 MiB.
+        b.read(addr_of(off), &mut back[off..off + READ]).unwrap();
+    }
+    assert_eq!(checksum(&back), checksum(&shadow));
+    assert!(back == shadow);
+
+    let stats: Vec<farmem_memnode::MemNodeStats> =
+        rack.memnodes.iter().map(|m| m.stats()).collect();
+    assert_eq!(stats.iter().map(|s| s.log_lines).sum::<u64>(), 20 * 500);
+    assert!(stats.iter().all(|s| s.refused_not_owner == 0));
+}
+
+#[test]
+fn another_client_cannot_touch_my_extents() {
+    let rack = rack(2, Duration::from_secs(5));
+    let a = client(&rack, "cn-a");
+    let extents = a.allocate(256 << 20, Placement::Default).unwrap();
+    a.write(extents[0].base, &[7u8; 4096]).unwrap();
+
+    let intruder = client(&rack, "cn-b");
+    intruder.adopt(extents.clone()).unwrap();
+    let mut buf = [0u8; 4096];
+    let read = intruder.read(extents[0].base, &mut buf);
+    assert!(
+        matches!(
+            read,
+            Err(NetError::Remote {
+                code: ErrorCode::NotOwner,
+                ..
+            })
+        ),
+        "{read:?}"
+    );
+    let write = intruder.write(extents[0].base, &[0u8; 64]);
+    assert!(
+        matches!(
+            write,
+            Err(NetError::Remote {
+                code: ErrorCode::NotOwner,
+                ..
+            })
+        ),
+        "{write:?}"
+    );
+    let log = intruder.write_lines(&[(extents[0].base, [1u8; 64])]);
+    assert!(
+        matches!(
+            log,
+            Err(NetError::Remote {
+                code: ErrorCode::NotOwner,
+                ..
+            })
+        ),
+        "{log:?}"
+    );
+    // The owner's data is untouched and the intruder cannot release it either.
+    a.read(extents[0].base, &mut buf).unwrap();
+    assert_eq!(buf, [7u8; 4096]);
+    assert!(
+        intruder
+            .controller()
+            .unwrap()
+            .release(extents[0].base, extents[0].len)
+            .is_err()
+    );
+    let refused: u64 = rack
+        .memnodes
+        .iter()
+        .map(|m| m.stats().refused_not_owner)
+        .sum();
+    assert_eq!(refused, 3);
+
+    // Released memory is no longer the owner's either.
+    for e in &extents {
+        a.release(e.base, e.len).unwrap();
+    }
+    let stats = rack.controller.stats();
+    assert_eq!(stats.granted_bytes, 0);
+    let b2 = client(&rack, "cn-a");
+    b2.adopt(extents.clone()).unwrap();
+    assert!(matches!(
+        b2.read(extents[0].base, &mut buf),
+        Err(NetError::Remote {
+            code: ErrorCode::NotOwner,
+            ..
+        })
+    ));
+}
+
+#[test]
+fn garbage_and_oversized_frames_close_only_their_connection() {
+    let rack = rack(1, Duration::from_secs(5));
+    let a = client(&rack, "cn-a");
+    let extents = a.allocate(128 << 20, Placement::Default).unwrap();
+    let addr = extents[0].base;
+    a.write(addr, b"still here").unwrap();
+    let memnode = rack.memnodes[0].addr().to_string();
+
+    // Garbage before any handshake.
+    let mut garbage = TcpStream::connect(&memnode).unwrap();
+    garbage.write_all(&[0xff; 64]).unwrap();
+    assert_closed(&mut garbage);
+
+    // A header claiming a 4 GiB frame.
+    let mut liar = TcpStream::connect(&memnode).unwrap();
+    let mut header = [0u8; 16];
+    header[..4].copy_from_slice(&u32::MAX.to_le_bytes());
+    header[4] = 0x01;
+    liar.write_all(&header).unwrap();
+    assert_closed(&mut liar);
+
+    // Every other connection keeps being served.
+    let mut buf = [0u8; 10];
+    a.read(addr, &mut buf).unwrap();
+    assert_eq!(&buf, b"still here");
+    // Both were cut off during the handshake.
+    assert_eq!(rack.memnodes[0].stats().auth_failures, 2);
+}
+
+#[test]
+fn unknown_opcode_after_handshake_is_answered_and_isolated() {
+    let rack = rack(1, Duration::from_secs(5));
+    let a = client(&rack, "cn-a");
+    let extents = a.allocate(128 << 20, Placement::Default).unwrap();
+    let memnode = rack.memnodes[0].addr().to_string();
+    let mut raw = handshaken_socket(&memnode, "cn-a");
+    let mut frame = Vec::new();
+    farmem_wire::encode_frame(&mut frame, 0x5e, 9, |b| b.extend_from_slice(&[1, 2, 3]));
+    raw.write_all(&frame).unwrap();
+    // The node says why, then closes.
+    let mut reply = [0u8; 16];
+    raw.read_exact(&mut reply).unwrap();
+    assert_eq!(reply[4], farmem_wire::Op::Error as u8);
+    assert_closed(&mut raw);
+
+    let mut raw = handshaken_socket(&memnode, "cn-a");
+    let mut frame = Vec::new();
+    farmem_wire::encode_frame(&mut frame, farmem_wire::Op::Read as u8, 3, |b| {
+        b.extend_from_slice(&[1, 2])
+    });
+    raw.write_all(&frame).unwrap();
+    raw.read_exact(&mut reply).unwrap();
+    assert_eq!(reply[4], farmem_wire::Op::Error as u8);
+    assert_closed(&mut raw);
+
+    a.write(extents[0].base, &[1u8; 64]).unwrap();
+    assert_eq!(rack.memnodes[0].stats().protocol_errors, 2);
+}
+
+#[test]
+fn a_wrong_token_is_refused_without_revealing_it() {
+    let rack = rack(1, Duration::from_secs(5));
+    let ctl = rack.controller.local_addr().to_string();
+    let wrong = ClientConfig::new("cn-a", Role::Compute).with_token(b"guess".to_vec());
+    let err = Cluster::connect(&ctl, wrong, 1).unwrap_err();
+    assert!(matches!(err, NetError::Auth(_)), "{err}");
+}
+
+#[test]
+fn a_silent_memnode_is_marked_down_and_gets_no_new_grants() {
+    let mut rack = rack(2, Duration::from_millis(300));
+    let gone = rack.memnodes[1].node_id();
+    rack.memnodes[1].shutdown();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while rack
+        .controller
+        .nodes()
+        .iter()
+        .any(|n| n.node == gone && n.up)
+    {
+        assert!(Instant::now() < deadline, "node never marked down");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let a = client(&rack, "cn-a");
+    let extents = a.allocate(512 << 20, Placement::Default).unwrap();
+    assert!(extents.iter().all(|e| e.node != gone), "{extents:?}");
+}
+
+#[test]
+fn controller_state_survives_a_restart() {
+    let dir = std::env::temp_dir().join(format!("farmem-ctl-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let state = dir.join("state.json");
+    let _ = std::fs::remove_file(&state);
+    let mut cfg = ControllerConfig::new("127.0.0.1:0");
+    cfg.state = Some(state.clone());
+    let controller = Controller::start(cfg.clone()).unwrap();
+    let ctl = controller.local_addr().to_string();
+    let mut m = MemNodeConfig::new("127.0.0.1:0", 4 * GIB);
+    m.controller = Some(ctl.clone());
+    let memnode = MemNode::start(m).unwrap();
+    let a = Cluster::connect(&ctl, ClientConfig::new("cn-a", Role::Compute), 1).unwrap();
+    let extents = a.allocate(384 << 20, Placement::Default).unwrap();
+    a.write(extents[0].base + 4096, b"persistent").unwrap();
+    let before = controller.stats();
+    drop(a);
+    drop(controller);
+
+    // Same port, same state file.
+    cfg.listen = ctl.clone();
+    let controller = Controller::start(cfg).unwrap();
+    assert_eq!(controller.stats().granted_bytes, before.granted_bytes);
+    assert_eq!(controller.nodes().len(), 1);
+    let a = Cluster::connect(&ctl, ClientConfig::new("cn-a", Role::Compute), 1).unwrap();
+    // The old grants are still ours: the next allocation lands after them.
+    let more = a.allocate(128 << 20, Placement::Default).unwrap();
+    assert!(more.iter().all(|e| {
+        extents
+            .iter()
+            .all(|o| e.base >= o.base + o.len || e.base + e.len <= o.base)
+    }));
+    a.adopt(extents.clone()).unwrap();
+    let mut buf = [0u8; 10];
+    a.read(extents[0].base + 4096, &mut buf).unwrap();
+    assert_eq!(&buf, b"persistent");
+    drop(memnode);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn handshaken_socket(addr: &str, name: &str) -> TcpStream {
+    use farmem_wire::{Msg, PROTOCOL_VERSION, auth};
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let nonce = [9u8; 16];
+    let mut out = Vec::new();
+    Msg::Hello {
+        version: PROTOCOL_VERSION,
+        role: Role::Compute,
+        name,
+        nonce,
+    }
+    .encode(0, &mut out);
+    s.write_all(&out).unwrap();
+    let mut body = Vec::new();
+    let h = farmem_net::read_frame(&mut s, &mut body, 4096).unwrap();
+    let Msg::Challenge {
+        nonce: server_nonce,
+        ..
+    } = Msg::decode(h.op, &body).unwrap()
+    else {
+        panic!("no challenge")
+    };
+    out.clear();
+    Msg::Auth {
+        proof: auth::client_proof(TOKEN, &nonce, &server_nonce, name),
+    }
+    .encode(0, &mut out);
+    s.write_all(&out).unwrap();
+    let h = farmem_net::read_frame(&mut s, &mut body, 4096).unwrap();
+    assert!(matches!(
+        Msg::decode(h.op, &body).unwrap(),
+        Msg::Welcome { .. }
+    ));
+    s
+}
+
+fn assert_closed(s: &mut TcpStream) {
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut buf = [0u8; 4096];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => return,
+            Ok(_) => continue, // an Error frame explaining why
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return,
+            Err(e) => panic!("connection not closed: {e}"),
+        }
+    }
+}

@@ -1,0 +1,366 @@
+//! The compute node's view of a rack: the controller that hands out memory
+//! and a pool of connections to the memory nodes that hold it.
+//!
+//! Addresses are global: an extent's base is where its bytes live in the
+//! pool, and the memory node serving it is found by looking the address up
+//! among the extents this client holds (a B-tree over a handful of large
+//! extents: the runtime's remote translation).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use farmem_wire::{Extent, LINE_LEN, LOG_RECORD_LEN, LogRecords, Msg, NodeInfo, Placement};
+use parking_lot::RwLock;
+
+use crate::conn::copy_read_reply;
+use crate::{ClientConfig, Connection, NetError, Reply, Ticket};
+
+/// A client of the rack controller.
+#[derive(Clone, Debug)]
+pub struct ControllerClient {
+    conn: Connection,
+}
+
+impl ControllerClient {
+    pub fn connect(addr: &str, cfg: &ClientConfig) -> Result<Self, NetError> {
+        Ok(Self {
+            conn: Connection::connect(addr, cfg)?,
+        })
+    }
+
+    /// Asks for `size` bytes (rounded up to the controller's granularity).
+    pub fn alloc(&self, size: u64, placement: Placement) -> Result<Vec<Extent>, NetError> {
+        match self.conn.call(&Msg::Alloc { size, placement })?.msg()? {
+            Msg::AllocOk { extents } => Ok(extents),
+            other => Err(NetError::Unexpected {
+                request: "alloc",
+                got: other.op(),
+            }),
+        }
+    }
+
+    pub fn release(&self, base: u64, len: u64) -> Result<(), NetError> {
+        self.conn.call(&Msg::Release { base, len })?.done("release")
+    }
+
+    pub fn nodes(&self) -> Result<Vec<NodeInfo>, NetError> {
+        match self.conn.call(&Msg::ListNodes)?.msg()? {
+            Msg::NodesOk { nodes } => Ok(nodes),
+            other => Err(NetError::Unexpected {
+                request: "list nodes",
+                got: other.op(),
+            }),
+        }
+    }
+
+    /// The controller's statistics as a JSON object.
+    pub fn stats_json(&self) -> Result<String, NetError> {
+        stats_json(&self.conn)
+    }
+}
+
+/// Asks any daemon for its statistics.
+pub fn stats_json(conn: &Connection) -> Result<String, NetError> {
+    match conn.call(&Msg::Stats)?.msg()? {
+        Msg::StatsOk { json } => Ok(json.to_string()),
+        other => Err(NetError::Unexpected {
+            request: "stats",
+            got: other.op(),
+        }),
+    }
+}
+
+struct NodeConns {
+    conns: Vec<Connection>,
+    next: AtomicUsize,
+}
+
+impl NodeConns {
+    fn pick(&self) -> &Connection {
+        let i = self.next.fetch_add(1, Ordering::Relaxed) % self.conns.len();
+        &self.conns[i]
+    }
+}
+
+/// A pool of connections to the memory nodes holding this client's extents.
+pub struct Cluster {
+    cfg: ClientConfig,
+    controller: Option<ControllerClient>,
+    conns_per_node: usize,
+    /// Extents held, by base address.
+    extents: RwLock<BTreeMap<u64, Extent>>,
+    nodes: RwLock<HashMap<u32, NodeConns>>,
+}
+
+impl Cluster {
+    /// Connects to the controller at `controller`. Memory node connections
+    /// are opened as extents on them are granted.
+    pub fn connect(
+        controller: &str,
+        cfg: ClientConfig,
+        conns_per_node: usize,
+    ) -> Result<Self, NetError> {
+        Ok(Self {
+            controller: Some(ControllerClient::connect(controller, &cfg)?),
+            cfg,
+            conns_per_node: conns_per_node.max(1),
+            extents: RwLock::new(BTreeMap::new()),
+            nodes: RwLock::new(HashMap::new()),
+        })
+    }
+
+    /// Uses one standalone memory node (no controller) as a single extent
+    /// [0, capacity).
+    pub fn standalone(
+        memnode: &str,
+        capacity: u64,
+        cfg: ClientConfig,
+        conns_per_node: usize,
+    ) -> Result<Self, NetError> {
+        let cluster = Self {
+            controller: None,
+            cfg,
+            conns_per_node: conns_per_node.max(1),
+            extents: RwLock::new(BTreeMap::new()),
+            nodes: RwLock::new(HashMap::new()),
+        };
+        cluster.adopt(vec![Extent {
+            node: 0,
+            addr: memnode.to_string(),
+            base: 0,
+            len: capacity,
+        }])?;
+        Ok(cluster)
+    }
+
+    pub fn controller(&self) -> Option<&ControllerClient> {
+        self.controller.as_ref()
+    }
+
+    /// Allocates `size` bytes from the controller and connects to the nodes
+    /// holding them.
+    pub fn allocate(&self, size: u64, placement: Placement) -> Result<Vec<Extent>, NetError> {
+        let ctl = self
+            .controller
+            .as_ref()
+            .ok_or_else(|| NetError::Routing("a standalone cluster cannot allocate".into()))?;
+        let extents = ctl.alloc(size, placement)?;
+        self.adopt(extents.clone())?;
+        Ok(extents)
+    }
+
+    /// Gives an extent (or part of one) back to the controller.
+    pub fn release(&self, base: u64, len: u64) -> Result<(), NetError> {
+        if let Some(ctl) = &self.controller {
+            ctl.release(base, len)?;
+        }
+        let mut extents = self.extents.write();
+        let whole: Vec<u64> = extents
+            .range(..base + len)
+            .filter(|(b, e)| **b + e.len > base)
+            .map(|(b, _)| *b)
+            .collect();
+        for b in whole {
+            let e = extents.remove(&b).expect("listed above");
+            if e.base < base {
+                extents.insert(
+                    e.base,
+                    Extent {
+                        len: base - e.base,
+                        ..e.clone()
+                    },
+                );
+            }
+            if e.base + e.len > base + len {
+                extents.insert(
+                    base + len,
+                    Extent {
+                        base: base + len,
+                        len: e.base + e.len - base - len,
+                        ..e
+                    },
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// Starts using extents granted elsewhere (for instance to a previous
+    /// runtime with the same name).
+    pub fn adopt(&self, extents: Vec<Extent>) -> Result<(), NetError> {
+        for e in extents {
+            self.ensure_node(e.node, &e.addr)?;
+            self.extents.write().insert(e.base, e);
+        }
+        Ok(())
+    }
+
+    /// The extents this client holds, by address.
+    pub fn extents(&self) -> Vec<Extent> {
+        self.extents.read().values().cloned().collect()
+    }
+
+    fn ensure_node(&self, node: u32, addr: &str) -> Result<(), NetError> {
+        if self.nodes.read().contains_key(&node) {
+            return Ok(());
+        }
+        let conns = (0..self.conns_per_node)
+            .map(|_| Connection::connect(addr, &self.cfg))
+            .collect::<Result<Vec<_>, _>>()?;
+        self.nodes.write().entry(node).or_insert(NodeConns {
+            conns,
+            next: AtomicUsize::new(0),
+        });
+        Ok(())
+    }
+
+    /// The node holding [addr, addr+len), which must lie inside one extent.
+    fn route(&self, addr: u64, len: u64) -> Result<u32, NetError> {
+        let extents = self.extents.read();
+        match extents.range(..=addr).next_back() {
+            Some((_, e))
+                if addr
+                    .checked_add(len)
+                    .is_some_and(|end| end <= e.base + e.len) =>
+            {
+                Ok(e.node)
+            }
+            _ => Err(NetError::Routing(format!(
+                "[{addr:#x}, +{len}) is not inside one extent held by this client"
+            ))),
+        }
+    }
+
+    /// A connection to the node holding `addr` (round-robin over the pool).
+    pub fn conn_for(&self, addr: u64, len: u64) -> Result<Connection, NetError> {
+        let node = self.route(addr, len)?;
+        let nodes = self.nodes.read();
+        Ok(nodes
+            .get(&node)
+            .expect("routes only name connected nodes")
+            .pick()
+            .clone())
+    }
+
+    /// Starts a read; complete it with [`read_reply_into`].
+    pub fn submit_read(&self, addr: u64, len: u32) -> Result<Ticket, NetError> {
+        self.conn_for(addr, len.into())?
+            .submit(&Msg::Read { addr, len })
+    }
+
+    /// Starts a write; the ticket's reply is `Done` once the node has it.
+    pub fn submit_write(&self, addr: u64, data: &[u8]) -> Result<Ticket, NetError> {
+        self.conn_for(addr, data.len() as u64)?
+            .submit(&Msg::Write { addr, data })
+    }
+
+    /// Reads `buf.len()` bytes at `addr`, in frame-sized pieces issued together.
+    pub fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), NetError> {
+        let piece = self.max_piece();
+        let tickets = buf
+            .chunks(piece)
+            .enumerate()
+            .map(|(i, c)| self.submit_read(addr + (i * piece) as u64, c.len() as u32))
+            .collect::<Result<Vec<_>, _>>()?;
+        for (ticket, chunk) in tickets.into_iter().zip(buf.chunks_mut(piece)) {
+            read_reply_into(&ticket.wait()?, chunk)?;
+        }
+        Ok(())
+    }
+
+    /// Writes `data` at `addr`, in frame-sized pieces issued together.
+    pub fn write(&self, addr: u64, data: &[u8]) -> Result<(), NetError> {
+        let piece = self.max_piece();
+        let tickets = data
+            .chunks(piece)
+            .enumerate()
+            .map(|(i, c)| self.submit_write(addr + (i * piece) as u64, c))
+            .collect::<Result<Vec<_>, _>>()?;
+        for t in tickets {
+            t.wait()?.done("write")?;
+        }
+        Ok(())
+    }
+
+    /// Applies cache-line records, grouped per node into log batches that
+    /// are all in flight at once; returns when every batch is acknowledged.
+    /// A refused batch is applied by its node not at all, so the caller may
+    /// retry the whole call.
+    pub fn write_lines(&self, lines: &[(u64, [u8; LINE_LEN])]) -> Result<(), NetError> {
+        let mut per_node: HashMap<u32, Vec<u8>> = HashMap::new();
+        for (addr, line) in lines {
+            let node = self.route(*addr, LINE_LEN as u64)?;
+            LogRecords::encode_into(per_node.entry(node).or_default(), *addr, line);
+        }
+        let per_frame = (self.max_piece() / LOG_RECORD_LEN) * LOG_RECORD_LEN;
+        let mut tickets = Vec::new();
+        {
+            let nodes = self.nodes.read();
+            for (node, raw) in &per_node {
+                let conn = nodes
+                    .get(node)
+                    .expect("routes only name connected nodes")
+                    .pick()
+                    .clone();
+                for chunk in raw.chunks(per_frame) {
+                    let records = LogRecords::from_raw(chunk)?;
+                    tickets.push((records.len(), conn.submit(&Msg::LogBatch { records })?));
+                }
+            }
+        }
+        for (count, t) in tickets {
+            match t.wait()?.msg()? {
+                Msg::LogAck { applied } if applied as usize == count => {}
+                Msg::LogAck { applied } => {
+                    return Err(NetError::Routing(format!(
+                        "log batch of {count} lines acknowledged {applied}"
+                    )));
+                }
+                other => {
+                    return Err(NetError::Unexpected {
+                        request: "log batch",
+                        got: other.op(),
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Each connected memory node's statistics as JSON.
+    pub fn memnode_stats(&self) -> Result<Vec<(u32, String)>, NetError> {
+        let nodes = self.nodes.read();
+        let mut out: Vec<(u32, String)> = nodes
+            .iter()
+            .map(|(&id, n)| stats_json(n.pick()).map(|s| (id, s)))
+            .collect::<Result<_, _>>()?;
+        out.sort();
+        Ok(out)
+    }
+
+    fn max_piece(&self) -> usize {
+        let nodes = self.nodes.read();
+        let limit = nodes
+            .values()
+            .flat_map(|n| n.conns.first())
+            .map(|c| c.max_payload())
+            .min();
+        // Keep pieces at a power-of-two size so page-aligned transfers stay aligned.
+        let limit = limit.unwrap_or(1 << 20).max(4096);
+        1 << (usize::BITS - 1 - limit.leading_zeros())
+    }
+}
+
+/// Copies a read reply into `buf`.
+pub fn read_reply_into(reply: &Reply, buf: &mut [u8]) -> Result<(), NetError> {
+    copy_read_reply(reply, buf)
+}
+
+impl std::fmt::Debug for Cluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cluster")
+            .field("name", &self.cfg.name)
+            .field("extents", &self.extents.read().len())
+            .finish()
+    }
+}

@@ -1,0 +1,410 @@
+//! A pipelined client connection.
+//!
+//! Requests are written under a short lock; replies are matched to waiters
+//! by request id. There is no reader thread: the first waiter to find the
+//! socket free reads it for everyone until its own reply arrives, parking
+//! replies meant for others in their slots and waking them, then hands the
+//! socket on. A single synchronous caller therefore reads its own reply
+//! directly, which keeps the round trip at the cost of the TCP round trip.
+
+use std::collections::HashMap;
+use std::io::{BufReader, Write};
+use std::net::{TcpStream, ToSocketAddrs};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::thread::{self, Thread};
+use std::time::{Duration, Instant};
+
+use farmem_wire::{HEADER_LEN, Msg, PROTOCOL_VERSION, auth};
+use parking_lot::Mutex;
+
+use crate::frame::read_frame;
+use crate::{ClientConfig, NetError};
+
+/// The frame limit during the handshake, before the server has told us its own.
+const HANDSHAKE_MAX_FRAME: u32 = 4096;
+
+/// One reply frame, owned.
+#[derive(Debug, Clone)]
+pub struct Reply {
+    pub op: u8,
+    pub body: Vec<u8>,
+}
+
+impl Reply {
+    /// Decodes the reply; a peer's `Error` becomes [`NetError::Remote`].
+    pub fn msg(&self) -> Result<Msg<'_>, NetError> {
+        match Msg::decode(self.op, &self.body)? {
+            Msg::Error { code, message } => Err(NetError::Remote {
+                code,
+                message: message.to_string(),
+            }),
+            m => Ok(m),
+        }
+    }
+
+    /// Checks the reply is `Done`.
+    pub fn done(&self, request: &'static str) -> Result<(), NetError> {
+        match self.msg()? {
+            Msg::Done => Ok(()),
+            other => Err(NetError::Unexpected {
+                request,
+                got: other.op(),
+            }),
+        }
+    }
+}
+
+enum Slot {
+    Waiting(Option<Thread>),
+    Done(Result<Reply, String>),
+}
+
+struct ReadSide {
+    stream: BufReader<TcpStream>,
+    body: Vec<u8>,
+}
+
+struct Inner {
+    peer: String,
+    writer: Mutex<(TcpStream, Vec<u8>)>,
+    reader: Mutex<ReadSide>,
+    slots: Mutex<HashMap<u64, Slot>>,
+    /// Set once the connection has failed; every later call fails with it.
+    dead: Mutex<Option<String>>,
+    next_id: AtomicU64,
+    max_frame: u32,
+    timeout: Duration,
+}
+
+/// A pipelined, authenticated connection to a farmem daemon. Cheap to clone;
+/// clones share the socket.
+#[derive(Clone)]
+pub struct Connection {
+    inner: Arc<Inner>,
+}
+
+/// A request in flight; [`Ticket::wait`] returns its reply.
+#[must_use = "a ticket must be waited on to learn the outcome"]
+pub struct Ticket {
+    conn: Connection,
+    id: u64,
+}
+
+impl Ticket {
+    pub fn wait(self) -> Result<Reply, NetError> {
+        self.conn.wait(self.id)
+    }
+}
+
+impl Connection {
+    /// Connects and authenticates.
+    pub fn connect(addr: &str, cfg: &ClientConfig) -> Result<Self, NetError> {
+        let connect_err = |source| NetError::Connect {
+            addr: addr.to_string(),
+            source,
+        };
+        let sock_addr = addr
+            .to_socket_addrs()
+            .map_err(connect_err)?
+            .next()
+            .ok_or_else(|| connect_err(std::io::Error::other("address resolves to nothing")))?;
+        let stream = TcpStream::connect_timeout(&sock_addr, cfg.timeout).map_err(connect_err)?;
+        stream.set_nodelay(true)?;
+        stream.set_read_timeout(Some(cfg.timeout))?;
+        let mut reader = BufReader::with_capacity(256 << 10, stream.try_clone()?);
+        let mut writer = stream;
+        let max_frame = handshake(&mut reader, &mut writer, cfg, addr)?;
+        Ok(Self {
+            inner: Arc::new(Inner {
+                peer: addr.to_string(),
+                writer: Mutex::new((writer, Vec::with_capacity(64 << 10))),
+                reader: Mutex::new(ReadSide {
+                    stream: reader,
+                    body: Vec::new(),
+                }),
+                slots: Mutex::new(HashMap::new()),
+                dead: Mutex::new(None),
+                next_id: AtomicU64::new(1),
+                max_frame,
+                timeout: cfg.timeout,
+            }),
+        })
+    }
+
+    /// The address this connection was made to.
+    pub fn peer(&self) -> &str {
+        &self.inner.peer
+    }
+
+    /// The largest frame the server accepts.
+    pub fn max_frame(&self) -> u32 {
+        self.inner.max_frame
+    }
+
+    /// Largest payload that fits one frame next to its header and fields.
+    pub fn max_payload(&self) -> usize {
+        self.inner.max_frame as usize - HEADER_LEN - 64
+    }
+
+    /// Sends a request and returns at once.
+    pub fn submit(&self, msg: &Msg<'_>) -> Result<Ticket, NetError> {
+        let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
+        self.check_alive()?;
+        self.inner.slots.lock().insert(id, Slot::Waiting(None));
+        let mut w = self.inner.writer.lock();
+        let (stream, buf) = &mut *w;
+        buf.clear();
+        msg.encode(id, buf);
+        if let Err(e) = stream.write_all(buf) {
+            drop(w);
+            self.inner.slots.lock().remove(&id);
+            let e = NetError::Io(e);
+            self.fail(&e.to_string());
+            return Err(e);
+        }
+        Ok(Ticket {
+            conn: self.clone(),
+            id,
+        })
+    }
+
+    /// Sends a request and waits for its reply.
+    pub fn call(&self, msg: &Msg<'_>) -> Result<Reply, NetError> {
+        self.submit(msg)?.wait()
+    }
+
+    /// Reads `buf.len()` bytes at `addr` in one request.
+    pub fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), NetError> {
+        let reply = self.call(&Msg::Read {
+            addr,
+            len: buf.len() as u32,
+        })?;
+        copy_read_reply(&reply, buf)
+    }
+
+    /// Writes `data` at `addr` in one request.
+    pub fn write(&self, addr: u64, data: &[u8]) -> Result<(), NetError> {
+        self.call(&Msg::Write { addr, data })?.done("write")
+    }
+
+    fn check_alive(&self) -> Result<(), NetError> {
+        match &*self.inner.dead.lock() {
+            Some(why) => Err(NetError::Disconnected(why.clone())),
+            None => Ok(()),
+        }
+    }
+
+    /// Marks the connection dead and fails every waiter.
+    fn fail(&self, why: &str) {
+        let mut dead = self.inner.dead.lock();
+        if dead.is_none() {
+            *dead = Some(why.to_string());
+        }
+        drop(dead);
+        let _ = self
+            .inner
+            .writer
+            .lock()
+            .0
+            .shutdown(std::net::Shutdown::Both);
+        let mut slots = self.inner.slots.lock();
+        for slot in slots.values_mut() {
+            if let Slot::Waiting(t) = slot {
+                if let Some(t) = t.take() {
+                    t.unpark();
+                }
+                *slot = Slot::Done(Err(why.to_string()));
+            }
+        }
+    }
+
+    fn wait(&self, id: u64) -> Result<Reply, NetError> {
+        let deadline = Instant::now() + self.inner.timeout;
+        loop {
+            if let Some(result) = self.take_if_done(id) {
+                return result;
+            }
+            if let Some(mut rd) = self.inner.reader.try_lock() {
+                let result = self.lead(id, &mut rd);
+                drop(rd);
+                self.wake_one_waiter();
+                return result;
+            }
+            if Instant::now() >= deadline {
+                self.inner.slots.lock().remove(&id);
+                return Err(NetError::Timeout(self.inner.timeout));
+            }
+            // The leader wakes us when our reply lands or when it steps down;
+            // the timeout only guards against a missed wake-up.
+            thread::park_timeout(Duration::from_millis(5));
+        }
+    }
+
+    /// Reads replies for everyone until ours arrives.
+    fn lead(&self, id: u64, rd: &mut ReadSide) -> Result<Reply, NetError> {
+        loop {
+            // A previous leader may have delivered ours before handing over.
+            if let Some(result) = self.take_if_done(id) {
+                return result;
+            }
+            let header = match read_frame(&mut rd.stream, &mut rd.body, self.inner.max_frame) {
+                Ok(h) => h,
+                Err(e) => {
+                    let e = match e {
+                        NetError::Timeout(_) => NetError::Timeout(self.inner.timeout),
+                        e => e,
+                    };
+                    self.fail(&e.to_string());
+                    self.inner.slots.lock().remove(&id);
+                    return Err(e);
+                }
+            };
+            let reply = Reply {
+                op: header.op,
+                body: std::mem::take(&mut rd.body),
+            };
+            if header.id == id {
+                self.inner.slots.lock().remove(&id);
+                return Ok(reply);
+            }
+            let mut slots = self.inner.slots.lock();
+            // A reply nobody waits for any more (its waiter timed out) is dropped.
+            if let Some(slot @ Slot::Waiting(_)) = slots.get_mut(&header.id)
+                && let Slot::Waiting(Some(t)) = std::mem::replace(slot, Slot::Done(Ok(reply)))
+            {
+                t.unpark();
+            }
+        }
+    }
+
+    /// Takes our result if it is there; otherwise records who to wake.
+    fn take_if_done(&self, id: u64) -> Option<Result<Reply, NetError>> {
+        let mut slots = self.inner.slots.lock();
+        match slots.get_mut(&id) {
+            Some(Slot::Done(_)) => match slots.remove(&id) {
+                Some(Slot::Done(r)) => Some(r.map_err(NetError::Disconnected)),
+                _ => unreachable!("slot checked above"),
+            },
+            Some(Slot::Waiting(t)) => {
+                if t.is_none() {
+                    *t = Some(thread::current());
+                }
+                None
+            }
+            None => Some(Err(NetError::Disconnected(
+                self.inner
+                    .dead
+                    .lock()
+                    .clone()
+                    .unwrap_or_else(|| "request abandoned".into()),
+            ))),
+        }
+    }
+
+    /// Hands the socket to a follower so pending replies keep flowing.
+    fn wake_one_waiter(&self) {
+        let slots = self.inner.slots.lock();
+        if let Some(t) = slots.values().find_map(|s| match s {
+            Slot::Waiting(Some(t)) => Some(t.clone()),
+            _ => None,
+        }) {
+            t.unpark();
+        }
+    }
+}
+
+/// Copies a `ReadOk` payload into `buf`, checking its length.
+pub(crate) fn copy_read_reply(reply: &Reply, buf: &mut [u8]) -> Result<(), NetError> {
+    match reply.msg()? {
+        Msg::ReadOk { data } if data.len() == buf.len() => {
+            buf.copy_from_slice(data);
+            Ok(())
+        }
+        Msg::ReadOk { data } => Err(NetError::Routing(format!(
+            "read reply of {} bytes for a {}-byte read",
+            data.len(),
+            buf.len()
+        ))),
+        other => Err(NetError::Unexpected {
+            request: "read",
+            got: other.op(),
+        }),
+    }
+}
+
+fn handshake(
+    reader: &mut BufReader<TcpStream>,
+    writer: &mut TcpStream,
+    cfg: &ClientConfig,
+    addr: &str,
+) -> Result<u32, NetError> {
+    let client_nonce: [u8; 16] = rand::random();
+    let mut out = Vec::new();
+    Msg::Hello {
+        version: PROTOCOL_VERSION,
+        role: cfg.role,
+        name: &cfg.name,
+        nonce: client_nonce,
+    }
+    .encode(0, &mut out);
+    writer.write_all(&out)?;
+    let mut body = Vec::new();
+    let h = read_frame(reader, &mut body, HANDSHAKE_MAX_FRAME)?;
+    let (server_nonce, max_frame) = match Msg::decode(h.op, &body)? {
+        Msg::Challenge {
+            version,
+            nonce,
+            proof,
+            max_frame,
+        } => {
+            if version != PROTOCOL_VERSION {
+                return Err(NetError::Auth(format!(
+                    "{addr} speaks protocol version {version}, we speak {PROTOCOL_VERSION}"
+                )));
+            }
+            let expected = auth::server_proof(&cfg.token, &client_nonce, &nonce, &cfg.name);
+            if !auth::verify(&expected, &proof) {
+                return Err(NetError::Auth(format!(
+                    "{addr} does not know the cluster token"
+                )));
+            }
+            (nonce, max_frame)
+        }
+        Msg::Error { code, message } => {
+            return Err(NetError::Remote {
+                code,
+                message: message.to_string(),
+            });
+        }
+        other => {
+            return Err(NetError::Unexpected {
+                request: "hello",
+                got: other.op(),
+            });
+        }
+    };
+    out.clear();
+    let proof = auth::client_proof(&cfg.token, &client_nonce, &server_nonce, &cfg.name);
+    Msg::Auth { proof }.encode(0, &mut out);
+    writer.write_all(&out)?;
+    let h = read_frame(reader, &mut body, HANDSHAKE_MAX_FRAME)?;
+    match Msg::decode(h.op, &body)? {
+        Msg::Welcome { .. } => Ok(max_frame),
+        Msg::Error { code, message } => Err(NetError::Auth(format!(
+            "{addr} refused us ({code:?}): {message}"
+        ))),
+        other => Err(NetError::Unexpected {
+            request: "auth",
+            got: other.op(),
+        }),
+    }
+}
+
+impl std::fmt::Debug for Connection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connection")
+            .field("peer", &self.inner.peer)
+            .finish()
+    }
+}

@@ -1,0 +1,337 @@
+//! The server side every daemon shares: accept, authenticate, then read
+//! frames and let a [`Service`] answer them.
+//!
+//! One thread per connection: daemons serve a handful of compute nodes with
+//! deep pipelines, so per-connection threads cost little and keep the hot
+//! path free of wake-ups. Replies are buffered and flushed when no further
+//! request is already waiting in the input buffer, which batches replies
+//! under load and costs nothing when idle.
+
+use std::io::{BufReader, BufWriter, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::thread::{self, JoinHandle};
+use std::time::Duration;
+
+use farmem_core::Counter;
+use farmem_wire::{ErrorCode, Msg, PROTOCOL_VERSION, Role, auth};
+
+use crate::NetError;
+use crate::frame::read_frame;
+
+/// Who is on the other end of a connection, once authenticated.
+#[derive(Debug, Clone)]
+pub struct Peer {
+    pub name: String,
+    pub role: Role,
+    pub addr: SocketAddr,
+    pub session: u64,
+}
+
+/// A refusal the service sends back as an `Error` frame; the connection stays open.
+#[derive(Debug, Clone)]
+pub struct Refusal {
+    pub code: ErrorCode,
+    pub message: String,
+}
+
+impl Refusal {
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            message: message.into(),
+        }
+    }
+}
+
+/// A daemon's request handler.
+pub trait Service: Send + Sync + 'static {
+    /// Answers one request by appending exactly one reply frame with id `id`
+    /// to `out`, or returns a refusal that becomes an `Error` reply.
+    fn handle(&self, peer: &Peer, id: u64, msg: Msg<'_>, out: &mut Vec<u8>) -> Result<(), Refusal>;
+
+    /// Called once per connection after its last request.
+    fn disconnected(&self, _peer: &Peer) {}
+}
+
+/// Server settings.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    pub token: Vec<u8>,
+    pub max_frame: u32,
+    /// A connection that sends nothing for this long is closed.
+    pub idle_timeout: Option<Duration>,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            token: Vec::new(),
+            max_frame: farmem_wire::DEFAULT_MAX_FRAME,
+            idle_timeout: None,
+        }
+    }
+}
+
+/// Connection-level counters every server keeps.
+#[derive(Debug, Default)]
+pub struct ServerStats {
+    pub connections: Counter,
+    pub auth_failures: Counter,
+    pub protocol_errors: Counter,
+    pub requests: Counter,
+    pub refused: Counter,
+}
+
+/// A running server; dropping it stops accepting (open connections finish
+/// when their peers close).
+pub struct Server {
+    addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+    stats: Arc<ServerStats>,
+    accept: Option<JoinHandle<()>>,
+}
+
+impl Server {
+    /// Binds `listen` (port 0 picks a free port) and serves `service`.
+    pub fn start(
+        listen: &str,
+        cfg: ServerConfig,
+        service: Arc<dyn Service>,
+    ) -> Result<Self, NetError> {
+        let listener = TcpListener::bind(listen).map_err(|source| NetError::Connect {
+            addr: listen.to_string(),
+            source,
+        })?;
+        let addr = listener.local_addr()?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let stats = Arc::new(ServerStats::default());
+        let accept = {
+            let (stop, stats) = (stop.clone(), stats.clone());
+            let cfg = Arc::new(cfg);
+            thread::Builder::new()
+                .name(format!("farmem-accept-{}", addr.port()))
+                .spawn(move || accept_loop(listener, cfg, service, stop, stats))?
+        };
+        Ok(Self {
+            addr,
+            stop,
+            stats,
+            accept: Some(accept),
+        })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    pub fn stats(&self) -> &Arc<ServerStats> {
+        &self.stats
+    }
+
+    /// Stops accepting new connections and waits for the accept loop.
+    pub fn shutdown(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        // Wake the blocking accept with a throwaway connection.
+        let _ = TcpStream::connect_timeout(&self.addr, Duration::from_millis(200));
+        if let Some(h) = self.accept.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+fn accept_loop(
+    listener: TcpListener,
+    cfg: Arc<ServerConfig>,
+    service: Arc<dyn Service>,
+    stop: Arc<AtomicBool>,
+    stats: Arc<ServerStats>,
+) {
+    static SESSIONS: AtomicU64 = AtomicU64::new(1);
+    for conn in listener.incoming() {
+        if stop.load(Ordering::SeqCst) {
+            break;
+        }
+        let stream = match conn {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!("accept failed: {e}");
+                thread::sleep(Duration::from_millis(10));
+                continue;
+            }
+        };
+        stats.connections.inc();
+        let (cfg, service, stats) = (cfg.clone(), service.clone(), stats.clone());
+        let session = SESSIONS.fetch_add(1, Ordering::Relaxed);
+        let spawned = thread::Builder::new()
+            .name("farmem-conn".into())
+            .spawn(move || {
+                let peer_addr = stream.peer_addr().ok();
+                if let Err(e) = serve_connection(stream, &cfg, &*service, &stats, session) {
+                    match e {
+                        NetError::Disconnected(_) => {}
+                        e => tracing::debug!("connection from {peer_addr:?} closed: {e}"),
+                    }
+                }
+            });
+        if let Err(e) = spawned {
+            tracing::warn!("cannot spawn a connection thread: {e}");
+        }
+    }
+}
+
+fn serve_connection(
+    stream: TcpStream,
+    cfg: &ServerConfig,
+    service: &dyn Service,
+    stats: &ServerStats,
+    session: u64,
+) -> Result<(), NetError> {
+    stream.set_nodelay(true)?;
+    let addr = stream.peer_addr()?;
+    // The handshake must finish promptly whatever the idle policy is.
+    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+    let mut reader = BufReader::with_capacity(256 << 10, stream.try_clone()?);
+    let mut writer = BufWriter::with_capacity(256 << 10, stream);
+    let peer = match handshake(&mut reader, &mut writer, cfg, addr, session) {
+        Ok(peer) => peer,
+        Err(e) => {
+            stats.auth_failures.inc();
+            return Err(e);
+        }
+    };
+    writer.get_ref().set_read_timeout(cfg.idle_timeout)?;
+    let result = request_loop(&mut reader, &mut writer, cfg, service, stats, &peer);
+    service.disconnected(&peer);
+    result
+}
+
+fn request_loop(
+    reader: &mut BufReader<TcpStream>,
+    writer: &mut BufWriter<TcpStream>,
+    cfg: &ServerConfig,
+    service: &dyn Service,
+    stats: &ServerStats,
+    peer: &Peer,
+) -> Result<(), NetError> {
+    let mut body = Vec::new();
+    let mut out = Vec::with_capacity(64 << 10);
+    loop {
+        let header = match read_frame(reader, &mut body, cfg.max_frame) {
+            Ok(h) => h,
+            Err(NetError::Wire(e)) => {
+                // A broken frame leaves the stream unframed: tell the peer why, then close.
+                stats.protocol_errors.inc();
+                reply_error(writer, 0, ErrorCode::BadRequest, &e.to_string());
+                return Err(NetError::Wire(e));
+            }
+            Err(e) => return Err(e),
+        };
+        stats.requests.inc();
+        let msg = match Msg::decode(header.op, &body) {
+            Ok(m) => m,
+            Err(e) => {
+                stats.protocol_errors.inc();
+                reply_error(writer, header.id, ErrorCode::BadRequest, &e.to_string());
+                return Err(NetError::Wire(e));
+            }
+        };
+        out.clear();
+        if let Err(refusal) = service.handle(peer, header.id, msg, &mut out) {
+            stats.refused.inc();
+            out.clear();
+            Msg::Error {
+                code: refusal.code,
+                message: &refusal.message,
+            }
+            .encode(header.id, &mut out);
+        }
+        writer.write_all(&out)?;
+        if reader.buffer().is_empty() {
+            writer.flush()?;
+        }
+    }
+}
+
+fn reply_error(writer: &mut BufWriter<TcpStream>, id: u64, code: ErrorCode, message: &str) {
+    let mut out = Vec::new();
+    Msg::Error { code, message }.encode(id, &mut out);
+    let _ = writer.write_all(&out).and_then(|_| writer.flush());
+}
+
+fn handshake(
+    reader: &mut BufReader<TcpStream>,
+    writer: &mut BufWriter<TcpStream>,
+    cfg: &ServerConfig,
+    addr: SocketAddr,
+    session: u64,
+) -> Result<Peer, NetError> {
+    const HANDSHAKE_MAX_FRAME: u32 = 4096;
+    let mut body = Vec::new();
+    let h = read_frame(reader, &mut body, HANDSHAKE_MAX_FRAME)?;
+    let (role, name, client_nonce) = match Msg::decode(h.op, &body)? {
+        Msg::Hello {
+            version,
+            role,
+            name,
+            nonce,
+        } => {
+            if version != PROTOCOL_VERSION {
+                let msg = format!(
+                    "protocol version {version} not supported; this server speaks {PROTOCOL_VERSION}"
+                );
+                reply_error(writer, h.id, ErrorCode::VersionMismatch, &msg);
+                return Err(NetError::Auth(msg));
+            }
+            (role, name.to_string(), nonce)
+        }
+        other => {
+            let msg = format!("expected hello, got {:?}", other.op());
+            reply_error(writer, h.id, ErrorCode::Unauthorized, &msg);
+            return Err(NetError::Auth(msg));
+        }
+    };
+    let server_nonce: [u8; 16] = rand::random();
+    let proof = auth::server_proof(&cfg.token, &client_nonce, &server_nonce, &name);
+    let mut out = Vec::new();
+    Msg::Challenge {
+        version: PROTOCOL_VERSION,
+        nonce: server_nonce,
+        proof,
+        max_frame: cfg.max_frame,
+    }
+    .encode(h.id, &mut out);
+    writer.write_all(&out)?;
+    writer.flush()?;
+    let h = read_frame(reader, &mut body, HANDSHAKE_MAX_FRAME)?;
+    let ok = match Msg::decode(h.op, &body)? {
+        Msg::Auth { proof } => auth::verify(
+            &auth::client_proof(&cfg.token, &client_nonce, &server_nonce, &name),
+            &proof,
+        ),
+        _ => false,
+    };
+    if !ok {
+        reply_error(writer, h.id, ErrorCode::Unauthorized, "wrong cluster token");
+        return Err(NetError::Auth(format!(
+            "{addr} ({name}) failed the token challenge"
+        )));
+    }
+    out.clear();
+    Msg::Welcome { session }.encode(h.id, &mut out);
+    writer.write_all(&out)?;
+    writer.flush()?;
+    Ok(Peer {
+        name,
+        role,
+        addr,
+        session,
+    })
+}
