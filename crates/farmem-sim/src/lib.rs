@@ -1,1 +1,191 @@
 //! Trace-driven simulator of the disaggregated memory hierarchy.
+//!
+//! Accesses (from a built-in workload or a trace file) drive cores through
+//! private L1D/L2 caches and a shared LLC; LLC misses and dirty evictions go
+//! to a data-movement [`scheme::Scheme`] that moves lines or pages between
+//! local memory and memory nodes over FIFO links. Time is virtual
+//! nanoseconds. See `docs/sim.md`.
+
+pub mod components;
+pub mod config;
+pub mod engine;
+pub mod machine;
+pub mod scheme;
+pub mod stats;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use farmem_workloads::{Scale, TraceError, TraceReader, WorkloadError};
+use serde::Serialize;
+
+pub use config::{Config, ConfigBuilder};
+pub use engine::Engine;
+pub use stats::Stats;
+
+/// Virtual time in nanoseconds.
+pub type Time = f64;
+pub const LINE_SHIFT: u32 = 6;
+pub const LINES_PER_PAGE: u64 = farmem_core::PAGE_SIZE / farmem_core::CACHE_LINE;
+
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    #[error("config {source_name}: {message}")]
+    Config {
+        source_name: String,
+        message: String,
+    },
+    #[error("unknown scheme `{name}` (known: {known})")]
+    UnknownScheme { name: String, known: String },
+    #[error(transparent)]
+    Workload(#[from] WorkloadError),
+    #[error(transparent)]
+    Trace(#[from] TraceError),
+}
+
+/// What to replay.
+#[derive(Debug, Clone)]
+pub enum Input {
+    Workload {
+        name: String,
+        scale: Scale,
+        seed: u64,
+    },
+    Trace(PathBuf),
+}
+
+impl Input {
+    pub fn name(&self) -> String {
+        match self {
+            Input::Workload { name, .. } => name.clone(),
+            Input::Trace(p) => p.display().to_string(),
+        }
+    }
+}
+
+/// One run's report (`--json`).
+#[derive(Debug, Clone, Serialize)]
+pub struct SimResult {
+    pub scheme: String,
+    pub workload: String,
+    pub records: u64,
+    pub instructions: u64,
+    pub sim_time_ns: f64,
+    pub ipc: f64,
+    pub amat_ns: f64,
+    pub amat_miss_ns: f64,
+    pub llc_misses: u64,
+    pub local_hit_ratio: f64,
+    pub remote_bytes_read: u64,
+    pub remote_bytes_written: u64,
+    pub footprint_bytes: u64,
+    pub local_memory_bytes: u64,
+    pub data_amplification: f64,
+    pub link_utilization: f64,
+    pub wall_seconds: f64,
+    pub records_per_sec: f64,
+    /// The `--set` values of this run.
+    pub overrides: BTreeMap<String, String>,
+    pub stats: Stats,
+}
+
+/// Runs `input` under `scheme` with `cfg`.
+pub fn simulate(cfg: &Config, scheme: &str, input: &Input) -> Result<SimResult, SimError> {
+    let started = std::time::Instant::now();
+    let mut engine = Engine::new(cfg, scheme::build(scheme)?);
+    match input {
+        Input::Workload { name, scale, seed } => {
+            farmem_workloads::run_workload(name, *scale, *seed, &mut engine)?;
+        }
+        Input::Trace(path) => {
+            let mut reader = TraceReader::open(path)?;
+            let footprint = if reader.header().complete {
+                reader.header().footprint_pages
+            } else {
+                farmem_workloads::trace::scan_summary(path)?.footprint_pages
+            };
+            farmem_workloads::Sink::begin(&mut engine, footprint * farmem_core::PAGE_SIZE);
+            reader.replay(&mut engine)?;
+        }
+    }
+    Ok(result(
+        &mut engine,
+        cfg,
+        &input.name(),
+        started.elapsed().as_secs_f64(),
+    ))
+}
+
+/// Replays accesses already in memory (tests, crafted patterns).
+pub fn simulate_accesses(
+    cfg: &Config,
+    scheme: &str,
+    footprint: u64,
+    accesses: &[farmem_workloads::Access],
+) -> Result<SimResult, SimError> {
+    let started = std::time::Instant::now();
+    let mut engine = Engine::new(cfg, scheme::build(scheme)?);
+    use farmem_workloads::Sink;
+    engine.begin(footprint);
+    for &a in accesses {
+        engine.access(a);
+    }
+    Ok(result(
+        &mut engine,
+        cfg,
+        "accesses",
+        started.elapsed().as_secs_f64(),
+    ))
+}
+
+fn result(engine: &mut Engine, cfg: &Config, workload: &str, wall: f64) -> SimResult {
+    let tot = engine.finish();
+    let m = &engine.machine;
+    let c = m.counters;
+    let t = tot.sim_time_ns.max(1e-9);
+    let mut stats = Stats::default();
+    engine.report(t, &mut stats);
+    let footprint = m.pages.footprint_bytes();
+    let links = m.links.len().max(1) as f64;
+    let link_util = m
+        .links
+        .iter()
+        .map(|l| l.utilization(components::Dir::Down, t))
+        .sum::<f64>()
+        / links;
+    let served = c.local_hits + c.local_misses;
+    SimResult {
+        scheme: engine.scheme_name().to_string(),
+        workload: workload.to_string(),
+        records: tot.records,
+        instructions: tot.instructions,
+        sim_time_ns: tot.sim_time_ns,
+        ipc: tot.instructions as f64 / (t * cfg.core.freq_ghz),
+        amat_ns: tot.latency_sum / tot.records.max(1) as f64,
+        amat_miss_ns: tot.llc_miss_latency_sum / tot.llc_miss_accesses.max(1) as f64,
+        llc_misses: tot.llc_miss_accesses,
+        local_hit_ratio: if served == 0 {
+            1.0
+        } else {
+            c.local_hits as f64 / served as f64
+        },
+        remote_bytes_read: c.remote_bytes_read,
+        remote_bytes_written: c.remote_bytes_written,
+        footprint_bytes: footprint,
+        local_memory_bytes: if engine_uses_local(engine) {
+            m.local.capacity_pages as u64 * farmem_core::PAGE_SIZE
+        } else {
+            0
+        },
+        data_amplification: c.remote_bytes_read as f64 / footprint.max(1) as f64,
+        link_utilization: link_util,
+        wall_seconds: wall,
+        records_per_sec: tot.records as f64 / wall.max(1e-9),
+        overrides: BTreeMap::new(),
+        stats,
+    }
+}
+
+fn engine_uses_local(e: &Engine) -> bool {
+    !matches!(e.scheme_name(), "local" | "cache-line")
+}

@@ -1,0 +1,430 @@
+//! The hardware: CPU cache levels, DRAM devices, links, local memory and the
+//! page table. Devices and links are traits chosen by `model` name in the
+//! config, so new models plug in here without touching the engine.
+
+use farmem_core::PAGE_SIZE;
+use farmem_policy::cache::{PolicyConfig, ReplacementPolicy, SetAssocLru};
+use farmem_workloads::fxhash::FxHashMap;
+
+use crate::config::{CacheConfig, Config, LinkConfig};
+use crate::stats::{Component, Stats};
+use crate::{LINES_PER_PAGE, Time};
+
+/// Rejects model names no builder knows.
+pub fn check_models(cfg: &Config) -> Result<(), String> {
+    if cfg.core.model != "ooo" {
+        return Err(format!("core.model `{}` is unknown (ooo)", cfg.core.model));
+    }
+    if cfg.link.model != "fifo" {
+        return Err(format!("link.model `{}` is unknown (fifo)", cfg.link.model));
+    }
+    if cfg.remote.model != "dram" {
+        return Err(format!(
+            "remote.model `{}` is unknown (dram)",
+            cfg.remote.model
+        ));
+    }
+    Ok(())
+}
+
+/// One set-associative, write-back CPU cache level. Replacement is
+/// farmem-policy's [`SetAssocLru`]; dirty bits live here, by slot.
+#[derive(Debug, Clone)]
+pub struct CacheLevel {
+    pub policy: SetAssocLru,
+    pub dirty: Vec<bool>,
+    pub latency: Time,
+    pub hits: u64,
+    pub misses: u64,
+    pub writebacks: u64,
+}
+
+impl CacheLevel {
+    pub fn new(cfg: &CacheConfig, freq_ghz: f64) -> Self {
+        let lines = (cfg.size.0 / 64) as usize;
+        let policy = SetAssocLru::new(lines, cfg.ways as usize);
+        let slots = policy.slots();
+        Self {
+            policy,
+            dirty: vec![false; slots],
+            latency: cfg.latency_ns(freq_ghz),
+            hits: 0,
+            misses: 0,
+            writebacks: 0,
+        }
+    }
+
+    /// Hit: touches the line (dirtying it on a write) and returns true.
+    #[inline]
+    pub fn lookup(&mut self, line: u64, write: bool) -> bool {
+        match self.policy.find(line) {
+            Some(s) => {
+                self.policy.touch_slot(s);
+                self.dirty[s] |= write;
+                self.hits += 1;
+                true
+            }
+            None => {
+                self.misses += 1;
+                false
+            }
+        }
+    }
+
+    /// Places a line that is not present; returns a dirty victim.
+    #[inline]
+    pub fn fill(&mut self, line: u64, dirty: bool) -> Option<u64> {
+        let (slot, victim) = self.policy.fill(line);
+        let was_dirty = std::mem::replace(&mut self.dirty[slot], dirty);
+        match victim {
+            Some(v) if was_dirty => {
+                self.writebacks += 1;
+                Some(v)
+            }
+            _ => None,
+        }
+    }
+
+    /// Marks a present line dirty, or places it dirty; returns a dirty victim.
+    #[inline]
+    pub fn write_in(&mut self, line: u64) -> Option<u64> {
+        match self.policy.find(line) {
+            Some(s) => {
+                self.dirty[s] = true;
+                None
+            }
+            None => self.fill(line, true),
+        }
+    }
+
+    /// Drops a line; true if it was dirty.
+    #[inline]
+    pub fn invalidate(&mut self, line: u64) -> bool {
+        match self.policy.invalidate(line) {
+            Some(s) => std::mem::replace(&mut self.dirty[s], false),
+            None => false,
+        }
+    }
+}
+
+impl Component for CacheLevel {
+    fn report(&self, prefix: &str, _t: f64, out: &mut Stats) {
+        out.put(prefix, "hits", self.hits as f64);
+        out.put(prefix, "misses", self.misses as f64);
+        out.put(prefix, "writebacks", self.writebacks as f64);
+        let total = (self.hits + self.misses).max(1) as f64;
+        out.put(prefix, "hit_ratio", self.hits as f64 / total);
+    }
+}
+
+/// Every CPU cache: private L1D and L2 per core, one shared LLC.
+#[derive(Debug, Clone)]
+pub struct Caches {
+    pub l1: Vec<CacheLevel>,
+    pub l2: Vec<CacheLevel>,
+    pub llc: CacheLevel,
+}
+
+impl Caches {
+    pub fn new(cfg: &Config) -> Self {
+        let f = cfg.core.freq_ghz;
+        let n = cfg.core.count as usize;
+        Self {
+            l1: (0..n).map(|_| CacheLevel::new(&cfg.l1d, f)).collect(),
+            l2: (0..n).map(|_| CacheLevel::new(&cfg.l2, f)).collect(),
+            llc: CacheLevel::new(&cfg.llc, f),
+        }
+    }
+
+    /// Back-invalidates every line of `page` (local memory is inclusive of
+    /// the CPU caches); returns the dirty lines found, which belong to the page.
+    pub fn invalidate_page(&mut self, page: u64) -> u32 {
+        let first = page * LINES_PER_PAGE;
+        let mut dirty = 0;
+        for line in first..first + LINES_PER_PAGE {
+            let mut d = self.llc.invalidate(line);
+            for c in 0..self.l1.len() {
+                d |= self.l1[c].invalidate(line);
+                d |= self.l2[c].invalidate(line);
+            }
+            dirty += d as u32;
+        }
+        dirty
+    }
+}
+
+/// A memory device: DRAM behind a bus.
+pub trait Memory: Send {
+    /// Reads or writes `bytes` starting at `now`; returns when the data is
+    /// ready (read) or written (write). `translate` adds the address
+    /// translation lookup (one more DRAM access) before the access.
+    fn access(&mut self, now: Time, bytes: u64, translate: bool) -> Time;
+    /// Occupies the bus for `bytes` without anyone waiting for it (a page
+    /// written into local memory while the line is forwarded).
+    fn occupy(&mut self, now: Time, bytes: u64);
+    fn report(&self, prefix: &str, sim_time_ns: f64, out: &mut Stats);
+}
+
+/// DRAM: fixed latency plus bus serialization, FIFO on the bus.
+#[derive(Debug, Clone)]
+pub struct Dram {
+    latency: Time,
+    ns_per_byte: f64,
+    busy_until: Time,
+    busy: f64,
+    accesses: u64,
+    bytes: u64,
+}
+
+impl Dram {
+    pub fn new(latency_ns: f64, gbps: f64) -> Self {
+        Self {
+            latency: latency_ns,
+            ns_per_byte: 1.0 / gbps,
+            busy_until: 0.0,
+            busy: 0.0,
+            accesses: 0,
+            bytes: 0,
+        }
+    }
+}
+
+impl Memory for Dram {
+    #[inline]
+    fn access(&mut self, now: Time, bytes: u64, translate: bool) -> Time {
+        let t = if translate { now + self.latency } else { now };
+        let start = t.max(self.busy_until);
+        let xfer = bytes as f64 * self.ns_per_byte;
+        self.busy_until = start + xfer;
+        self.busy += xfer;
+        self.accesses += 1;
+        self.bytes += bytes;
+        start + xfer + self.latency
+    }
+    #[inline]
+    fn occupy(&mut self, now: Time, bytes: u64) {
+        let start = now.max(self.busy_until);
+        let xfer = bytes as f64 * self.ns_per_byte;
+        self.busy_until = start + xfer;
+        self.busy += xfer;
+        self.bytes += bytes;
+    }
+    fn report(&self, prefix: &str, t: f64, out: &mut Stats) {
+        out.put(prefix, "accesses", self.accesses as f64);
+        out.put(prefix, "bytes", self.bytes as f64);
+        out.put(prefix, "busy_ns", self.busy);
+        out.put(prefix, "utilization", self.busy / t.max(1e-9));
+    }
+}
+
+/// Link directions: toward the memory node (requests, writebacks) and
+/// toward the compute node (data).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dir {
+    Up = 0,
+    Down = 1,
+}
+
+/// A network link between the compute node and one memory node.
+pub trait Link: Send {
+    /// Sends `bytes` (payload and header) at `now`; returns the arrival time.
+    fn send(&mut self, dir: Dir, now: Time, bytes: u64) -> Time;
+    /// Fraction of `sim_time_ns` the direction was busy.
+    fn utilization(&self, dir: Dir, sim_time_ns: f64) -> f64;
+    fn report(&self, prefix: &str, sim_time_ns: f64, out: &mut Stats);
+}
+
+/// FIFO serialization at `bw` plus a fixed switch latency per traversal;
+/// busy time is also binned per sampling interval.
+#[derive(Debug, Clone)]
+pub struct FifoLink {
+    ns_per_byte: f64,
+    switch: Time,
+    interval: f64,
+    busy_until: [Time; 2],
+    busy: [f64; 2],
+    bytes: [u64; 2],
+    packets: [u64; 2],
+    bins: [Vec<f32>; 2],
+}
+
+impl FifoLink {
+    pub fn new(cfg: &LinkConfig) -> Self {
+        Self {
+            ns_per_byte: 1.0 / (cfg.base_gbps * cfg.bw_factor),
+            switch: cfg.switch_ns,
+            interval: cfg.interval_ns,
+            busy_until: [0.0; 2],
+            busy: [0.0; 2],
+            bytes: [0; 2],
+            packets: [0; 2],
+            bins: [Vec::new(), Vec::new()],
+        }
+    }
+
+    fn bin(&mut self, d: usize, mut start: f64, end: f64) {
+        while start < end {
+            let i = (start / self.interval) as usize;
+            let stop = ((i + 1) as f64 * self.interval).min(end);
+            if self.bins[d].len() <= i {
+                self.bins[d].resize(i + 1, 0.0);
+            }
+            self.bins[d][i] += (stop - start) as f32;
+            start = stop;
+        }
+    }
+}
+
+impl Link for FifoLink {
+    #[inline]
+    fn send(&mut self, dir: Dir, now: Time, bytes: u64) -> Time {
+        let d = dir as usize;
+        let start = now.max(self.busy_until[d]);
+        let xfer = bytes as f64 * self.ns_per_byte;
+        let end = start + xfer;
+        self.busy_until[d] = end;
+        self.busy[d] += xfer;
+        self.bytes[d] += bytes;
+        self.packets[d] += 1;
+        self.bin(d, start, end);
+        end + self.switch
+    }
+    fn utilization(&self, dir: Dir, t: f64) -> f64 {
+        self.busy[dir as usize] / t.max(1e-9)
+    }
+    fn report(&self, prefix: &str, t: f64, out: &mut Stats) {
+        for (d, name) in [(0, "up"), (1, "down")] {
+            out.put(prefix, &format!("{name}.bytes"), self.bytes[d] as f64);
+            out.put(prefix, &format!("{name}.packets"), self.packets[d] as f64);
+            out.put(prefix, &format!("{name}.busy_ns"), self.busy[d]);
+            out.put(
+                prefix,
+                &format!("{name}.utilization"),
+                self.busy[d] / t.max(1e-9),
+            );
+            let peak = self.bins[d].iter().copied().fold(0.0f32, f32::max) as f64;
+            out.put(
+                prefix,
+                &format!("{name}.peak_interval_utilization"),
+                peak / self.interval,
+            );
+        }
+    }
+}
+
+pub fn build_link(cfg: &Config) -> Box<dyn Link> {
+    // check_models guarantees the name.
+    Box::new(FifoLink::new(&cfg.link))
+}
+
+pub fn build_memory(latency_ns: f64, gbps: f64) -> Box<dyn Memory> {
+    Box::new(Dram::new(latency_ns, gbps))
+}
+
+/// A touched page: its dense id is its index in [`PageTable::pages`].
+#[derive(Debug, Clone, Copy)]
+pub struct PageInfo {
+    pub page: u64,
+    pub node: u16,
+    /// Resident in local memory (possibly still arriving).
+    pub resident: bool,
+    pub dirty: bool,
+    /// When the page's data is in local memory.
+    pub ready_at: Time,
+}
+
+/// Every page the workload touched, with its home node and local state.
+/// Dense ids keep the per-page state in an array.
+#[derive(Debug, Clone)]
+pub struct PageTable {
+    map: FxHashMap<u64, u32>,
+    pub pages: Vec<PageInfo>,
+    nodes: u16,
+    random: bool,
+    seed: u64,
+    last: (u64, u32),
+}
+
+impl PageTable {
+    pub fn new(cfg: &Config) -> Self {
+        Self {
+            map: FxHashMap::default(),
+            pages: Vec::new(),
+            nodes: cfg.remote.nodes as u16,
+            random: cfg.remote.placement == "random",
+            seed: cfg.remote.seed,
+            last: (u64::MAX, 0),
+        }
+    }
+
+    /// The dense id of `page`, registering it on first touch.
+    #[inline]
+    pub fn id(&mut self, page: u64) -> u32 {
+        if self.last.0 == page {
+            return self.last.1;
+        }
+        let next = self.pages.len() as u32;
+        let id = *self.map.entry(page).or_insert(next);
+        if id == next {
+            let node = if self.random {
+                (splitmix(page ^ self.seed) % self.nodes as u64) as u16
+            } else {
+                (id % self.nodes as u32) as u16
+            };
+            self.pages.push(PageInfo {
+                page,
+                node,
+                resident: false,
+                dirty: false,
+                ready_at: 0.0,
+            });
+        }
+        self.last = (page, id);
+        id
+    }
+
+    pub fn footprint_bytes(&self) -> u64 {
+        self.pages.len() as u64 * PAGE_SIZE
+    }
+}
+
+fn splitmix(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
+
+/// Local memory as an inclusive page cache of remote memory: which pages
+/// are resident is the replacement policy's business (farmem-policy), their
+/// state is in the page table.
+pub struct LocalMemory {
+    pub policy: Box<dyn ReplacementPolicy>,
+    pub capacity_pages: usize,
+    pub evictions: u64,
+    pub dirty_evictions: u64,
+}
+
+impl LocalMemory {
+    /// `bytes` of local memory, at least one page (a page must land somewhere).
+    pub fn new(policy: PolicyConfig, bytes: u64) -> Self {
+        let capacity_pages = (bytes / PAGE_SIZE).max(1) as usize;
+        Self {
+            // Capacity ≥ 1, so building cannot fail.
+            policy: policy
+                .build(capacity_pages)
+                .unwrap_or_else(|_| Box::new(farmem_policy::cache::Lru::new(capacity_pages))),
+            capacity_pages,
+            evictions: 0,
+            dirty_evictions: 0,
+        }
+    }
+}
+
+impl Component for LocalMemory {
+    fn report(&self, prefix: &str, _t: f64, out: &mut Stats) {
+        out.put(prefix, "capacity_pages", self.capacity_pages as f64);
+        out.put(prefix, "evictions", self.evictions as f64);
+        out.put(prefix, "dirty_evictions", self.dirty_evictions as f64);
+    }
+}

@@ -1,0 +1,413 @@
+//! Simulator configuration: TOML presets embedded in the binary, a config
+//! file, and `key=value` overrides, all checked into one typed [`Config`].
+
+use std::path::Path;
+
+use farmem_core::{ByteSize, Ratio};
+use serde::{Deserialize, Deserializer, Serialize};
+
+use crate::SimError;
+
+/// The presets, by name.
+pub const PRESETS: &[(&str, &str)] = &[
+    ("daemon", include_str!("../presets/daemon.toml")),
+    ("unimem", include_str!("../presets/unimem.toml")),
+];
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    pub core: CoreConfig,
+    pub l1d: CacheConfig,
+    pub l2: CacheConfig,
+    pub llc: CacheConfig,
+    pub local: LocalConfig,
+    pub link: LinkConfig,
+    pub remote: RemoteConfig,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CoreConfig {
+    pub model: String,
+    pub count: u32,
+    pub freq_ghz: f64,
+    pub width: f64,
+    pub rob: u32,
+    pub mlp: u32,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CacheConfig {
+    pub size: ByteSize,
+    pub ways: u32,
+    #[serde(default)]
+    pub latency_cycles: Option<f64>,
+    /// Overrides `latency_cycles` (UniMem quotes nanoseconds).
+    #[serde(default)]
+    pub latency_ns: Option<f64>,
+}
+
+/// A size given directly or as a share of the workload's footprint.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum SizeSpec {
+    Bytes(ByteSize),
+    OfFootprint(f64),
+}
+
+impl SizeSpec {
+    /// Bytes for a workload of `footprint` bytes.
+    pub fn resolve(self, footprint: u64) -> u64 {
+        match self {
+            SizeSpec::Bytes(b) => b.0,
+            SizeSpec::OfFootprint(r) => (footprint as f64 * r) as u64,
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for SizeSpec {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Int(u64),
+            Float(f64),
+            Text(String),
+        }
+        match Raw::deserialize(d)? {
+            Raw::Int(n) => Ok(SizeSpec::Bytes(ByteSize(n))),
+            Raw::Float(f) => Ratio::new(f)
+                .map(|r| SizeSpec::OfFootprint(r.get()))
+                .map_err(serde::de::Error::custom),
+            Raw::Text(t) => {
+                if t.contains('%') || t.contains('/') {
+                    t.parse::<Ratio>()
+                        .map(|r| SizeSpec::OfFootprint(r.get()))
+                        .map_err(serde::de::Error::custom)
+                } else {
+                    t.parse::<ByteSize>()
+                        .map(SizeSpec::Bytes)
+                        .map_err(serde::de::Error::custom)
+                }
+            }
+        }
+    }
+}
+
+/// A positive factor: `0.25`, `1/4` or `25%`.
+fn factor<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Raw {
+        Num(f64),
+        Text(String),
+    }
+    let v = match Raw::deserialize(d)? {
+        Raw::Num(n) => n,
+        Raw::Text(t) => {
+            let t = t.trim();
+            if let Some((n, dd)) = t.split_once('/') {
+                let n: f64 = n.trim().parse().map_err(serde::de::Error::custom)?;
+                let dd: f64 = dd.trim().parse().map_err(serde::de::Error::custom)?;
+                n / dd
+            } else if let Some(p) = t.strip_suffix('%') {
+                p.trim().parse::<f64>().map_err(serde::de::Error::custom)? / 100.0
+            } else {
+                t.parse().map_err(serde::de::Error::custom)?
+            }
+        }
+    };
+    if v.is_finite() && v > 0.0 {
+        Ok(v)
+    } else {
+        Err(serde::de::Error::custom(format!(
+            "`{v}` is not a positive factor"
+        )))
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LocalConfig {
+    pub size: SizeSpec,
+    pub policy: String,
+    pub latency_ns: f64,
+    pub bw_gbps: f64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LinkConfig {
+    pub model: String,
+    pub base_gbps: f64,
+    #[serde(deserialize_with = "factor")]
+    pub bw_factor: f64,
+    pub switch_ns: f64,
+    pub header_bytes: u32,
+    pub interval_ns: f64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RemoteConfig {
+    pub model: String,
+    pub nodes: u32,
+    pub placement: String,
+    pub latency_ns: f64,
+    pub bw_gbps: f64,
+    pub translation: bool,
+    pub seed: u64,
+}
+
+impl CacheConfig {
+    pub fn latency_ns(&self, freq_ghz: f64) -> f64 {
+        self.latency_ns
+            .unwrap_or_else(|| self.latency_cycles.unwrap_or(0.0) / freq_ghz)
+    }
+}
+
+/// A config under construction: a TOML tree that overrides edit before it
+/// is checked into a [`Config`].
+#[derive(Debug, Clone)]
+pub struct ConfigBuilder {
+    source: String,
+    tree: toml::Table,
+}
+
+impl ConfigBuilder {
+    pub fn preset(name: &str) -> Result<Self, SimError> {
+        let text = PRESETS
+            .iter()
+            .find(|p| p.0 == name)
+            .map(|p| p.1)
+            .ok_or_else(|| SimError::Config {
+                source_name: "--preset".into(),
+                message: format!(
+                    "unknown preset `{name}` (known: {})",
+                    PRESETS.iter().map(|p| p.0).collect::<Vec<_>>().join(", ")
+                ),
+            })?;
+        Self::parse(&format!("preset `{name}`"), text)
+    }
+
+    pub fn file(path: &Path) -> Result<Self, SimError> {
+        let text = std::fs::read_to_string(path).map_err(|e| SimError::Config {
+            source_name: path.display().to_string(),
+            message: e.to_string(),
+        })?;
+        Self::parse(&path.display().to_string(), &text)
+    }
+
+    pub fn parse(source: &str, text: &str) -> Result<Self, SimError> {
+        let tree: toml::Table = toml::from_str(text).map_err(|e| SimError::Config {
+            source_name: source.to_string(),
+            message: e.to_string(),
+        })?;
+        Ok(Self {
+            source: source.to_string(),
+            tree,
+        })
+    }
+
+    /// Layers `other` over this config (a file over the preset it starts from).
+    pub fn merge(&mut self, other: &ConfigBuilder) {
+        fn merge(into: &mut toml::Table, from: &toml::Table) {
+            for (k, v) in from {
+                match (into.get_mut(k), v) {
+                    (Some(toml::Value::Table(a)), toml::Value::Table(b)) => merge(a, b),
+                    _ => {
+                        into.insert(k.clone(), v.clone());
+                    }
+                }
+            }
+        }
+        merge(&mut self.tree, &other.tree);
+        self.source = format!("{} + {}", self.source, other.source);
+    }
+
+    /// Sets `key` (dotted, `link.bw_factor`) to `value`, read as a TOML
+    /// value when it is one (`0.25`, `true`, `"lru"`) and as a string otherwise.
+    pub fn set(&mut self, key: &str, value: &str) -> Result<(), SimError> {
+        let bad = |message: String| SimError::Config {
+            source_name: format!("--set {key}={value}"),
+            message,
+        };
+        let parsed = toml::from_str::<toml::Table>(&format!("v = {value}"))
+            .ok()
+            .and_then(|mut t| t.remove("v"))
+            .unwrap_or_else(|| toml::Value::String(value.to_string()));
+        let parts: Vec<&str> = key.split('.').collect();
+        if parts.iter().any(|p| p.is_empty()) {
+            return Err(bad("empty key segment".into()));
+        }
+        let mut table = &mut self.tree;
+        for p in &parts[..parts.len() - 1] {
+            let entry = table
+                .get_mut(*p)
+                .ok_or_else(|| bad(format!("no section `{p}`")))?;
+            table = entry
+                .as_table_mut()
+                .ok_or_else(|| bad(format!("`{p}` is not a section")))?;
+        }
+        let last = parts[parts.len() - 1];
+        if !table.contains_key(last) && !matches!(last, "latency_ns" | "latency_cycles") {
+            return Err(bad(format!("no key `{key}`")));
+        }
+        if last == "latency_ns" {
+            table.remove("latency_cycles");
+        } else if last == "latency_cycles" {
+            table.remove("latency_ns");
+        }
+        table.insert(last.to_string(), parsed);
+        Ok(())
+    }
+
+    pub fn build(&self) -> Result<Config, SimError> {
+        let cfg: Config =
+            toml::Value::Table(self.tree.clone())
+                .try_into()
+                .map_err(|e: toml::de::Error| SimError::Config {
+                    source_name: self.source.clone(),
+                    message: e.to_string(),
+                })?;
+        cfg.validate().map_err(|message| SimError::Config {
+            source_name: self.source.clone(),
+            message,
+        })?;
+        Ok(cfg)
+    }
+}
+
+impl Config {
+    pub fn preset(name: &str) -> Result<Self, SimError> {
+        ConfigBuilder::preset(name)?.build()
+    }
+
+    fn validate(&self) -> Result<(), String> {
+        let c = &self.core;
+        if c.count == 0 || c.count > 1024 {
+            return Err(format!("core.count must be 1..=1024, got {}", c.count));
+        }
+        if !(c.freq_ghz > 0.0 && c.width > 0.0) {
+            return Err("core.freq_ghz and core.width must be positive".into());
+        }
+        if c.rob == 0 || c.mlp == 0 {
+            return Err("core.rob and core.mlp must be at least 1".into());
+        }
+        for (name, cache) in [("l1d", &self.l1d), ("l2", &self.l2), ("llc", &self.llc)] {
+            if cache.ways == 0 || cache.size.0 < 64 * cache.ways as u64 {
+                return Err(format!(
+                    "{name}: size {} cannot hold {} ways of 64 B lines",
+                    cache.size, cache.ways
+                ));
+            }
+            if cache.size.0 > 1 << 34 {
+                return Err(format!("{name}: size {} is above 16GiB", cache.size));
+            }
+            let lat = cache.latency_ns(c.freq_ghz);
+            if !(lat.is_finite() && lat >= 0.0) {
+                return Err(format!("{name}: latency must be a non-negative number"));
+            }
+        }
+        let pos = |v: f64, what: &str| {
+            if v.is_finite() && v > 0.0 {
+                Ok(())
+            } else {
+                Err(format!("{what} must be positive, got {v}"))
+            }
+        };
+        let nonneg = |v: f64, what: &str| {
+            if v.is_finite() && v >= 0.0 {
+                Ok(())
+            } else {
+                Err(format!("{what} must be non-negative, got {v}"))
+            }
+        };
+        pos(self.local.bw_gbps, "local.bw_gbps")?;
+        nonneg(self.local.latency_ns, "local.latency_ns")?;
+        pos(self.link.base_gbps, "link.base_gbps")?;
+        nonneg(self.link.switch_ns, "link.switch_ns")?;
+        pos(self.link.interval_ns, "link.interval_ns")?;
+        pos(self.remote.bw_gbps, "remote.bw_gbps")?;
+        nonneg(self.remote.latency_ns, "remote.latency_ns")?;
+        if self.remote.nodes == 0 || self.remote.nodes > 4096 {
+            return Err(format!(
+                "remote.nodes must be 1..=4096, got {}",
+                self.remote.nodes
+            ));
+        }
+        farmem_policy::cache::PolicyConfig::from_name(&self.local.policy)
+            .map_err(|e| format!("local.policy: {e}"))?;
+        match self.remote.placement.as_str() {
+            "round-robin" | "random" => {}
+            p => {
+                return Err(format!(
+                    "remote.placement `{p}` is unknown (round-robin, random)"
+                ));
+            }
+        }
+        crate::components::check_models(self)?;
+        Ok(())
+    }
+}
+
+/// Expands sweep values: `0.5,0.25` → two values; quoted strings stay whole.
+pub fn sweep_values(value: &str) -> Vec<String> {
+    if value.starts_with('"') || value.starts_with('[') {
+        return vec![value.to_string()];
+    }
+    value.split(',').map(|s| s.trim().to_string()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn presets_build() {
+        for (name, _) in PRESETS {
+            let c = Config::preset(name).unwrap();
+            assert!(c.llc.size.0 >= 4 << 20);
+        }
+        let d = Config::preset("daemon").unwrap();
+        assert_eq!(d.core.rob, 224);
+        assert_eq!(d.local.size, SizeSpec::OfFootprint(0.2));
+        assert_eq!(d.link.bw_factor, 0.25);
+    }
+
+    #[test]
+    fn overrides_are_typed_and_checked() {
+        let mut b = ConfigBuilder::preset("daemon").unwrap();
+        b.set("link.bw_factor", "1/8").unwrap();
+        b.set("local.size", "64MiB").unwrap();
+        b.set("local.policy", "fifo").unwrap();
+        b.set("llc.latency_ns", "10").unwrap();
+        let c = b.build().unwrap();
+        assert_eq!(c.link.bw_factor, 0.125);
+        assert_eq!(c.local.size, SizeSpec::Bytes(ByteSize(64 << 20)));
+        assert_eq!(c.llc.latency_ns(3.6), 10.0);
+        assert!(b.set("link.bandwidth", "1").is_err());
+        assert!(b.set("nosuch.x", "1").is_err());
+        let mut b2 = b.clone();
+        b2.set("local.policy", "mru").unwrap();
+        let e = b2.build().unwrap_err().to_string();
+        assert!(e.contains("mru"), "{e}");
+        let mut b3 = b.clone();
+        b3.set("link.bw_factor", "-1").unwrap();
+        assert!(b3.build().is_err());
+        let mut b4 = b;
+        b4.set("core.mlp", "lots").unwrap();
+        assert!(b4.build().is_err());
+    }
+
+    #[test]
+    fn sweeps_split_on_commas() {
+        assert_eq!(
+            sweep_values("0.5,0.25, 0.125"),
+            vec!["0.5", "0.25", "0.125"]
+        );
+        assert_eq!(sweep_values("lru"), vec!["lru"]);
+    }
+}

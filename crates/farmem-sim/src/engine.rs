@@ -1,0 +1,243 @@
+//! The engine: cores replay accesses through the CPU caches; LLC misses and
+//! dirty LLC evictions go to the scheme. Time is virtual nanoseconds.
+//!
+//! Core model (interval-style out-of-order): non-memory instructions retire
+//! at `width` per cycle; an access that misses L1 completes at its own time
+//! while later instructions keep issuing, until either the reorder window
+//! (`rob` instructions past the oldest unfinished load) or the number of
+//! outstanding misses (`mlp`) is exhausted. Stores retire through the store
+//! buffer without stalling. `mlp = 1` makes every missing load blocking.
+//! Cores that share a trace are stepped in trace order.
+
+use std::collections::VecDeque;
+
+use farmem_workloads::{Access, Sink};
+
+use crate::config::Config;
+use crate::machine::Machine;
+use crate::scheme::Scheme;
+use crate::stats::Stats;
+use crate::{LINE_SHIFT, Time};
+
+#[derive(Debug, Clone, Default)]
+struct Core {
+    t: Time,
+    instructions: u64,
+    records: u64,
+    /// Unfinished loads, oldest first: (instruction index, completion time).
+    pending: VecDeque<(u64, Time)>,
+    /// Latest completion of anything this core issued.
+    horizon: Time,
+}
+
+/// Per-run totals the result is computed from.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Totals {
+    pub records: u64,
+    pub instructions: u64,
+    pub sim_time_ns: f64,
+    pub latency_sum: f64,
+    pub llc_miss_latency_sum: f64,
+    pub llc_miss_accesses: u64,
+    pub declared_footprint: u64,
+}
+
+pub struct Engine {
+    cfg: Config,
+    cores: Vec<Core>,
+    pub machine: Machine,
+    scheme: Box<dyn Scheme>,
+    instr_ns: f64,
+    rob: u64,
+    mlp: usize,
+    l1_lat: Time,
+    l2_lat: Time,
+    llc_lat: Time,
+    latency_sum: f64,
+    miss_latency_sum: f64,
+    miss_accesses: u64,
+    declared_footprint: u64,
+    wants_contents: bool,
+}
+
+impl Engine {
+    pub fn new(cfg: &Config, scheme: Box<dyn Scheme>) -> Self {
+        let f = cfg.core.freq_ghz;
+        let n = cfg.core.count as usize;
+        let mlp = cfg.core.mlp as usize;
+        Self {
+            cfg: cfg.clone(),
+            cores: (0..n)
+                .map(|_| Core {
+                    pending: VecDeque::with_capacity(mlp + 1),
+                    ..Core::default()
+                })
+                .collect(),
+            machine: Machine::new(cfg, 0),
+            scheme,
+            instr_ns: 1.0 / (f * cfg.core.width),
+            rob: cfg.core.rob as u64,
+            mlp,
+            l1_lat: cfg.l1d.latency_ns(f),
+            l2_lat: cfg.l2.latency_ns(f),
+            llc_lat: cfg.llc.latency_ns(f),
+            latency_sum: 0.0,
+            miss_latency_sum: 0.0,
+            miss_accesses: 0,
+            declared_footprint: 0,
+            wants_contents: false,
+        }
+    }
+
+    pub fn scheme_name(&self) -> &'static str {
+        self.scheme.name()
+    }
+
+    /// One access through the caches at `t`; returns its completion time
+    /// and the level that served it (0 L1, 1 L2, 2 LLC, 3 beyond).
+    #[inline]
+    fn hierarchy(&mut self, core: usize, line: u64, write: bool, t: Time) -> (Time, u8) {
+        let caches = &mut self.machine.caches;
+        if caches.l1[core].lookup(line, write) {
+            return (t + self.l1_lat, 0);
+        }
+        let (done, level) = if caches.l2[core].lookup(line, false) {
+            (t + self.l2_lat, 1)
+        } else if caches.llc.lookup(line, false) {
+            if let Some(v) = caches.l2[core].fill(line, false) {
+                self.spill_l2(v, t);
+            }
+            (t + self.llc_lat, 2)
+        } else {
+            let done = self
+                .scheme
+                .read_line(&mut self.machine, t + self.llc_lat, line, write);
+            if let Some(v) = self.machine.caches.llc.fill(line, false) {
+                self.scheme.write_back(&mut self.machine, t, v);
+            }
+            if let Some(v) = self.machine.caches.l2[core].fill(line, false) {
+                self.spill_l2(v, t);
+            }
+            (done, 3)
+        };
+        if let Some(v) = self.machine.caches.l1[core].fill(line, write)
+            && let Some(v2) = self.machine.caches.l2[core].write_in(v)
+        {
+            self.spill_l2(v2, t);
+        }
+        (done, level)
+    }
+
+    /// A dirty L2 victim goes to the LLC, whose dirty victim goes to the scheme.
+    #[inline]
+    fn spill_l2(&mut self, line: u64, t: Time) {
+        if let Some(v) = self.machine.caches.llc.write_in(line) {
+            self.scheme.write_back(&mut self.machine, t, v);
+        }
+    }
+
+    #[inline]
+    fn step(&mut self, a: Access) {
+        let ci = if self.cores.len() == 1 {
+            0
+        } else {
+            a.thread as usize % self.cores.len()
+        };
+        let n = a.gap as u64 + 1;
+        let (mut t, instr) = {
+            let c = &mut self.cores[ci];
+            c.instructions += n;
+            c.records += 1;
+            c.t += n as f64 * self.instr_ns;
+            // In-order retirement: a load `rob` instructions back must be done.
+            while let Some(&(idx, done)) = c.pending.front() {
+                if idx + self.rob > c.instructions {
+                    break;
+                }
+                c.t = c.t.max(done);
+                c.pending.pop_front();
+            }
+            if !a.write
+                && c.pending.len() >= self.mlp
+                && let Some((_, done)) = c.pending.pop_front()
+            {
+                c.t = c.t.max(done);
+            }
+            (c.t, c.instructions)
+        };
+        let (done, level) = self.hierarchy(ci, a.addr >> LINE_SHIFT, a.write, t);
+        let lat = done - t;
+        self.latency_sum += lat;
+        if level == 3 {
+            self.miss_latency_sum += lat;
+            self.miss_accesses += 1;
+        }
+        let c = &mut self.cores[ci];
+        c.horizon = c.horizon.max(done);
+        if level > 0 && !a.write {
+            if self.mlp == 1 {
+                t = done;
+                c.t = t;
+            } else {
+                c.pending.push_back((instr, done));
+            }
+        }
+    }
+
+    /// Ends the run: every core drains; returns the totals.
+    pub fn finish(&mut self) -> Totals {
+        let mut tot = Totals {
+            declared_footprint: self.declared_footprint,
+            ..Totals::default()
+        };
+        for c in &mut self.cores {
+            let end = c.pending.iter().fold(c.t.max(c.horizon), |m, p| m.max(p.1));
+            c.t = end;
+            c.pending.clear();
+            tot.records += c.records;
+            tot.instructions += c.instructions;
+            tot.sim_time_ns = tot.sim_time_ns.max(end);
+        }
+        tot.latency_sum = self.latency_sum;
+        tot.llc_miss_latency_sum = self.miss_latency_sum;
+        tot.llc_miss_accesses = self.miss_accesses;
+        tot
+    }
+
+    pub fn report(&self, sim_time_ns: f64, out: &mut Stats) {
+        self.machine.report(sim_time_ns, out);
+        self.scheme.report(out);
+        for (i, c) in self.cores.iter().enumerate() {
+            out.put(&format!("core{i}"), "instructions", c.instructions as f64);
+            out.put(&format!("core{i}"), "records", c.records as f64);
+            out.put(&format!("core{i}"), "time_ns", c.t);
+        }
+    }
+
+    /// Asks for page contents (for schemes that compress; none of the
+    /// baselines does).
+    pub fn set_wants_contents(&mut self, yes: bool) {
+        self.wants_contents = yes;
+    }
+}
+
+impl Sink for Engine {
+    fn begin(&mut self, footprint: u64) {
+        self.declared_footprint = footprint;
+        let bytes = if self.scheme.uses_local_memory() {
+            self.cfg.local.size.resolve(footprint)
+        } else {
+            0
+        };
+        self.machine.resize_local(bytes);
+    }
+
+    #[inline]
+    fn access(&mut self, a: Access) {
+        self.step(a);
+    }
+
+    fn wants_contents(&self) -> bool {
+        self.wants_contents
+    }
+}

@@ -1,0 +1,155 @@
+//! What schemes act on: the shared hardware of one compute node and its
+//! memory nodes, with the moves every scheme is made of (read from or write
+//! to a memory node over its link, install or evict a local page).
+
+use farmem_core::PAGE_SIZE;
+use farmem_policy::cache::PolicyConfig;
+
+use crate::Time;
+use crate::components::{
+    Caches, Dir, Link, LocalMemory, Memory, PageTable, build_link, build_memory,
+};
+use crate::config::Config;
+use crate::stats::{Component, Stats};
+
+/// Traffic and hit counters every scheme shares.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Counters {
+    pub llc_misses: u64,
+    /// LLC misses served from local memory (pages already there or arriving).
+    pub local_hits: u64,
+    pub local_misses: u64,
+    pub remote_bytes_read: u64,
+    pub remote_bytes_written: u64,
+    pub remote_reads: u64,
+    pub remote_writes: u64,
+}
+
+pub struct Machine {
+    pub caches: Caches,
+    pub local: LocalMemory,
+    pub local_dram: Box<dyn Memory>,
+    pub links: Vec<Box<dyn Link>>,
+    pub nodes: Vec<Box<dyn Memory>>,
+    pub pages: PageTable,
+    pub counters: Counters,
+    translation: bool,
+    header: u64,
+    policy: PolicyConfig,
+}
+
+impl Machine {
+    /// `local_bytes` of local memory (schemes that use none get one page).
+    pub fn new(cfg: &Config, local_bytes: u64) -> Self {
+        // Config::validate has checked the name.
+        let policy = PolicyConfig::from_name(&cfg.local.policy).unwrap_or_default();
+        let nodes = cfg.remote.nodes as usize;
+        Self {
+            caches: Caches::new(cfg),
+            local: LocalMemory::new(policy, local_bytes),
+            local_dram: build_memory(cfg.local.latency_ns, cfg.local.bw_gbps),
+            links: (0..nodes).map(|_| build_link(cfg)).collect(),
+            nodes: (0..nodes)
+                .map(|_| build_memory(cfg.remote.latency_ns, cfg.remote.bw_gbps))
+                .collect(),
+            pages: PageTable::new(cfg),
+            counters: Counters::default(),
+            translation: cfg.remote.translation,
+            header: cfg.link.header_bytes as u64,
+            policy,
+        }
+    }
+
+    /// Resizes local memory (before any access: the footprint is known late).
+    pub fn resize_local(&mut self, bytes: u64) {
+        self.local = LocalMemory::new(self.policy, bytes);
+    }
+
+    /// Reads `bytes` from memory node `node` at `now`: a request up the
+    /// link, translation and DRAM at the node, the data down the link.
+    /// Returns when the data arrives at the compute node.
+    #[inline]
+    pub fn remote_read(&mut self, node: u16, now: Time, bytes: u64) -> Time {
+        let n = node as usize;
+        let at_node = self.links[n].send(Dir::Up, now, self.header);
+        let ready = self.nodes[n].access(at_node, bytes, self.translation);
+        self.counters.remote_bytes_read += bytes;
+        self.counters.remote_reads += 1;
+        self.links[n].send(Dir::Down, ready, bytes + self.header)
+    }
+
+    /// Writes `bytes` back to memory node `node` at `now`; returns when they
+    /// are in its DRAM (nobody waits for it: writebacks leave the critical path).
+    #[inline]
+    pub fn remote_write(&mut self, node: u16, now: Time, bytes: u64) -> Time {
+        let n = node as usize;
+        let at_node = self.links[n].send(Dir::Up, now, bytes + self.header);
+        self.counters.remote_bytes_written += bytes;
+        self.counters.remote_writes += 1;
+        self.nodes[n].access(at_node, bytes, self.translation)
+    }
+
+    /// If page `id` is in local memory, touches it and returns when its data
+    /// is there (later than `now` while it is still arriving).
+    #[inline]
+    pub fn local_lookup(&mut self, id: u32, now: Time) -> Option<Time> {
+        let p = &self.pages.pages[id as usize];
+        if !p.resident {
+            return None;
+        }
+        let ready = p.ready_at;
+        self.local.policy.touch(id as u64, now as u64);
+        Some(ready)
+    }
+
+    /// Makes page `id` resident, its data there at `ready`. Returns the page
+    /// the policy evicted for it and whether that page was dirty (its own
+    /// dirty bit or dirty lines back-invalidated from the CPU caches).
+    pub fn install_page(&mut self, id: u32, now: Time, ready: Time) -> Option<(u32, bool)> {
+        {
+            let p = &mut self.pages.pages[id as usize];
+            p.resident = true;
+            p.dirty = false;
+            p.ready_at = ready;
+        }
+        let victim = self.local.policy.insert(id as u64, now as u64)? as u32;
+        let page = self.pages.pages[victim as usize].page;
+        let lines_dirty = self.caches.invalidate_page(page) > 0;
+        let v = &mut self.pages.pages[victim as usize];
+        v.resident = false;
+        let dirty = std::mem::replace(&mut v.dirty, false) || lines_dirty;
+        self.local.evictions += 1;
+        self.local.dirty_evictions += dirty as u64;
+        Some((victim, dirty))
+    }
+
+    pub fn node_of(&self, id: u32) -> u16 {
+        self.pages.pages[id as usize].node
+    }
+
+    pub fn report(&self, sim_time_ns: f64, out: &mut Stats) {
+        for (c, (l1, l2)) in self.caches.l1.iter().zip(&self.caches.l2).enumerate() {
+            l1.report(&format!("core{c}.l1d"), sim_time_ns, out);
+            l2.report(&format!("core{c}.l2"), sim_time_ns, out);
+        }
+        self.caches.llc.report("llc", sim_time_ns, out);
+        self.local.report("local", sim_time_ns, out);
+        self.local_dram.report("local.dram", sim_time_ns, out);
+        for (i, l) in self.links.iter().enumerate() {
+            l.report(&format!("link{i}"), sim_time_ns, out);
+        }
+        for (i, n) in self.nodes.iter().enumerate() {
+            n.report(&format!("node{i}.dram"), sim_time_ns, out);
+        }
+        let c = &self.counters;
+        out.put("local", "hits", c.local_hits as f64);
+        out.put("local", "misses", c.local_misses as f64);
+        out.put("remote", "reads", c.remote_reads as f64);
+        out.put("remote", "writes", c.remote_writes as f64);
+        out.put("pages", "touched", self.pages.pages.len() as f64);
+    }
+
+    pub fn page_size(&self) -> u64 {
+        PAGE_SIZE
+    }
+}

@@ -1,0 +1,220 @@
+//! Exact behaviour of the baseline schemes on crafted access patterns.
+
+use farmem_sim::{ConfigBuilder, SimResult, simulate_accesses};
+use farmem_workloads::Access;
+
+const PAGE: u64 = 4096;
+const BASE: u64 = 0x10_0000_0000;
+
+fn run(scheme: &str, sets: &[(&str, &str)], footprint: u64, acc: &[Access]) -> SimResult {
+    let mut b = ConfigBuilder::preset("daemon").unwrap();
+    for (k, v) in sets {
+        b.set(k, v).unwrap();
+    }
+    simulate_accesses(&b.build().unwrap(), scheme, footprint, acc).unwrap()
+}
+
+fn stat(r: &SimResult, key: &str) -> f64 {
+    r.stats.get(key).unwrap_or_else(|| panic!("no stat {key}"))
+}
+
+/// Every line of `pages` pages, in order.
+fn scan(pages: u64) -> Vec<Access> {
+    (0..pages * 64)
+        .map(|i| Access::load(BASE + i * 64, 8, 0))
+        .collect()
+}
+
+#[test]
+fn remote_scan_without_local_memory_moves_each_page_once() {
+    let n = 300;
+    let r = run("remote", &[("local.size", "0")], n * PAGE, &scan(n));
+    assert_eq!(r.remote_bytes_read, n * PAGE);
+    assert_eq!(r.remote_bytes_written, 0);
+    assert_eq!(r.footprint_bytes, n * PAGE);
+    assert_eq!(r.llc_misses, n * 64);
+    // The page lands in a one-page buffer; its other 63 lines are served from it.
+    assert_eq!(stat(&r, "local.misses") as u64, n);
+    assert_eq!(stat(&r, "local.hits") as u64, 63 * n);
+    assert_eq!(stat(&r, "local.evictions") as u64, n - 1);
+}
+
+#[test]
+fn cache_line_moves_64_bytes_per_touched_line() {
+    let n = 200;
+    let acc: Vec<Access> = (0..n)
+        .flat_map(|p| [0u64, 5, 17].map(|l| Access::load(BASE + p * PAGE + l * 64, 8, 2)))
+        .collect();
+    let r = run("cache-line", &[], n * PAGE, &acc);
+    assert_eq!(r.remote_bytes_read, n * 3 * 64);
+    assert_eq!(r.local_hit_ratio, 0.0);
+    // The page-moving scheme moves whole pages for the same pattern.
+    let r = run("remote", &[("local.size", "0")], n * PAGE, &acc);
+    assert_eq!(r.remote_bytes_read, n * PAGE);
+}
+
+#[test]
+fn cyclic_pattern_one_page_larger_than_local_memory_never_hits() {
+    for policy in ["lru", "fifo"] {
+        let acc: Vec<Access> = (0..50)
+            .flat_map(|_| (0..17).map(|p| Access::load(BASE + p * PAGE, 8, 1)))
+            .collect();
+        let r = run(
+            "remote",
+            &[("local.size", "64KiB"), ("local.policy", policy)],
+            17 * PAGE,
+            &acc,
+        );
+        assert_eq!(r.local_hit_ratio, 0.0, "{policy}");
+        assert_eq!(r.llc_misses, 50 * 17, "{policy}");
+        assert_eq!(r.remote_bytes_read, 50 * 17 * PAGE, "{policy}");
+        // One page fewer: after the first round everything stays local
+        // (and in the LLC).
+        let acc16: Vec<Access> = (0..50)
+            .flat_map(|_| (0..16).map(|p| Access::load(BASE + p * PAGE, 8, 1)))
+            .collect();
+        let r = run(
+            "remote",
+            &[("local.size", "64KiB"), ("local.policy", policy)],
+            16 * PAGE,
+            &acc16,
+        );
+        assert_eq!(r.remote_bytes_read, 16 * PAGE, "{policy}");
+    }
+}
+
+#[test]
+fn local_never_touches_a_link() {
+    let acc: Vec<Access> = (0..20_000u64)
+        .map(|i| {
+            let addr = BASE + (i.wrapping_mul(0x9e37_79b9) % (1 << 26)) / 8 * 8;
+            if i % 3 == 0 {
+                Access::store(addr, 8, 3)
+            } else {
+                Access::load(addr, 8, 3)
+            }
+        })
+        .collect();
+    let r = run("local", &[], 1 << 26, &acc);
+    assert_eq!(r.remote_bytes_read, 0);
+    assert_eq!(r.remote_bytes_written, 0);
+    assert_eq!(stat(&r, "link0.up.bytes"), 0.0);
+    assert_eq!(stat(&r, "link0.down.bytes"), 0.0);
+    assert_eq!(r.local_hit_ratio, 1.0);
+    assert!(r.llc_misses > 10_000);
+}
+
+#[test]
+fn bandwidth_bound_scan_takes_bytes_over_bandwidth() {
+    let n = 3000u64;
+    let acc: Vec<Access> = (0..n)
+        .map(|p| Access::load(BASE + p * PAGE, 8, 0))
+        .collect();
+    for factor in ["0.5", "0.25", "0.125"] {
+        let r = run(
+            "remote",
+            &[("local.size", "100%"), ("link.bw_factor", factor)],
+            n * PAGE,
+            &acc,
+        );
+        let gbps = 17.0 * factor.parse::<f64>().unwrap();
+        let expect = (n * (PAGE + 16)) as f64 / gbps;
+        let err = (r.sim_time_ns - expect).abs() / expect;
+        assert!(
+            err < 0.05,
+            "bw {factor}: {} ns vs {expect} ns",
+            r.sim_time_ns
+        );
+        assert!(r.link_utilization > 0.95, "{}", r.link_utilization);
+    }
+}
+
+#[test]
+fn independent_misses_overlap_and_mlp_1_serializes_them() {
+    let one = [Access::load(BASE, 8, 0)];
+    let two = [
+        Access::load(BASE, 8, 0),
+        Access::load(BASE + 64 * PAGE, 8, 0),
+    ];
+    for scheme in ["cache-line", "remote", "local"] {
+        let single = run(scheme, &[], 128 * PAGE, &one).sim_time_ns;
+        let overlap = run(scheme, &[], 128 * PAGE, &two).sim_time_ns;
+        let blocking = run(scheme, &[("core.mlp", "1")], 128 * PAGE, &two).sim_time_ns;
+        // Overlapped: the second miss only adds its transfer behind the first.
+        assert!(overlap < 1.8 * single, "{scheme}: {overlap} vs {single}");
+        assert!(blocking > 1.95 * single, "{scheme}: {blocking} vs {single}");
+        assert!(blocking > overlap);
+    }
+}
+
+#[test]
+fn reorder_window_bounds_overlap() {
+    // Two misses 300 instructions apart cannot overlap in a 224-entry window.
+    let acc = [
+        Access::load(BASE, 8, 0),
+        Access::load(BASE + 64 * PAGE, 8, 300),
+    ];
+    let single = run("cache-line", &[], 128 * PAGE, &acc[..1]).sim_time_ns;
+    let apart = run("cache-line", &[], 128 * PAGE, &acc).sim_time_ns;
+    assert!(apart > 1.95 * single, "{apart} vs {single}");
+    let near = [
+        Access::load(BASE, 8, 0),
+        Access::load(BASE + 64 * PAGE, 8, 100),
+    ];
+    let close = run("cache-line", &[], 128 * PAGE, &near).sim_time_ns;
+    assert!(close < 1.5 * single, "{close} vs {single}");
+}
+
+#[test]
+fn dirty_pages_are_written_back_on_eviction() {
+    // Write one line in each of 40 pages through a 16-page local memory.
+    let acc: Vec<Access> = (0..40)
+        .map(|p| Access::store(BASE + p * PAGE, 8, 1))
+        .collect();
+    let r = run("remote", &[("local.size", "64KiB")], 40 * PAGE, &acc);
+    assert_eq!(r.remote_bytes_read, 40 * PAGE);
+    assert_eq!(r.remote_bytes_written, 24 * PAGE);
+    let r = run("cache-line", &[], 40 * PAGE, &acc);
+    assert_eq!(r.remote_bytes_read, 40 * 64);
+    assert_eq!(r.remote_bytes_written, 0, "no dirty line left the LLC");
+    // A tiny LLC spills dirty lines, 64 B each, straight to remote memory.
+    let small = [
+        ("llc.size", "4KiB"),
+        ("llc.ways", "4"),
+        ("l2.size", "2KiB"),
+        ("l2.ways", "2"),
+        ("l1d.size", "1KiB"),
+        ("l1d.ways", "2"),
+    ];
+    let r = run("cache-line", &small, 40 * PAGE, &acc);
+    assert!(r.remote_bytes_written > 0);
+    assert_eq!(r.remote_bytes_written % 64, 0);
+    assert!(r.remote_bytes_written <= 40 * 64);
+}
+
+#[test]
+fn pages_spread_over_nodes_round_robin() {
+    let n = 64;
+    let r = run(
+        "remote",
+        &[("remote.nodes", "4"), ("local.size", "0")],
+        n * PAGE,
+        &scan(n),
+    );
+    for i in 0..4 {
+        assert_eq!(
+            stat(&r, &format!("link{i}.down.bytes")),
+            (16 * (PAGE + 16)) as f64
+        );
+    }
+    let r = run(
+        "remote",
+        &[("remote.nodes", "4"), ("remote.placement", "random")],
+        n * PAGE,
+        &scan(n),
+    );
+    let total: f64 = (0..4)
+        .map(|i| stat(&r, &format!("link{i}.down.bytes")))
+        .sum();
+    assert_eq!(total, (n * (PAGE + 16)) as f64);
+}
