@@ -1,0 +1,132 @@
+//! Runtime configuration.
+
+use serde::{Deserialize, Serialize};
+
+use farmem_policy::cache::PolicyConfig;
+
+use crate::RuntimeError;
+
+/// How dirty data is found and written back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DirtyMode {
+    /// Kona: snapshot a page at its first write, diff at eviction, ship only
+    /// the changed 64 B lines through the cache-line log.
+    #[default]
+    Line,
+    /// Kona-VM baseline: write whole dirty pages.
+    Page,
+}
+
+impl std::str::FromStr for DirtyMode {
+    type Err = RuntimeError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "line" => Ok(Self::Line),
+            "page" => Ok(Self::Page),
+            _ => Err(RuntimeError::Config(format!(
+                "unknown dirty mode `{s}` (known: line, page)"
+            ))),
+        }
+    }
+}
+
+/// How the fault monitor waits for the next userfaultfd message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum WaitMode {
+    /// Sleep in poll(2): no CPU while idle, ~10 µs more per fault.
+    #[default]
+    Poll,
+    /// Busy-read the non-blocking descriptor: burns a core, lowest latency.
+    Spin,
+    /// Spin for `spin_us` after the last fault, then fall back to poll.
+    Hybrid { spin_us: u64 },
+}
+
+/// Everything [`crate::Runtime::new`] needs besides the store.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Config {
+    /// Local cache size in bytes: resident pages never exceed this.
+    pub local_bytes: u64,
+    /// Eviction starts when resident pages exceed this fraction of the cache.
+    pub high_watermark: f64,
+    /// ... and stops once they are at or below this fraction.
+    pub low_watermark: f64,
+    /// Victim selection; every [`farmem_policy::cache::ReplacementPolicy`] plugs in here.
+    pub policy: PolicyConfig,
+    pub dirty: DirtyMode,
+    pub wait: WaitMode,
+    /// Filler threads fetching pages; 0 fetches on the monitor thread itself
+    /// (one less hand-off, but one fault at a time).
+    pub fillers: usize,
+    /// Remote memory is requested from the slab source in batches of at least this.
+    pub slab_batch: u64,
+    /// Lines per cache-line log segment (one `write_lines` call each).
+    pub log_lines: usize,
+    /// Log segments in the ring: how many batches can await acknowledgement.
+    pub log_segments: usize,
+    /// Victims claimed per eviction round.
+    pub evict_batch: usize,
+    /// Attempts per store call before the operation is reported failed.
+    pub store_attempts: u32,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            local_bytes: 256 << 20,
+            high_watermark: 0.95,
+            low_watermark: 0.85,
+            policy: PolicyConfig::default(),
+            dirty: DirtyMode::default(),
+            wait: WaitMode::default(),
+            fillers: 2,
+            slab_batch: 1 << 30,
+            log_lines: 4096,
+            log_segments: 4,
+            evict_batch: 64,
+            store_attempts: 3,
+        }
+    }
+}
+
+/// Smallest cache the runtime accepts, in pages: room for every filler's
+/// page in flight plus an eviction batch.
+pub const MIN_LOCAL_PAGES: u64 = 32;
+
+impl Config {
+    pub fn validate(&self) -> Result<(), RuntimeError> {
+        let pages = self.local_bytes / farmem_core::PAGE_SIZE;
+        let err = |m: String| Err(RuntimeError::Config(m));
+        if pages < MIN_LOCAL_PAGES + self.fillers as u64 {
+            return err(format!(
+                "local_bytes {} is below the minimum of {} pages",
+                self.local_bytes,
+                MIN_LOCAL_PAGES + self.fillers as u64
+            ));
+        }
+        if !(0.0 < self.low_watermark
+            && self.low_watermark < self.high_watermark
+            && self.high_watermark <= 1.0)
+        {
+            return err(format!(
+                "watermarks must satisfy 0 < low ({}) < high ({}) <= 1",
+                self.low_watermark, self.high_watermark
+            ));
+        }
+        if self.log_lines < 64 {
+            return err(format!(
+                "log_lines {} must hold at least one page (64 lines)",
+                self.log_lines
+            ));
+        }
+        if self.log_segments == 0 || self.evict_batch == 0 || self.store_attempts == 0 {
+            return err("log_segments, evict_batch and store_attempts must be positive".into());
+        }
+        if self.slab_batch == 0 {
+            return err("slab_batch must be positive".into());
+        }
+        Ok(())
+    }
+}

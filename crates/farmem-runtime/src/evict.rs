@@ -1,0 +1,465 @@
+//! Eviction Handler and Dirty Data Tracker: victims are chosen through the
+//! replacement policy, write-protected, diffed against their snapshot into
+//! the cache-line log, shipped, and unmapped only once the store has
+//! acknowledged them.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Sender};
+
+use crate::config::DirtyMode;
+use crate::runtime::{PageBuf, RegionInner, Shared, State};
+use crate::store::StoreError;
+use crate::{LINE, PAGE, RuntimeError};
+
+const LINES_PER_PAGE: usize = (PAGE as usize) / LINE;
+
+/// A page the evictor or a sync owns (state Busy) until its write-back ends.
+pub(crate) struct Victim {
+    region: Arc<RegionInner>,
+    idx: usize,
+    page: u64,
+    remote: u64,
+    snapshot: Option<Box<PageBuf>>,
+    /// Lines the page must ship regardless of the diff (after a failed batch).
+    force: u64,
+    /// Lines this write-back ships; re-forced if it fails.
+    shipped: u64,
+}
+
+/// One segment of the cache-line log ring: the lines of whole pages (a page
+/// never straddles segments, so a segment's acknowledgement completes
+/// exactly its pages) and the pages waiting for it.
+pub(crate) struct Segment {
+    lines: Vec<(u64, [u8; 64])>,
+    pages: Vec<Victim>,
+    cap: usize,
+    /// Sync: pages stay resident, clean. Eviction: pages are unmapped.
+    keep: bool,
+}
+
+impl Segment {
+    pub(crate) fn new(cap: usize, keep: bool) -> Self {
+        Self {
+            lines: Vec::with_capacity(cap),
+            pages: Vec::new(),
+            cap,
+            keep,
+        }
+    }
+
+    fn has_room(&self) -> bool {
+        self.lines.len() + LINES_PER_PAGE <= self.cap
+            && (self.pages.len() + 1) * LINES_PER_PAGE <= self.cap
+    }
+}
+
+/// Takes ownership of a page for write-back: Dirty always, Clean only for
+/// eviction. Returns the state it had.
+fn claim(sh: &Shared, r: &Arc<RegionInner>, idx: usize, keep: bool) -> Option<(Victim, State)> {
+    let remote = r.remote(idx)?;
+    let mut m = r.pages.get(idx)?.lock();
+    let was = m.state;
+    match was {
+        State::Dirty => {}
+        State::Clean if !keep => {}
+        _ => return None,
+    }
+    m.state = State::Busy;
+    let page = r.page_addr(idx);
+    // Remove here too: the block may have been re-inserted after the
+    // evictor popped it (a sync completed in between).
+    sh.policy.lock().remove(page / PAGE);
+    let v = Victim {
+        region: r.clone(),
+        idx,
+        page,
+        remote,
+        snapshot: m.snapshot.take(),
+        force: m.force,
+        shipped: 0,
+    };
+    Some((v, was))
+}
+
+/// Unmaps a page whose data is safe on the store and makes it Absent.
+fn drop_page(sh: &Shared, v: Victim) {
+    let t = Instant::now();
+    // SAFETY: the page belongs to a live mapping (the victim holds its Arc)
+    // and is write-protected, so no write is lost by discarding it.
+    let rc = unsafe {
+        libc::madvise(
+            v.page as *mut libc::c_void,
+            PAGE as usize,
+            libc::MADV_DONTNEED,
+        )
+    };
+    sh.m.st_unmap.since(t);
+    if rc != 0 {
+        sh.report(format!(
+            "unmapping {:#x}: {}",
+            v.page,
+            std::io::Error::last_os_error()
+        ));
+    }
+    let mut m = v.region.pages[v.idx].lock();
+    m.state = State::Absent;
+    m.snapshot = None;
+    m.force = 0;
+    let waiters = std::mem::take(&mut m.waiters);
+    drop(m);
+    sh.release_page();
+    if waiters {
+        // They retry, miss, and fetch the page back from the store.
+        let _ = sh.uffd.wake(v.page, PAGE);
+    }
+}
+
+/// Write-back succeeded.
+fn finish(sh: &Shared, v: Victim, keep: bool) {
+    if !keep {
+        sh.in_flight.fetch_sub(1, Ordering::SeqCst);
+        sh.m.pages_evicted_dirty.inc();
+        drop_page(sh, v);
+        return;
+    }
+    let mut m = v.region.pages[v.idx].lock();
+    // Still write-protected, now identical to the store: Clean.
+    m.state = State::Clean;
+    m.snapshot = None;
+    m.force = 0;
+    let waiters = std::mem::take(&mut m.waiters);
+    if !v.region.dead.load(Ordering::SeqCst) {
+        sh.policy.lock().insert(v.page / PAGE, sh.now());
+    }
+    drop(m);
+    sh.m.pages_synced.inc();
+    if waiters {
+        let _ = sh.uffd.wake(v.page, PAGE);
+    }
+}
+
+/// Write-back failed for good: the page stays resident and dirty with its
+/// snapshot, and the lines that may be half-applied are forced next time.
+fn revert(sh: &Shared, v: Victim, keep: bool) {
+    if !keep {
+        sh.in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
+    sh.m.writeback_kept.inc();
+    let mut m = v.region.pages[v.idx].lock();
+    if v.region.dead.load(Ordering::SeqCst) {
+        m.state = State::Absent;
+        m.snapshot = None;
+        drop(m);
+        sh.release_page();
+        return;
+    }
+    m.state = State::Dirty;
+    m.snapshot = v.snapshot;
+    m.force |= v.shipped;
+    m.waiters = false;
+    sh.policy.lock().insert(v.page / PAGE, sh.now());
+    // Writable again; this also wakes writers that waited on the eviction.
+    if let Err(e) = sh.uffd.writeprotect(v.page, PAGE, false) {
+        sh.report(format!(
+            "unprotecting {:#x} after failed write-back: {e}",
+            v.page
+        ));
+    }
+}
+
+/// Appends the page's dirty lines (line mode) to the segment.
+fn diff_into(sh: &Shared, mut v: Victim, seg: &mut Segment) {
+    let t = Instant::now();
+    match sh.cfg.dirty {
+        DirtyMode::Line => {
+            // SAFETY: the page is mapped (Busy pages are unmapped only by
+            // their owner, us) and write-protected, so nothing writes it.
+            let data = unsafe { std::slice::from_raw_parts(v.page as *const u8, PAGE as usize) };
+            let mut mask = 0u64;
+            for (i, cur) in data.chunks_exact(LINE).enumerate() {
+                let changed = v.force >> i & 1 == 1
+                    || match &v.snapshot {
+                        Some(s) => s.0[i * LINE..(i + 1) * LINE] != *cur,
+                        // No diff base: every line may be dirty.
+                        None => true,
+                    };
+                if changed {
+                    mask |= 1 << i;
+                    let mut line = [0u8; 64];
+                    line.copy_from_slice(cur);
+                    seg.lines.push((v.remote + (i * LINE) as u64, line));
+                }
+            }
+            v.shipped = mask;
+        }
+        DirtyMode::Page => v.shipped = u64::MAX,
+    }
+    seg.pages.push(v);
+    sh.m.st_diff.since(t);
+}
+
+fn send_once(sh: &Shared, seg: &Segment) -> Result<(), StoreError> {
+    match sh.cfg.dirty {
+        DirtyMode::Line => {
+            if seg.lines.is_empty() {
+                Ok(())
+            } else {
+                sh.store.write_lines(&seg.lines)
+            }
+        }
+        DirtyMode::Page => {
+            for v in &seg.pages {
+                // SAFETY: as in diff_into, the page is mapped and protected.
+                let data =
+                    unsafe { std::slice::from_raw_parts(v.page as *const u8, PAGE as usize) };
+                sh.store.write(v.remote, data)?;
+            }
+            Ok(())
+        }
+    }
+}
+
+/// Ships a segment until acknowledged (retrying), then completes or reverts
+/// its pages. Returns the pages kept dirty and the last error, if any.
+fn ship(sh: &Shared, seg: &mut Segment) -> Result<(), (usize, StoreError)> {
+    let t = Instant::now();
+    let mut result = Ok(());
+    for attempt in 0..sh.cfg.store_attempts {
+        if attempt > 0 {
+            std::thread::sleep(Duration::from_millis(attempt as u64));
+        }
+        result = send_once(sh, seg);
+        match &result {
+            Ok(()) => break,
+            Err(e) => {
+                sh.m.writeback_errors.inc();
+                sh.report(format!(
+                    "write-back of {} pages failed (attempt {} of {}): {e}",
+                    seg.pages.len(),
+                    attempt + 1,
+                    sh.cfg.store_attempts
+                ));
+            }
+        }
+    }
+    sh.m.st_ship.since(t);
+    let keep = seg.keep;
+    match result {
+        Ok(()) => {
+            sh.m.log_batches.inc();
+            let bytes = match sh.cfg.dirty {
+                DirtyMode::Line => {
+                    sh.m.dirty_lines_shipped.add(seg.lines.len() as u64);
+                    (seg.lines.len() * LINE) as u64
+                }
+                DirtyMode::Page => seg.pages.len() as u64 * PAGE,
+            };
+            sh.m.bytes_written_back.add(bytes);
+            seg.lines.clear();
+            for v in seg.pages.drain(..) {
+                finish(sh, v, keep);
+            }
+            Ok(())
+        }
+        Err(e) => {
+            let n = seg.pages.len();
+            seg.lines.clear();
+            for v in seg.pages.drain(..) {
+                revert(sh, v, keep);
+            }
+            Err((n, e))
+        }
+    }
+}
+
+/// Write-protects a claimed dirty page so racing writes wait for us.
+fn protect(sh: &Shared, v: Victim, keep: bool) -> Option<Victim> {
+    let t = Instant::now();
+    let r = sh.uffd.writeprotect(v.page, PAGE, true);
+    sh.m.st_protect.since(t);
+    match r {
+        Ok(()) => Some(v),
+        Err(e) => {
+            // Unprotected, a write could land after the diff: keep the page.
+            sh.report(format!("write-protecting {:#x}: {e}", v.page));
+            revert(sh, v, keep);
+            None
+        }
+    }
+}
+
+fn over(sh: &Shared, mark: u64) -> bool {
+    sh.resident
+        .load(Ordering::SeqCst)
+        .saturating_sub(sh.in_flight.load(Ordering::SeqCst))
+        > mark
+}
+
+/// The evictor thread: waits until the cache passes the high watermark,
+/// then evicts down to the low one, handing log segments to the shipper.
+pub(crate) fn evictor(sh: Arc<Shared>, ship_tx: Sender<Segment>, free_rx: Receiver<Segment>) {
+    let mut seg: Option<Segment> = None;
+    loop {
+        {
+            let mut kick = sh.evict_kick.lock();
+            while !*kick && !sh.shutdown.load(Ordering::SeqCst) && !over(&sh, sh.high) {
+                sh.evict_cv.wait_for(&mut kick, Duration::from_millis(10));
+            }
+            *kick = false;
+        }
+        if sh.shutdown.load(Ordering::SeqCst) {
+            break;
+        }
+        loop {
+            let mut blocks = std::mem::take(&mut *sh.forced.lock());
+            let excess = sh
+                .resident
+                .load(Ordering::SeqCst)
+                .saturating_sub(sh.in_flight.load(Ordering::SeqCst))
+                .saturating_sub(sh.low) as usize;
+            if excess > 0 {
+                // Never more than the excess: the newest pages are the ones
+                // the program is using right now.
+                let want = excess.min(sh.cfg.evict_batch);
+                let mut p = sh.policy.lock();
+                let now = sh.now();
+                while blocks.len() < want {
+                    match p.evict(now) {
+                        Some(b) => blocks.push(b),
+                        None => break,
+                    }
+                }
+            }
+            if blocks.is_empty() {
+                break;
+            }
+            evict_round(&sh, blocks, &mut seg, &ship_tx, &free_rx);
+            // Ship what the round produced now rather than wait for a full
+            // segment: fillers may be waiting on these pages' slots.
+            if let Some(s) = seg.take() {
+                if s.pages.is_empty() {
+                    seg = Some(s);
+                } else if let Err(e) = ship_tx.send(s) {
+                    ship_inline(&sh, e.into_inner());
+                }
+            }
+        }
+    }
+    if let Some(s) = seg.filter(|s| !s.pages.is_empty())
+        && let Err(e) = ship_tx.send(s)
+    {
+        ship_inline(&sh, e.into_inner());
+    }
+}
+
+/// Fallback when the shipper is gone (shutdown): ship on this thread.
+fn ship_inline(sh: &Shared, mut seg: Segment) {
+    let _ = ship(sh, &mut seg);
+}
+
+fn evict_round(
+    sh: &Shared,
+    blocks: Vec<u64>,
+    seg: &mut Option<Segment>,
+    ship_tx: &Sender<Segment>,
+    free_rx: &Receiver<Segment>,
+) {
+    let mut dirty = Vec::new();
+    for b in blocks {
+        let addr = b * PAGE;
+        // A block of a dropped region, or one no longer resident: skip.
+        let Some(r) = sh.lookup(addr) else { continue };
+        let idx = ((addr - r.start) / PAGE) as usize;
+        match claim(sh, &r, idx, false) {
+            Some((v, State::Clean)) => {
+                // Protected and identical to the store: nothing to write.
+                sh.m.pages_evicted_clean.inc();
+                drop_page(sh, v);
+            }
+            Some((v, _)) => dirty.push(v),
+            None => {}
+        }
+    }
+    sh.in_flight.fetch_add(dirty.len() as u64, Ordering::SeqCst);
+    let dirty: Vec<Victim> = dirty
+        .into_iter()
+        .filter_map(|v| protect(sh, v, false))
+        .collect();
+    for v in dirty {
+        if seg.as_ref().is_some_and(|s| !s.has_room())
+            && let Some(full) = seg.take()
+            && let Err(e) = ship_tx.send(full)
+        {
+            ship_inline(sh, e.into_inner());
+        }
+        if seg.is_none() {
+            // Ring back-pressure: waits while every segment awaits its ack.
+            *seg = Some(
+                free_rx
+                    .recv()
+                    .unwrap_or_else(|_| Segment::new(sh.cfg.log_lines, false)),
+            );
+        }
+        if let Some(s) = seg.as_mut() {
+            diff_into(sh, v, s);
+        }
+    }
+}
+
+/// The shipper thread: sends segments in order, completes their pages on
+/// acknowledgement, and returns the emptied segments to the ring.
+pub(crate) fn shipper(sh: Arc<Shared>, rx: Receiver<Segment>, free_tx: Sender<Segment>) {
+    for mut seg in rx {
+        let _ = ship(&sh, &mut seg);
+        let _ = free_tx.send(seg);
+    }
+}
+
+/// Writes back every dirty page of a region on the calling thread.
+pub(crate) fn sync_region(sh: &Shared, r: &Arc<RegionInner>) -> Result<(), RuntimeError> {
+    let mut seg = Segment::new(sh.cfg.log_lines, true);
+    let mut failed = 0usize;
+    let mut last: Option<StoreError> = None;
+    let flush = |seg: &mut Segment, failed: &mut usize, last: &mut Option<StoreError>| {
+        if let Err((n, e)) = ship(sh, seg) {
+            *failed += n;
+            *last = Some(e);
+        }
+    };
+    for idx in 0..r.pages.len() {
+        // A page mid-fetch may be about to turn dirty (a write fault is
+        // installed writable before its state is set), and one mid-eviction
+        // is not yet on the store: wait for both to settle.
+        let v = loop {
+            if let Some((v, _)) = claim(sh, r, idx, true) {
+                break Some(v);
+            }
+            if !matches!(r.pages[idx].lock().state, State::Fetching | State::Busy) {
+                break None;
+            }
+            std::thread::sleep(Duration::from_micros(20));
+        };
+        let Some(v) = v else { continue };
+        let Some(v) = protect(sh, v, true) else {
+            failed += 1;
+            continue;
+        };
+        if !seg.has_room() {
+            flush(&mut seg, &mut failed, &mut last);
+        }
+        diff_into(sh, v, &mut seg);
+    }
+    if !seg.pages.is_empty() {
+        flush(&mut seg, &mut failed, &mut last);
+    }
+    match last {
+        None if failed == 0 => Ok(()),
+        source => Err(RuntimeError::Writeback {
+            pages: failed,
+            source: source.unwrap_or(StoreError::Refused),
+        }),
+    }
+}

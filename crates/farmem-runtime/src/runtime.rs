@@ -1,0 +1,641 @@
+//! The runtime: shared state, the fault monitor, fillers, and regions.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Sender};
+use parking_lot::{Condvar, Mutex, RwLock};
+
+use farmem_policy::BlockId;
+use farmem_policy::cache::ReplacementPolicy;
+
+use crate::config::{Config, DirtyMode, WaitMode};
+use crate::evict::{self, Segment};
+use crate::slab::{ResourceManager, SlabTable};
+use crate::stats::{Metrics, Stats};
+use crate::store::{RemoteStore, SlabSource};
+use crate::uffd::{Fault, ReadResult, Uffd};
+use crate::{PAGE, RuntimeError};
+
+/// One page of memory, aligned as UFFDIO_COPY requires of its source.
+#[repr(C, align(4096))]
+pub(crate) struct PageBuf(pub [u8; PAGE as usize]);
+
+impl PageBuf {
+    pub(crate) fn zeroed() -> Box<Self> {
+        Box::new(Self([0; PAGE as usize]))
+    }
+}
+
+/// Where a page is. Transitions happen only under the page's lock; see the
+/// crate docs for the machine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum State {
+    /// Not mapped; its data is on the store.
+    Absent,
+    /// A filler owns it and is fetching it.
+    Fetching,
+    /// Mapped, write-protected, identical to the store.
+    Clean,
+    /// Mapped and writable; differs (or may) from the store.
+    Dirty,
+    /// The evictor or a sync owns it: write-protected, being written back.
+    Busy,
+}
+
+pub(crate) struct PageMeta {
+    pub state: State,
+    /// A fault found the page in a transition; wake the range when it ends.
+    pub waiters: bool,
+    /// The page as of its first write (line mode): the diff base.
+    pub snapshot: Option<Box<PageBuf>>,
+    /// Lines that must be shipped even if they equal the snapshot, because a
+    /// failed batch may have half-applied them on the store.
+    pub force: u64,
+}
+
+pub(crate) struct RegionInner {
+    pub start: u64,
+    pub len: u64,
+    pub pages: Box<[Mutex<PageMeta>]>,
+    pub table: SlabTable,
+    pub dead: AtomicBool,
+}
+
+impl RegionInner {
+    pub(crate) fn page_addr(&self, idx: usize) -> u64 {
+        self.start + idx as u64 * PAGE
+    }
+    pub(crate) fn remote(&self, idx: usize) -> Option<u64> {
+        self.table.remote(idx as u64 * PAGE)
+    }
+}
+
+impl Drop for RegionInner {
+    fn drop(&mut self) {
+        // SAFETY: the mapping was created by us with this start and length,
+        // and no thread holds a reference into it any more (last Arc).
+        unsafe { libc::munmap(self.start as *mut libc::c_void, self.len as usize) };
+    }
+}
+
+pub(crate) struct FetchJob {
+    pub region: Arc<RegionInner>,
+    pub idx: usize,
+    pub write: bool,
+    pub t0: Instant,
+}
+
+pub(crate) struct Shared {
+    pub cfg: Config,
+    pub store: Arc<dyn RemoteStore>,
+    pub uffd: Uffd,
+    pub regions: RwLock<BTreeMap<u64, Arc<RegionInner>>>,
+    pub policy: Mutex<Box<dyn ReplacementPolicy>>,
+    /// Victims a full policy pushed out on insert; the evictor takes them first.
+    pub forced: Mutex<Vec<BlockId>>,
+    /// Pages mapped or being fetched.
+    pub resident: AtomicU64,
+    /// Dirty victims whose write-back is in flight (still resident).
+    pub in_flight: AtomicU64,
+    pub limit: u64,
+    pub high: u64,
+    pub low: u64,
+    pub space_lock: Mutex<()>,
+    pub space_cv: Condvar,
+    pub evict_kick: Mutex<bool>,
+    pub evict_cv: Condvar,
+    pub shutdown: AtomicBool,
+    pub m: Metrics,
+    pub epoch: Instant,
+    pub last_error: Mutex<Option<String>>,
+}
+
+impl Shared {
+    pub(crate) fn now(&self) -> u64 {
+        self.epoch.elapsed().as_nanos() as u64
+    }
+
+    pub(crate) fn lookup(&self, addr: u64) -> Option<Arc<RegionInner>> {
+        let regions = self.regions.read();
+        let (_, r) = regions.range(..=addr).next_back()?;
+        (addr < r.start + r.len).then(|| r.clone())
+    }
+
+    pub(crate) fn kick_evictor(&self) {
+        *self.evict_kick.lock() = true;
+        self.evict_cv.notify_one();
+    }
+
+    pub(crate) fn release_page(&self) {
+        self.resident.fetch_sub(1, Ordering::SeqCst);
+        self.space_cv.notify_all();
+    }
+
+    pub(crate) fn report(&self, msg: String) {
+        tracing::warn!("{msg}");
+        *self.last_error.lock() = Some(msg);
+    }
+
+    /// Takes a slot in the local cache for a page about to be fetched,
+    /// waiting for the evictor when the cache is full.
+    fn reserve(&self) {
+        let mut waited: Option<Instant> = None;
+        loop {
+            let cur = self.resident.load(Ordering::SeqCst);
+            if cur < self.limit {
+                if self
+                    .resident
+                    .compare_exchange(cur, cur + 1, Ordering::SeqCst, Ordering::SeqCst)
+                    .is_ok()
+                {
+                    if cur + 1 > self.high {
+                        self.kick_evictor();
+                    }
+                    if let Some(t) = waited {
+                        self.m.st_wait_space.since(t);
+                    }
+                    return;
+                }
+                continue;
+            }
+            if waited.is_none() {
+                waited = Some(Instant::now());
+                self.m.filler_waits.inc();
+            }
+            self.kick_evictor();
+            let mut g = self.space_lock.lock();
+            if self.resident.load(Ordering::SeqCst) >= self.limit {
+                // Timed, so a notify racing with this check costs 1 ms, not a hang.
+                self.space_cv.wait_for(&mut g, Duration::from_millis(1));
+            }
+        }
+    }
+
+    fn handle_fault(&self, f: Fault, tx: Option<&Sender<FetchJob>>, buf: &mut PageBuf) {
+        let t0 = Instant::now();
+        let page = f.addr & !(PAGE - 1);
+        if f.wp {
+            self.m.faults_wp.inc();
+        } else {
+            self.m.faults_missing.inc();
+        }
+        let Some(r) = self.lookup(page) else {
+            self.report(format!("fault at {page:#x} outside every region"));
+            return;
+        };
+        let idx = ((page - r.start) / PAGE) as usize;
+        let mut m = r.pages[idx].lock();
+        match m.state {
+            State::Absent => {
+                m.state = State::Fetching;
+                drop(m);
+                let job = FetchJob {
+                    region: r,
+                    idx,
+                    write: f.write,
+                    t0,
+                };
+                match tx {
+                    Some(tx) => {
+                        if let Err(e) = tx.send(job) {
+                            // Only at shutdown: fetch here so the thread is not left hanging.
+                            self.fetch(e.into_inner(), buf);
+                        }
+                    }
+                    None => self.fetch(job, buf),
+                }
+            }
+            State::Fetching | State::Busy => {
+                m.waiters = true;
+                self.m.faults_waited.inc();
+            }
+            State::Clean if f.wp => {
+                // First write to a clean page: keep its current (= remote)
+                // contents as the diff base, then let the write through.
+                if self.cfg.dirty == DirtyMode::Line {
+                    let mut snap = PageBuf::zeroed();
+                    // SAFETY: the page is mapped and write-protected, so
+                    // nothing writes it while we copy.
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(
+                            page as *const u8,
+                            snap.0.as_mut_ptr(),
+                            PAGE as usize,
+                        )
+                    };
+                    m.snapshot = Some(snap);
+                    self.m.snapshots.inc();
+                }
+                m.state = State::Dirty;
+                self.policy.lock().touch(page / PAGE, self.now());
+                if let Err(e) = self.uffd.writeprotect(page, PAGE, false) {
+                    self.report(format!("lifting protection of {page:#x}: {e}"));
+                }
+                drop(m);
+                self.m.st_snapshot.since(t0);
+                self.m.wp_latency.record(t0.elapsed());
+            }
+            State::Clean | State::Dirty => {
+                // Resolved between the fault and now: let the thread retry.
+                drop(m);
+                self.m.faults_spurious.inc();
+                let _ = self.uffd.wake(page, PAGE);
+            }
+        }
+    }
+
+    /// Brings one page in: reserve room, read it from the store, install it.
+    pub(crate) fn fetch(&self, job: FetchJob, buf: &mut PageBuf) {
+        self.reserve();
+        let r = &job.region;
+        let page = r.page_addr(job.idx);
+        let Some(remote) = r.remote(job.idx) else {
+            // The slab table covers the whole region by construction.
+            self.report(format!("page {page:#x} has no remote address"));
+            return;
+        };
+        let t = Instant::now();
+        let mut backoff = Duration::from_micros(100);
+        loop {
+            match self.store.read(remote, &mut buf.0) {
+                Ok(()) => break,
+                Err(e) => {
+                    // Retried until it works: the faulting thread cannot
+                    // proceed without its page, and guessing would corrupt it.
+                    self.m.fetch_errors.inc();
+                    self.report(format!("fetching {remote:#x}: {e}; retrying"));
+                    if self.shutdown.load(Ordering::SeqCst) {
+                        r.pages[job.idx].lock().state = State::Absent;
+                        self.release_page();
+                        return;
+                    }
+                    std::thread::sleep(backoff);
+                    backoff = (backoff * 2).min(Duration::from_millis(100));
+                }
+            }
+        }
+        self.m.st_fetch.since(t);
+        let t = Instant::now();
+        // A write fault gets the page writable at once: it would take a
+        // write-protect fault right after anyway.
+        // SAFETY: buf is a live, aligned page.
+        let installed = unsafe { self.uffd.copy(page, buf.0.as_ptr(), PAGE, !job.write) };
+        self.m.st_install.since(t);
+        if let Err(e) = installed {
+            self.report(format!("installing {page:#x}: {e}"));
+        }
+        let mut m = r.pages[job.idx].lock();
+        if r.dead.load(Ordering::SeqCst) {
+            m.state = State::Absent;
+            drop(m);
+            self.release_page();
+            return;
+        }
+        if job.write {
+            m.state = State::Dirty;
+            if self.cfg.dirty == DirtyMode::Line {
+                let mut snap = PageBuf::zeroed();
+                snap.0.copy_from_slice(&buf.0);
+                m.snapshot = Some(snap);
+                self.m.snapshots.inc();
+            }
+        } else {
+            m.state = State::Clean;
+        }
+        m.waiters = false;
+        let victim = self.policy.lock().insert(page / PAGE, self.now());
+        drop(m);
+        if let Some(v) = victim {
+            self.forced.lock().push(v);
+            self.kick_evictor();
+        }
+        self.m.pages_fetched.inc();
+        self.m.bytes_fetched.add(PAGE);
+        self.m.fault_latency.record(job.t0.elapsed());
+    }
+}
+
+fn monitor(sh: Arc<Shared>, tx: Option<Sender<FetchJob>>) {
+    let mut buf = PageBuf::zeroed();
+    let mut last = Instant::now();
+    while !sh.shutdown.load(Ordering::Relaxed) {
+        match sh.uffd.read() {
+            Ok(ReadResult::Fault(f)) => {
+                sh.handle_fault(f, tx.as_ref(), &mut buf);
+                last = Instant::now();
+            }
+            Ok(ReadResult::Other(_)) => {}
+            Ok(ReadResult::Empty) => {
+                let spin = match sh.cfg.wait {
+                    WaitMode::Spin => true,
+                    WaitMode::Poll => false,
+                    WaitMode::Hybrid { spin_us } => last.elapsed() < Duration::from_micros(spin_us),
+                };
+                if spin {
+                    std::hint::spin_loop();
+                } else if let Err(e) = sh.uffd.poll(20) {
+                    sh.report(format!("polling userfaultfd: {e}"));
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            }
+            Err(e) => {
+                sh.report(format!("reading userfaultfd: {e}"));
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+    }
+}
+
+fn filler(sh: Arc<Shared>, rx: Receiver<FetchJob>) {
+    let mut buf = PageBuf::zeroed();
+    for job in rx {
+        sh.fetch(job, &mut buf);
+    }
+}
+
+/// A compute node's runtime: owns the userfaultfd, the local cache and the
+/// threads that serve faults and evict.
+pub struct Runtime {
+    sh: Arc<Shared>,
+    rm: ResourceManager,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl Runtime {
+    /// Starts the runtime's threads and pre-allocates one slab batch.
+    pub fn new(
+        cfg: Config,
+        store: Arc<dyn RemoteStore>,
+        slabs: Arc<dyn SlabSource>,
+    ) -> Result<Self, RuntimeError> {
+        cfg.validate()?;
+        let uffd = Uffd::open().map_err(RuntimeError::Uffd)?;
+        if uffd.features & crate::uffd::UFFD_FEATURE_PAGEFAULT_FLAG_WP == 0 {
+            return Err(RuntimeError::Config(
+                "kernel userfaultfd lacks write-protect support".into(),
+            ));
+        }
+        let limit = cfg.local_bytes / PAGE;
+        let high = ((limit as f64 * cfg.high_watermark) as u64).clamp(1, limit);
+        let low = ((limit as f64 * cfg.low_watermark) as u64).min(high - 1);
+        // Room for every page the limit allows plus slack, so insert never
+        // has to pick a victim behind the evictor's back.
+        let policy = cfg
+            .policy
+            .build(limit as usize + 64)
+            .map_err(|e| RuntimeError::Config(e.to_string()))?;
+        let rm = ResourceManager::new(slabs, cfg.slab_batch);
+        let sh = Arc::new(Shared {
+            store,
+            uffd,
+            regions: RwLock::new(BTreeMap::new()),
+            policy: Mutex::new(policy),
+            forced: Mutex::new(Vec::new()),
+            resident: AtomicU64::new(0),
+            in_flight: AtomicU64::new(0),
+            limit,
+            high,
+            low,
+            space_lock: Mutex::new(()),
+            space_cv: Condvar::new(),
+            evict_kick: Mutex::new(false),
+            evict_cv: Condvar::new(),
+            shutdown: AtomicBool::new(false),
+            m: Metrics::default(),
+            epoch: Instant::now(),
+            last_error: Mutex::new(None),
+            cfg,
+        });
+        let mut threads = Vec::new();
+        let spawn = |name: &str, f: Box<dyn FnOnce() + Send>| {
+            std::thread::Builder::new()
+                .name(name.into())
+                .spawn(f)
+                .map_err(RuntimeError::Thread)
+        };
+        let (ship_tx, ship_rx) = crossbeam_channel::bounded::<Segment>(sh.cfg.log_segments);
+        let (free_tx, free_rx) = crossbeam_channel::bounded::<Segment>(sh.cfg.log_segments);
+        for _ in 0..sh.cfg.log_segments {
+            let _ = free_tx.send(Segment::new(sh.cfg.log_lines, false));
+        }
+        let s = sh.clone();
+        threads.push(spawn(
+            "farmem-evict",
+            Box::new(move || evict::evictor(s, ship_tx, free_rx)),
+        )?);
+        let s = sh.clone();
+        threads.push(spawn(
+            "farmem-ship",
+            Box::new(move || evict::shipper(s, ship_rx, free_tx)),
+        )?);
+        let tx = if sh.cfg.fillers > 0 {
+            let (tx, rx) = crossbeam_channel::unbounded();
+            for i in 0..sh.cfg.fillers {
+                let (s, rx) = (sh.clone(), rx.clone());
+                threads.push(spawn(
+                    &format!("farmem-fill{i}"),
+                    Box::new(move || filler(s, rx)),
+                )?);
+            }
+            Some(tx)
+        } else {
+            None
+        };
+        let s = sh.clone();
+        threads.push(spawn("farmem-monitor", Box::new(move || monitor(s, tx)))?);
+        let rt = Self { sh, rm, threads };
+        // Resource Manager: the first batch now, so regions rarely wait for one.
+        if let Err(e) = rt.rm.prefill() {
+            rt.sh.report(format!("pre-allocating remote memory: {e}"));
+        }
+        Ok(rt)
+    }
+
+    /// A new far region of `size` bytes (rounded up to pages), backed by
+    /// fresh remote memory. Reads of never-written bytes return zeros.
+    pub fn region(&self, size: u64) -> Result<Region<'_>, RuntimeError> {
+        if size == 0 {
+            return Err(RuntimeError::Config("region size must be positive".into()));
+        }
+        let size = size.div_ceil(PAGE) * PAGE;
+        let extents = self.rm.take(size)?;
+        self.map(SlabTable::new(&extents))
+    }
+
+    /// A region over remote extents that already hold data (from
+    /// [`Region::extents`] of an earlier runtime on the same store).
+    pub fn region_over(&self, extents: &[(u64, u64)]) -> Result<Region<'_>, RuntimeError> {
+        if extents.is_empty()
+            || extents
+                .iter()
+                .any(|e| e.0 % PAGE != 0 || e.1 % PAGE != 0 || e.1 == 0)
+        {
+            return Err(RuntimeError::Config(
+                "region extents must be non-empty and page-aligned".into(),
+            ));
+        }
+        self.map(SlabTable::new(extents))
+    }
+
+    fn map(&self, table: SlabTable) -> Result<Region<'_>, RuntimeError> {
+        let len = table.len();
+        // SAFETY: a fresh anonymous mapping; nothing else refers to it.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len as usize,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(RuntimeError::Mmap(std::io::Error::last_os_error()));
+        }
+        let start = p as u64;
+        let pages = (0..len / PAGE)
+            .map(|_| {
+                Mutex::new(PageMeta {
+                    state: State::Absent,
+                    waiters: false,
+                    snapshot: None,
+                    force: 0,
+                })
+            })
+            .collect();
+        let inner = Arc::new(RegionInner {
+            start,
+            len,
+            pages,
+            table,
+            dead: AtomicBool::new(false),
+        });
+        // Whole 4 KiB pages only: a huge page would be fetched and tracked as one block.
+        // SAFETY: advice on our own mapping.
+        unsafe { libc::madvise(p, len as usize, libc::MADV_NOHUGEPAGE) };
+        self.sh
+            .uffd
+            .register(start, len)
+            .map_err(RuntimeError::Uffd)?;
+        self.sh.regions.write().insert(start, inner.clone());
+        Ok(Region { rt: self, inner })
+    }
+
+    pub fn stats(&self) -> Stats {
+        self.sh
+            .m
+            .snapshot(self.sh.resident.load(Ordering::SeqCst), self.sh.limit)
+    }
+
+    /// The most recent error the background threads reported, if any.
+    pub fn last_error(&self) -> Option<String> {
+        self.sh.last_error.lock().clone()
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.sh.cfg
+    }
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        self.sh.shutdown.store(true, Ordering::SeqCst);
+        self.sh.kick_evictor();
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+/// A far region: ordinary memory to the program, whose pages live on the
+/// store and are cached locally up to the runtime's limit.
+pub struct Region<'rt> {
+    rt: &'rt Runtime,
+    inner: Arc<RegionInner>,
+}
+
+impl Region<'_> {
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.inner.start as *mut u8
+    }
+
+    pub fn len(&self) -> usize {
+        self.inner.len as usize
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.inner.len == 0
+    }
+
+    /// The region as bytes any thread may load and store; accesses fault
+    /// pages in as needed.
+    pub fn bytes(&self) -> &[AtomicU8] {
+        // SAFETY: the mapping lives as long as self and AtomicU8 has the
+        // layout of u8; atomics make concurrent access from threads sound.
+        unsafe { std::slice::from_raw_parts(self.inner.start as *const AtomicU8, self.len()) }
+    }
+
+    /// Remote extents backing the region, in order.
+    pub fn extents(&self) -> Vec<(u64, u64)> {
+        self.inner.table.extents()
+    }
+
+    fn check(&self, off: usize, len: usize) -> Result<(), RuntimeError> {
+        match off.checked_add(len) {
+            Some(end) if end <= self.len() => Ok(()),
+            _ => Err(RuntimeError::OutOfBounds {
+                off,
+                len,
+                size: self.len(),
+            }),
+        }
+    }
+
+    pub fn read_at(&self, off: usize, buf: &mut [u8]) -> Result<(), RuntimeError> {
+        self.check(off, buf.len())?;
+        for (b, a) in buf.iter_mut().zip(&self.bytes()[off..]) {
+            *b = a.load(Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    pub fn write_at(&self, off: usize, data: &[u8]) -> Result<(), RuntimeError> {
+        self.check(off, data.len())?;
+        for (b, a) in data.iter().zip(&self.bytes()[off..]) {
+            a.store(*b, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    /// Writes every dirty page back to the store and waits for the
+    /// acknowledgement; the pages stay resident, clean.
+    pub fn sync(&self) -> Result<(), RuntimeError> {
+        evict::sync_region(&self.rt.sh, &self.inner)
+    }
+}
+
+impl Drop for Region<'_> {
+    fn drop(&mut self) {
+        let sh = &self.rt.sh;
+        let r = &self.inner;
+        r.dead.store(true, Ordering::SeqCst);
+        sh.regions.write().remove(&r.start);
+        // Resident pages leave the cache now; pages in a fetch or write-back
+        // are released by the thread that owns them, which sees `dead`.
+        for (idx, p) in r.pages.iter().enumerate() {
+            let mut m = p.lock();
+            if matches!(m.state, State::Clean | State::Dirty) {
+                sh.policy.lock().remove(r.page_addr(idx) / PAGE);
+                m.state = State::Absent;
+                m.snapshot = None;
+                drop(m);
+                sh.release_page();
+            }
+        }
+    }
+}

@@ -1,0 +1,141 @@
+//! Resource Manager: remote memory obtained from the slab source in large
+//! batches, carved into the extents that back regions. Asking for a batch
+//! only happens when a region is created, never on the fault path.
+
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use crate::RuntimeError;
+use crate::store::SlabSource;
+
+const PAGE: u64 = farmem_core::PAGE_SIZE;
+
+pub(crate) struct ResourceManager {
+    source: Arc<dyn SlabSource>,
+    batch: u64,
+    /// Free remote extents, in the order they were received.
+    free: Mutex<Vec<(u64, u64)>>,
+}
+
+impl ResourceManager {
+    pub(crate) fn new(source: Arc<dyn SlabSource>, batch: u64) -> Self {
+        Self {
+            source,
+            batch,
+            free: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Remote extents covering exactly `size` bytes (a multiple of the page size).
+    pub(crate) fn take(&self, size: u64) -> Result<Vec<(u64, u64)>, RuntimeError> {
+        let mut free = self.free.lock();
+        let have: u64 = free.iter().map(|e| e.1).sum();
+        if have < size {
+            let want = (size - have).max(self.batch).div_ceil(PAGE) * PAGE;
+            for (base, len) in self.source.allocate(want)? {
+                // A region maps whole pages onto remote pages, so a slab that
+                // is not page-aligned cannot back one; only its aligned middle is used.
+                let start = base.div_ceil(PAGE) * PAGE;
+                let end = (base.saturating_add(len)) / PAGE * PAGE;
+                if end > start {
+                    free.push((start, end - start));
+                } else {
+                    tracing::warn!(base, len, "slab too small to hold an aligned page; skipped");
+                }
+            }
+        }
+        let have: u64 = free.iter().map(|e| e.1).sum();
+        if have < size {
+            return Err(RuntimeError::Config(format!(
+                "slab source returned {have} usable bytes, region needs {size}"
+            )));
+        }
+        let mut out = Vec::new();
+        let mut need = size;
+        while need > 0 {
+            let (base, len) = free[0];
+            if len <= need {
+                out.push((base, len));
+                free.remove(0);
+                need -= len;
+            } else {
+                out.push((base, need));
+                free[0] = (base + need, len - need);
+                need = 0;
+            }
+        }
+        Ok(out)
+    }
+
+    /// Fetches one batch ahead of demand.
+    pub(crate) fn prefill(&self) -> Result<(), RuntimeError> {
+        if self.free.lock().is_empty() {
+            let extents = self.take(self.batch)?;
+            self.give_back(&extents);
+        }
+        Ok(())
+    }
+
+    /// Returns extents for reuse by later regions.
+    pub(crate) fn give_back(&self, extents: &[(u64, u64)]) {
+        self.free.lock().extend_from_slice(extents);
+    }
+}
+
+/// Region offset to remote address: the slab table of one region.
+#[derive(Debug, Clone)]
+pub(crate) struct SlabTable {
+    /// (region offset, remote base, len), sorted by offset, contiguous.
+    entries: Vec<(u64, u64, u64)>,
+}
+
+impl SlabTable {
+    pub(crate) fn new(extents: &[(u64, u64)]) -> Self {
+        let mut off = 0;
+        let entries = extents
+            .iter()
+            .map(|&(base, len)| {
+                let e = (off, base, len);
+                off += len;
+                e
+            })
+            .collect();
+        Self { entries }
+    }
+
+    pub(crate) fn remote(&self, offset: u64) -> Option<u64> {
+        let i = self.entries.partition_point(|e| e.0 <= offset);
+        let (off, base, len) = *self.entries.get(i.checked_sub(1)?)?;
+        (offset - off < len).then(|| base + (offset - off))
+    }
+
+    pub(crate) fn extents(&self) -> Vec<(u64, u64)> {
+        self.entries.iter().map(|e| (e.1, e.2)).collect()
+    }
+
+    pub(crate) fn len(&self) -> u64 {
+        self.entries.iter().map(|e| e.2).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::MemStore;
+
+    #[test]
+    fn carves_batches_and_translates() {
+        let store = Arc::new(MemStore::new(1 << 30));
+        let rm = ResourceManager::new(store.clone(), 1 << 20);
+        let a = rm.take(3 * PAGE).unwrap();
+        let b = rm.take(2 * PAGE).unwrap();
+        assert_eq!(store.stats().slab_allocations, 1);
+        assert_eq!(a[0].0 + 3 * PAGE, b[0].0);
+        let t = SlabTable::new(&[(1 << 40, PAGE), (5 << 40, 2 * PAGE)]);
+        assert_eq!(t.remote(0), Some(1 << 40));
+        assert_eq!(t.remote(PAGE + 5), Some((5 << 40) + 5));
+        assert_eq!(t.remote(3 * PAGE), None);
+        assert_eq!(t.len(), 3 * PAGE);
+    }
+}

@@ -1,0 +1,143 @@
+//! Counters for everything that moves, and their serializable snapshot.
+
+use std::time::Instant;
+
+use serde::Serialize;
+
+use farmem_core::metrics::LatencySummary;
+use farmem_core::{Counter, LatencyHistogram};
+
+/// Time spent in one pipeline stage, accumulated in nanoseconds.
+#[derive(Debug, Default)]
+pub(crate) struct Stage(Counter);
+
+impl Stage {
+    pub(crate) fn since(&self, t: Instant) {
+        self.0.add(t.elapsed().as_nanos() as u64);
+    }
+    fn get(&self) -> u64 {
+        self.0.get()
+    }
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Metrics {
+    pub faults_missing: Counter,
+    pub faults_wp: Counter,
+    /// Faults that found their page mid-fetch or mid-eviction and waited.
+    pub faults_waited: Counter,
+    /// Fault messages that were already resolved when read (woken only).
+    pub faults_spurious: Counter,
+    pub pages_fetched: Counter,
+    pub bytes_fetched: Counter,
+    pub pages_evicted_clean: Counter,
+    pub pages_evicted_dirty: Counter,
+    pub pages_synced: Counter,
+    pub dirty_lines_shipped: Counter,
+    pub bytes_written_back: Counter,
+    pub log_batches: Counter,
+    pub snapshots: Counter,
+    pub fetch_errors: Counter,
+    pub writeback_errors: Counter,
+    /// Dirty pages whose write-back failed for good and stayed resident.
+    pub writeback_kept: Counter,
+    pub filler_waits: Counter,
+    pub fault_latency: LatencyHistogram,
+    pub wp_latency: LatencyHistogram,
+    pub st_fetch: Stage,
+    pub st_install: Stage,
+    pub st_snapshot: Stage,
+    pub st_protect: Stage,
+    pub st_diff: Stage,
+    pub st_ship: Stage,
+    pub st_unmap: Stage,
+    pub st_wait_space: Stage,
+}
+
+/// Nanoseconds spent in each stage, summed over threads.
+#[derive(Debug, Clone, Copy, Default, Serialize, PartialEq)]
+pub struct StageTimes {
+    /// Reading pages from the store.
+    pub fetch_ns: u64,
+    /// UFFDIO_COPY.
+    pub install_ns: u64,
+    /// Copying a page at its first write and lifting protection.
+    pub snapshot_ns: u64,
+    /// Write-protecting victims.
+    pub protect_ns: u64,
+    /// Diffing victims against snapshots into the log.
+    pub diff_ns: u64,
+    /// Shipping log segments / pages until acknowledged.
+    pub ship_ns: u64,
+    /// MADV_DONTNEED.
+    pub unmap_ns: u64,
+    /// Fillers waiting for the evictor to make room.
+    pub wait_space_ns: u64,
+}
+
+/// A point-in-time copy of every counter, as `--json` reports print it.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct Stats {
+    pub faults_missing: u64,
+    pub faults_wp: u64,
+    pub faults_waited: u64,
+    pub faults_spurious: u64,
+    pub pages_fetched: u64,
+    pub bytes_fetched: u64,
+    pub pages_evicted_clean: u64,
+    pub pages_evicted_dirty: u64,
+    pub pages_synced: u64,
+    pub dirty_lines_shipped: u64,
+    pub bytes_written_back: u64,
+    pub log_batches: u64,
+    pub snapshots: u64,
+    pub fetch_errors: u64,
+    pub writeback_errors: u64,
+    pub writeback_kept: u64,
+    pub filler_waits: u64,
+    pub resident_pages: u64,
+    pub limit_pages: u64,
+    /// Missing-fault latency, message read to page installed.
+    pub fault_latency: LatencySummary,
+    /// Write-protect fault latency, message read to protection lifted.
+    pub wp_latency: LatencySummary,
+    pub stages: StageTimes,
+}
+
+impl Metrics {
+    pub(crate) fn snapshot(&self, resident_pages: u64, limit_pages: u64) -> Stats {
+        Stats {
+            faults_missing: self.faults_missing.get(),
+            faults_wp: self.faults_wp.get(),
+            faults_waited: self.faults_waited.get(),
+            faults_spurious: self.faults_spurious.get(),
+            pages_fetched: self.pages_fetched.get(),
+            bytes_fetched: self.bytes_fetched.get(),
+            pages_evicted_clean: self.pages_evicted_clean.get(),
+            pages_evicted_dirty: self.pages_evicted_dirty.get(),
+            pages_synced: self.pages_synced.get(),
+            dirty_lines_shipped: self.dirty_lines_shipped.get(),
+            bytes_written_back: self.bytes_written_back.get(),
+            log_batches: self.log_batches.get(),
+            snapshots: self.snapshots.get(),
+            fetch_errors: self.fetch_errors.get(),
+            writeback_errors: self.writeback_errors.get(),
+            writeback_kept: self.writeback_kept.get(),
+            filler_waits: self.filler_waits.get(),
+            resident_pages,
+            limit_pages,
+            fault_latency: self.fault_latency.summary(),
+            wp_latency: self.wp_latency.summary(),
+            stages: StageTimes {
+                fetch_ns: self.st_fetch.get(),
+                install_ns: self.st_install.get(),
+                snapshot_ns: self.st_snapshot.get(),
+                protect_ns: self.st_protect.get(),
+                diff_ns: self.st_diff.get(),
+                ship_ns: self.st_ship.get(),
+                unmap_ns: self.st_unmap.get(),
+                wait_space_ns: self.st_wait_space.get(),
+            },
+        }
+    }
+}

@@ -1,0 +1,120 @@
+//! Single-threaded behaviour of far regions against MemStore.
+
+use std::sync::Arc;
+
+use farmem_runtime::{Config, DirtyMode, MemStore, PAGE, RemoteStore, Runtime, uffd};
+
+fn skip() -> bool {
+    match uffd::available() {
+        Ok(()) => false,
+        Err(why) => {
+            eprintln!("skipping: {why}");
+            true
+        }
+    }
+}
+
+fn cfg(local_pages: u64, dirty: DirtyMode) -> Config {
+    Config {
+        local_bytes: local_pages * PAGE,
+        dirty,
+        slab_batch: 64 << 20,
+        ..Config::default()
+    }
+}
+
+#[test]
+fn fresh_region_reads_zero_and_keeps_writes() {
+    if skip() {
+        return;
+    }
+    let store = Arc::new(MemStore::new(1 << 30));
+    let rt = Runtime::new(cfg(64, DirtyMode::Line), store.clone(), store.clone()).unwrap();
+    let r = rt.region(16 * PAGE).unwrap();
+    let mut b = [1u8; 100];
+    r.read_at(5000, &mut b).unwrap();
+    assert_eq!(b, [0u8; 100]);
+    r.write_at(5000, b"hello far memory").unwrap();
+    let mut b = [0u8; 16];
+    r.read_at(5000, &mut b).unwrap();
+    assert_eq!(&b, b"hello far memory");
+    let s = rt.stats();
+    assert_eq!(s.faults_missing, 1, "{s:?}");
+    assert_eq!(s.faults_wp, 1, "{s:?}");
+    assert_eq!(s.pages_fetched, 1);
+    assert!(r.read_at(16 * PAGE as usize - 1, &mut b).is_err());
+}
+
+fn evict_roundtrip(dirty: DirtyMode) -> (farmem_runtime::Stats, farmem_runtime::MemStoreStats) {
+    let store = Arc::new(MemStore::new(1 << 30));
+    let rt = Runtime::new(cfg(64, dirty), store.clone(), store.clone()).unwrap();
+    let pages = 1024usize;
+    let r = rt.region(pages as u64 * PAGE).unwrap();
+    // One line per page, as Kona's microbenchmark.
+    for p in 0..pages {
+        r.write_at(
+            p * PAGE as usize + 64 * (p % 64),
+            &(p as u32 + 1).to_le_bytes(),
+        )
+        .unwrap();
+    }
+    for p in 0..pages {
+        let mut b = [0u8; 4];
+        r.read_at(p * PAGE as usize + 64 * (p % 64), &mut b)
+            .unwrap();
+        assert_eq!(u32::from_le_bytes(b), p as u32 + 1, "page {p}");
+    }
+    let s = rt.stats();
+    assert!(s.resident_pages <= 64, "{s:?}");
+    assert!(s.pages_evicted_dirty > 0, "{s:?}");
+    assert!(rt.last_error().is_none(), "{:?}", rt.last_error());
+    (s, store.stats())
+}
+
+#[test]
+fn eviction_writes_back_lines_or_pages() {
+    if skip() {
+        return;
+    }
+    let (line, lst) = evict_roundtrip(DirtyMode::Line);
+    let (page, pst) = evict_roundtrip(DirtyMode::Page);
+    eprintln!("line: {line:?}\n{lst:?}\npage: {page:?}\n{pst:?}");
+    assert_eq!(line.bytes_written_back, line.dirty_lines_shipped * 64);
+    // One line per page; a page evicted twice ships its line twice.
+    assert!(line.dirty_lines_shipped >= 1024 - 64, "{line:?}");
+    assert_eq!(line.dirty_lines_shipped, line.pages_evicted_dirty);
+    assert!(page.bytes_written_back >= 32 * line.bytes_written_back);
+    assert_eq!(page.bytes_written_back, page.pages_evicted_dirty * PAGE);
+    assert_eq!(pst.lines_written, 0);
+}
+
+#[test]
+fn synced_data_is_seen_by_a_fresh_runtime() {
+    if skip() {
+        return;
+    }
+    let store = Arc::new(MemStore::new(1 << 30));
+    let extents;
+    {
+        let rt = Runtime::new(cfg(64, DirtyMode::Line), store.clone(), store.clone()).unwrap();
+        let r = rt.region(200 * PAGE).unwrap();
+        for p in 0..200usize {
+            r.write_at(p * PAGE as usize + 100, &[p as u8; 300])
+                .unwrap();
+        }
+        r.sync().unwrap();
+        extents = r.extents();
+        let s = rt.stats();
+        assert!(s.pages_synced > 0);
+    }
+    // Bytes are on the store.
+    let mut b = [0u8; 300];
+    store.read(extents[0].0 + 7 * PAGE + 100, &mut b).unwrap();
+    assert_eq!(b, [7u8; 300]);
+    let rt = Runtime::new(cfg(64, DirtyMode::Line), store.clone(), store.clone()).unwrap();
+    let r = rt.region_over(&extents).unwrap();
+    for p in 0..200usize {
+        r.read_at(p * PAGE as usize + 100, &mut b).unwrap();
+        assert_eq!(b, [p as u8; 300], "page {p}");
+    }
+}
