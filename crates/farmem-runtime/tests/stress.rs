@@ -1,0 +1,141 @@
+//! The stress test: two threads randomly read and write a 1 GiB far
+//! region through a 64 MiB local cache against a shadow copy; every byte
+//! matches at the end, and a fresh runtime reads the same bytes back.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+use farmem_runtime::{Config, DirtyMode, MemStore, PAGE, Region, Runtime, uffd};
+
+const REGION: u64 = 1 << 30;
+const LOCAL: u64 = 64 << 20;
+const THREADS: usize = 2;
+const OPS_PER_THREAD: usize = 100_000;
+
+fn skip() -> bool {
+    match uffd::available() {
+        Ok(()) => false,
+        Err(why) => {
+            eprintln!("skipping: {why}");
+            true
+        }
+    }
+}
+
+/// Ordinary memory holding what the region should contain. Threads own
+/// disjoint 64 B lines (line % THREADS), so they never touch the same bytes.
+struct Shadow(*mut u8);
+// SAFETY: accesses from different threads are to disjoint lines.
+unsafe impl Send for Shadow {}
+unsafe impl Sync for Shadow {}
+
+fn cfg(dirty: DirtyMode) -> Config {
+    Config {
+        local_bytes: LOCAL,
+        dirty,
+        slab_batch: REGION,
+        ..Config::default()
+    }
+}
+
+fn worker(t: usize, region: &Region<'_>, shadow: &Shadow, mismatches: &AtomicU64) {
+    let mut rng = SmallRng::seed_from_u64(0x5eed + t as u64);
+    let lines = REGION as usize / 64;
+    let mut buf = [0u8; 64];
+    for _ in 0..OPS_PER_THREAD {
+        let line = rng.gen_range(0..lines / THREADS) * THREADS + t;
+        let off = rng.gen_range(0..64);
+        let len = rng.gen_range(1..=64 - off);
+        let at = line * 64 + off;
+        // SAFETY: this thread alone owns `line` in the shadow.
+        let sh = unsafe { std::slice::from_raw_parts_mut(shadow.0.add(at), len) };
+        if rng.gen_bool(0.5) {
+            rng.fill(&mut buf[..len]);
+            region.write_at(at, &buf[..len]).unwrap();
+            sh.copy_from_slice(&buf[..len]);
+        } else {
+            region.read_at(at, &mut buf[..len]).unwrap();
+            if buf[..len] != *sh {
+                mismatches.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+fn compare_all(region: &Region<'_>, shadow: &[u8]) -> usize {
+    let mut page = vec![0u8; PAGE as usize];
+    let mut bad = 0;
+    for (p, want) in shadow.chunks(PAGE as usize).enumerate() {
+        region.read_at(p * PAGE as usize, &mut page).unwrap();
+        if page != want {
+            bad += 1;
+        }
+    }
+    bad
+}
+
+fn stress(dirty: DirtyMode) {
+    let store = Arc::new(MemStore::new(2 * REGION));
+    // Zero-filled by the OS lazily: only touched shadow pages cost memory.
+    let mut shadow = vec![0u8; REGION as usize];
+    let extents;
+    {
+        let rt = Runtime::new(cfg(dirty), store.clone(), store.clone()).unwrap();
+        let region = rt.region(REGION).unwrap();
+        let mismatches = AtomicU64::new(0);
+        let sp = Shadow(shadow.as_mut_ptr());
+        std::thread::scope(|s| {
+            for t in 0..THREADS {
+                let (region, sp, mismatches) = (&region, &sp, &mismatches);
+                s.spawn(move || worker(t, region, sp, mismatches));
+            }
+        });
+        let st = rt.stats();
+        eprintln!(
+            "{dirty:?} after workload: {}",
+            serde_json::to_string(&st).unwrap()
+        );
+        assert_eq!(
+            mismatches.load(Ordering::Relaxed),
+            0,
+            "reads disagreed with the shadow"
+        );
+        assert!(st.resident_pages <= LOCAL / PAGE);
+        assert!(st.pages_evicted_dirty > 0 && st.pages_evicted_clean > 0);
+        assert_eq!(
+            compare_all(&region, &shadow),
+            0,
+            "pages differ from the shadow"
+        );
+        region.sync().unwrap();
+        assert!(rt.last_error().is_none(), "{:?}", rt.last_error());
+        extents = region.extents();
+    }
+    let rt = Runtime::new(cfg(dirty), store.clone(), store.clone()).unwrap();
+    let region = rt.region_over(&extents).unwrap();
+    assert_eq!(
+        compare_all(&region, &shadow),
+        0,
+        "fresh runtime sees other bytes"
+    );
+    eprintln!("{dirty:?} store: {:?}", store.stats());
+}
+
+#[test]
+fn two_threads_random_1g_region_64m_cache_line_mode() {
+    if skip() {
+        return;
+    }
+    stress(DirtyMode::Line);
+}
+
+#[test]
+fn two_threads_random_1g_region_64m_cache_page_mode() {
+    if skip() {
+        return;
+    }
+    stress(DirtyMode::Page);
+}
