@@ -169,6 +169,47 @@ impl Connection {
         })
     }
 
+    /// Sends several requests with one write (one syscall for a whole
+    /// pipeline refill) and returns their tickets in order.
+    pub fn submit_batch(&self, msgs: &[Msg<'_>]) -> Result<Vec<Ticket>, NetError> {
+        self.check_alive()?;
+        let first = self
+            .inner
+            .next_id
+            .fetch_add(msgs.len() as u64, Ordering::Relaxed);
+        let ids: Vec<u64> = (first..first + msgs.len() as u64).collect();
+        {
+            let mut slots = self.inner.slots.lock();
+            for &id in &ids {
+                slots.insert(id, Slot::Waiting(None));
+            }
+        }
+        let mut w = self.inner.writer.lock();
+        let (stream, buf) = &mut *w;
+        buf.clear();
+        for (msg, &id) in msgs.iter().zip(&ids) {
+            msg.encode(id, buf);
+        }
+        if let Err(e) = stream.write_all(buf) {
+            drop(w);
+            let mut slots = self.inner.slots.lock();
+            for id in &ids {
+                slots.remove(id);
+            }
+            drop(slots);
+            let e = NetError::Io(e);
+            self.fail(&e.to_string());
+            return Err(e);
+        }
+        Ok(ids
+            .into_iter()
+            .map(|id| Ticket {
+                conn: self.clone(),
+                id,
+            })
+            .collect())
+    }
+
     /// Sends a request and waits for its reply.
     pub fn call(&self, msg: &Msg<'_>) -> Result<Reply, NetError> {
         self.submit(msg)?.wait()

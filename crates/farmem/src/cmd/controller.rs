@@ -1,10 +1,77 @@
-//! `farmem controller`.
+//! `farmem controller`: run the rack controller until interrupted.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use farmem_controller::extent::Placement;
+use farmem_controller::{Controller, ControllerConfig};
+use farmem_core::ByteSize;
 
 use super::Outcome;
 
+/// Run the rack controller.
+///
+/// Memory nodes register and heartbeat; compute nodes ask for memory and
+/// receive exclusive extents (UniMem's Remote-Balloon), in multiples of
+/// --granularity, spread over memory nodes by --placement. With --state the
+/// node and extent table survives a restart.
+///
+/// Example: farmem controller --listen 127.0.0.1:7000 --state /var/lib/farmem/controller.json
 #[derive(clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// Address to listen on (port 0 picks a free port).
+    #[arg(long, default_value = "127.0.0.1:7000")]
+    listen: String,
+    /// File that keeps the node and extent table across restarts.
+    #[arg(long)]
+    state: Option<PathBuf>,
+    /// Grant unit (UniMem: the memory hot-plug granularity).
+    #[arg(long, default_value = "128MiB")]
+    granularity: ByteSize,
+    /// How grants spread over memory nodes.
+    #[arg(long, value_enum, default_value_t = PlacementArg::RoundRobin)]
+    placement: PlacementArg,
+    /// A memory node silent this long (ms) is marked down.
+    #[arg(long, default_value_t = 3000)]
+    heartbeat_timeout_ms: u64,
+    /// File holding the shared cluster token (whitespace trimmed).
+    #[arg(long)]
+    token_file: Option<PathBuf>,
+    /// Print the bound address as one JSON object on stdout once serving.
+    #[arg(long)]
+    json: bool,
+}
 
-pub fn run(_args: Args) -> Outcome {
-    anyhow::bail!("`farmem controller` is not implemented yet")
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum PlacementArg {
+    RoundRobin,
+    LeastLoaded,
+}
+
+pub fn run(args: Args) -> Outcome {
+    anyhow::ensure!(
+        args.granularity.bytes() >= 4096 && args.granularity.bytes().is_power_of_two(),
+        "--granularity must be a power of two of at least 4KiB, got {}",
+        args.granularity
+    );
+    let mut cfg = ControllerConfig::new(args.listen.clone());
+    cfg.state = args.state.clone();
+    cfg.granularity = args.granularity.bytes();
+    cfg.placement = match args.placement {
+        PlacementArg::RoundRobin => Placement::RoundRobin,
+        PlacementArg::LeastLoaded => Placement::LeastLoaded,
+    };
+    cfg.heartbeat_timeout = Duration::from_millis(args.heartbeat_timeout_ms.max(50));
+    cfg.token = super::load_token(args.token_file.as_deref())?;
+    super::block_termination_signals();
+    let ctl = Controller::start(cfg)
+        .with_context(|| format!("starting the controller on {}", args.listen))?;
+    super::announce(
+        args.json,
+        serde_json::json!({"role": "controller", "addr": ctl.local_addr().to_string()}),
+        &format!("controller listening on {}", ctl.local_addr()),
+    );
+    super::wait_for_signal();
+    Ok(std::process::ExitCode::SUCCESS)
 }

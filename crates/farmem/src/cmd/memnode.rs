@@ -1,10 +1,71 @@
-//! `farmem memnode`.
+//! `farmem memnode`: run a memory node until interrupted.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use farmem_core::ByteSize;
+use farmem_memnode::{MemNode, MemNodeConfig};
 
 use super::Outcome;
 
+/// Run a memory node.
+///
+/// The node registers with the controller, which assigns it a slice of the
+/// global remote address space and tells it which compute node owns which
+/// extent. Memory is allocated lazily: a 64GiB capacity costs nothing until
+/// written. Without --controller the node runs standalone: its range starts
+/// at address 0 and every authenticated compute node may use all of it.
+///
+/// Example: farmem memnode --listen 127.0.0.1:7001 --capacity 64GiB --controller 127.0.0.1:7000
 #[derive(clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// Address to listen on (port 0 picks a free port).
+    #[arg(long, default_value = "127.0.0.1:7001")]
+    listen: String,
+    /// Memory to offer, e.g. 64GiB.
+    #[arg(long)]
+    capacity: ByteSize,
+    /// The controller to register with.
+    #[arg(long)]
+    controller: Option<String>,
+    /// Address peers should dial, when it differs from --listen (e.g. 0.0.0.0).
+    #[arg(long)]
+    advertise: Option<String>,
+    /// File holding the shared cluster token (whitespace trimmed). Without
+    /// it the cluster is unauthenticated: use only on loopback.
+    #[arg(long)]
+    token_file: Option<PathBuf>,
+    /// How often to heartbeat the controller, in milliseconds.
+    #[arg(long, default_value_t = 500)]
+    heartbeat_ms: u64,
+    /// Print the bound address as one JSON object on stdout once serving.
+    #[arg(long)]
+    json: bool,
+}
 
-pub fn run(_args: Args) -> Outcome {
-    anyhow::bail!("`farmem memnode` is not implemented yet")
+pub fn run(args: Args) -> Outcome {
+    let mut cfg = MemNodeConfig::new(args.listen.clone(), args.capacity.bytes());
+    cfg.controller = args.controller.clone();
+    cfg.advertise = args.advertise;
+    cfg.heartbeat = Duration::from_millis(args.heartbeat_ms.max(10));
+    cfg.token = super::load_token(args.token_file.as_deref())?;
+    super::block_termination_signals();
+    let node = MemNode::start(cfg)
+        .with_context(|| format!("starting the memory node on {}", args.listen))?;
+    super::announce(
+        args.json,
+        serde_json::json!({"role": "memnode", "addr": node.addr(), "node": node.node_id(), "capacity": args.capacity.bytes()}),
+        &format!(
+            "memnode {} serving {} on {}{}",
+            node.node_id(),
+            args.capacity,
+            node.addr(),
+            args.controller
+                .map(|c| format!(", registered with {c}"))
+                .unwrap_or_else(|| " (standalone)".into())
+        ),
+    );
+    super::wait_for_signal();
+    Ok(std::process::ExitCode::SUCCESS)
 }

@@ -4,6 +4,7 @@ pub mod bench;
 pub mod controller;
 pub mod demo;
 pub mod eval;
+pub mod local;
 pub mod memnode;
 pub mod run;
 pub mod sim;
@@ -12,3 +13,61 @@ pub mod trace;
 /// What every subcommand returns: the process exit code, or an error the
 /// CLI prints with its context chain.
 pub type Outcome = anyhow::Result<std::process::ExitCode>;
+
+/// Reads the cluster token, or none (an unauthenticated loopback cluster).
+pub fn load_token(path: Option<&std::path::Path>) -> anyhow::Result<Vec<u8>> {
+    use anyhow::Context;
+    match path {
+        None => Ok(Vec::new()),
+        Some(p) => {
+            let token = farmem_net::read_token_file(p)
+                .with_context(|| format!("reading token file {}", p.display()))?;
+            anyhow::ensure!(!token.is_empty(), "token file {} is empty", p.display());
+            Ok(token)
+        }
+    }
+}
+
+/// Tells the operator (stderr) or a supervising process (one JSON line on
+/// stdout) that a daemon is serving.
+pub fn announce(json: bool, object: serde_json::Value, human: &str) {
+    use std::io::Write;
+    if json {
+        println!("{object}");
+        let _ = std::io::stdout().flush();
+    } else {
+        eprintln!("farmem: {human}");
+    }
+}
+
+fn termination_signals() -> libc::sigset_t {
+    // SAFETY: sigset_t is plain data; sigemptyset initialises it.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        set
+    }
+}
+
+/// Blocks SIGINT and SIGTERM in this thread and every thread it spawns
+/// afterwards, so [`wait_for_signal`] can take them synchronously. Call it
+/// before starting a daemon's threads.
+pub fn block_termination_signals() {
+    let set = termination_signals();
+    // SAFETY: valid set, null old-set pointer is allowed.
+    unsafe {
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+    }
+}
+
+/// Waits for SIGINT or SIGTERM (blocked earlier by [`block_termination_signals`]).
+pub fn wait_for_signal() {
+    let set = termination_signals();
+    let mut sig = 0;
+    // SAFETY: valid set and out-pointer.
+    unsafe {
+        libc::sigwait(&set, &mut sig);
+    }
+}

@@ -1,0 +1,311 @@
+//! `farmem bench wire`: what the protocol costs over the bare socket.
+//!
+//! Baselines, measured in the same run and interleaved with the protocol
+//! measurements so machine noise hits both alike:
+//! - latency: a plain TCP request/reply with exactly the bytes of a 4 KiB
+//!   read (28-byte request, 4112-byte reply), TCP_NODELAY on both ends, a
+//!   blocking thread per connection — the floor any protocol on this socket
+//!   can reach;
+//! - throughput: a plain TCP bulk transfer (one sender writing 256 KiB
+//!   buffers as fast as it can), against 4 KiB reads with 32 in flight on
+//!   one connection.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::time::Instant;
+
+use anyhow::Context;
+use farmem_core::{ByteSize, LatencyHistogram};
+use farmem_net::{ClientConfig, Cluster, Connection};
+use farmem_wire::{HEADER_LEN, Msg, Placement, Role};
+use rand::{Rng, SeedableRng};
+
+use crate::cmd::Outcome;
+use crate::cmd::local::LocalRack;
+
+/// Measure the wire protocol beside plain TCP.
+///
+/// Starts a local controller and two memory nodes as child processes (or
+/// uses --controller), allocates a region, and measures 4 KiB and 64 B read
+/// latency and pipelined 4 KiB read throughput, each beside its plain-TCP
+/// baseline in the same run.
+#[derive(clap::Args)]
+pub struct Args {
+    /// Use this controller (and its memory nodes) instead of starting a local rack.
+    #[arg(long)]
+    controller: Option<String>,
+    /// Round trips per latency measurement.
+    #[arg(long, default_value_t = 20_000)]
+    iters: usize,
+    /// Bytes moved per throughput measurement.
+    #[arg(long, default_value = "1GiB")]
+    stream_bytes: ByteSize,
+    /// Reads in flight during the throughput measurement.
+    #[arg(long, default_value_t = 32)]
+    inflight: usize,
+    /// Print one JSON object on stdout.
+    #[arg(long)]
+    json: bool,
+}
+
+const REGION: u64 = 256 << 20;
+const PAGE: usize = 4096;
+
+pub fn run(args: Args) -> Outcome {
+    anyhow::ensure!(args.iters >= 100, "--iters must be at least 100");
+    anyhow::ensure!(
+        (1..=4096).contains(&args.inflight),
+        "--inflight must be 1..=4096"
+    );
+    let _rack;
+    let controller = match &args.controller {
+        Some(c) => c.clone(),
+        None => {
+            progress(&args, "starting a local controller and 2 memory nodes");
+            let rack = LocalRack::start(2, 8 << 30, 128 << 20)?;
+            let c = rack.controller.clone();
+            _rack = rack;
+            c
+        }
+    };
+    let cluster = Cluster::connect(
+        &controller,
+        ClientConfig::new("bench-wire", Role::Compute),
+        1,
+    )
+    .with_context(|| format!("connecting to the controller at {controller}"))?;
+    let extents = cluster
+        .allocate(REGION, Placement::Default)
+        .context("allocating the benchmark region")?;
+    let first = extents
+        .first()
+        .context("the controller granted nothing")?
+        .clone();
+    progress(&args, "filling the region");
+    let fill = vec![0x5au8; 2 << 20];
+    for e in &extents {
+        for off in (0..e.len).step_by(fill.len()) {
+            cluster.write(e.base + off, &fill)?;
+        }
+    }
+    let conn = cluster.conn_for(first.base, first.len)?;
+    let baseline = EchoServer::start()?;
+
+    progress(&args, "latency");
+    let tcp = LatencyHistogram::new();
+    let read4k = LatencyHistogram::new();
+    let read64 = LatencyHistogram::new();
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(1);
+    let pages = (first.len / PAGE as u64) as usize;
+    let mut raw = baseline.connect()?;
+    let mut page = vec![0u8; PAGE];
+    let mut line = [0u8; 64];
+    // Warm up both paths, then interleave blocks of each.
+    for _ in 0..1000 {
+        raw.round_trip()?;
+        conn.read(
+            first.base + (rng.gen_range(0..pages) * PAGE) as u64,
+            &mut page,
+        )?;
+    }
+    let block = 500;
+    for _ in 0..args.iters.div_ceil(block) {
+        for _ in 0..block {
+            let t = Instant::now();
+            raw.round_trip()?;
+            tcp.record(t.elapsed());
+        }
+        for _ in 0..block {
+            let addr = first.base + (rng.gen_range(0..pages) * PAGE) as u64;
+            let t = Instant::now();
+            conn.read(addr, &mut page)?;
+            read4k.record(t.elapsed());
+        }
+        for _ in 0..block {
+            let addr = first.base + (rng.gen_range(0..pages * 64) * 64) as u64;
+            let t = Instant::now();
+            conn.read(addr, &mut line)?;
+            read64.record(t.elapsed());
+        }
+    }
+
+    progress(&args, "throughput");
+    let bytes = args.stream_bytes.bytes().max(64 << 20);
+    let tcp_gbps = baseline.stream(bytes)?;
+    let wire_gbps = pipelined_reads(&conn, first.base, pages, bytes, args.inflight)?;
+    // A second pair, to show the spread rather than hide it.
+    let tcp_gbps2 = baseline.stream(bytes)?;
+    let wire_gbps2 = pipelined_reads(&conn, first.base, pages, bytes, args.inflight)?;
+    let (tcp_runs, wire_runs) = ([tcp_gbps, tcp_gbps2], [wire_gbps, wire_gbps2]);
+    // Best of two for each: noise on a shared machine only ever slows a run.
+    let tcp_gbps = tcp_gbps.max(tcp_gbps2);
+    let wire_gbps = wire_gbps.max(wire_gbps2);
+
+    let (t, r4, r64) = (tcp.summary(), read4k.summary(), read64.summary());
+    let report = serde_json::json!({
+        "benchmark": "wire",
+        "what": "4 KiB and 64 B reads from a memory node over farmem's protocol, beside plain TCP with the same bytes on the same loopback, interleaved in one run",
+        "iters": args.iters,
+        "tcp_rtt_us_p50": t.p50_us,
+        "tcp_rtt_us_p99": t.p99_us,
+        "read4k_us_p50": r4.p50_us,
+        "read4k_us_p99": r4.p99_us,
+        "read64_us_p50": r64.p50_us,
+        "read64_us_p99": r64.p99_us,
+        "latency_ratio_4k": r4.p50_us / t.p50_us,
+        "tcp_stream_gbps": tcp_gbps,
+        "read4k_stream_gbps": wire_gbps,
+        "stream_runs_gbps": {"tcp": tcp_runs, "read4k": wire_runs},
+        "inflight": args.inflight,
+        "stream_bytes": bytes,
+        "throughput_ratio": wire_gbps / tcp_gbps,
+        "goals": {"latency_ratio_4k_max": 1.3, "throughput_ratio_min": 0.7},
+    });
+    if args.json {
+        println!("{report}");
+    } else {
+        println!(
+            "plain TCP round trip   p50 {:7.1} µs  p99 {:7.1} µs",
+            t.p50_us, t.p99_us
+        );
+        println!(
+            "wire 4 KiB read        p50 {:7.1} µs  p99 {:7.1} µs  ({:.2}× TCP)",
+            r4.p50_us,
+            r4.p99_us,
+            r4.p50_us / t.p50_us
+        );
+        println!(
+            "wire 64 B read         p50 {:7.1} µs  p99 {:7.1} µs",
+            r64.p50_us, r64.p99_us
+        );
+        println!("plain TCP stream       {tcp_gbps:7.2} GB/s");
+        println!(
+            "wire 4 KiB reads ×{}   {wire_gbps:7.2} GB/s  ({:.2}× TCP)",
+            args.inflight,
+            wire_gbps / tcp_gbps
+        );
+    }
+    Ok(std::process::ExitCode::SUCCESS)
+}
+
+fn progress(args: &Args, what: &str) {
+    if !args.json {
+        eprintln!("farmem: bench wire: {what}…");
+    }
+}
+
+/// Reads `bytes` in 4 KiB reads at random pages with `inflight` outstanding,
+/// refilling the pipeline in half-window batches (one write per batch).
+fn pipelined_reads(
+    conn: &Connection,
+    base: u64,
+    pages: usize,
+    bytes: u64,
+    inflight: usize,
+) -> anyhow::Result<f64> {
+    let total = (bytes / PAGE as u64) as usize;
+    let refill = (inflight / 2).max(1);
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(2);
+    let mut queue = std::collections::VecDeque::with_capacity(inflight);
+    let mut page = vec![0u8; PAGE];
+    let (mut issued, mut done) = (0usize, 0usize);
+    let start = Instant::now();
+    while done < total {
+        if queue.len() + refill <= inflight && issued < total {
+            let n = refill.min(total - issued);
+            let msgs: Vec<Msg> = (0..n)
+                .map(|_| Msg::Read {
+                    addr: base + (rng.gen_range(0..pages) * PAGE) as u64,
+                    len: PAGE as u32,
+                })
+                .collect();
+            queue.extend(conn.submit_batch(&msgs)?);
+            issued += n;
+            continue;
+        }
+        let ticket = queue.pop_front().expect("something is in flight");
+        farmem_net::cluster::read_reply_into(&ticket.wait()?, &mut page)?;
+        done += 1;
+    }
+    Ok(bytes as f64 / start.elapsed().as_secs_f64() / 1e9)
+}
+
+/// The plain-TCP baseline server: answers a 28-byte request with a
+/// 4112-byte reply (a 4 KiB read's exact frame sizes), or streams.
+struct EchoServer {
+    addr: std::net::SocketAddr,
+}
+
+const REQUEST_LEN: usize = HEADER_LEN + 12;
+const REPLY_LEN: usize = HEADER_LEN + PAGE;
+
+impl EchoServer {
+    fn start() -> anyhow::Result<Self> {
+        let listener = TcpListener::bind("127.0.0.1:0")?;
+        let addr = listener.local_addr()?;
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                std::thread::spawn(move || {
+                    let _ = Self::serve(stream);
+                });
+            }
+        });
+        Ok(Self { addr })
+    }
+
+    fn serve(mut s: TcpStream) -> std::io::Result<()> {
+        s.set_nodelay(true)?;
+        let mut mode = [0u8; 1];
+        s.read_exact(&mut mode)?;
+        if mode[0] == b'S' {
+            let chunk = vec![0x5au8; 256 << 10];
+            loop {
+                s.write_all(&chunk)?;
+            }
+        }
+        let mut req = [0u8; REQUEST_LEN];
+        let reply = vec![0x5au8; REPLY_LEN];
+        loop {
+            s.read_exact(&mut req)?;
+            s.write_all(&reply)?;
+        }
+    }
+
+    fn connect(&self) -> anyhow::Result<RawClient> {
+        let mut s = TcpStream::connect(self.addr)?;
+        s.set_nodelay(true)?;
+        s.write_all(b"R")?;
+        Ok(RawClient {
+            s,
+            reply: vec![0u8; REPLY_LEN],
+        })
+    }
+
+    /// Bulk-reads `bytes` from a streaming connection; GB/s.
+    fn stream(&self, bytes: u64) -> anyhow::Result<f64> {
+        let mut s = TcpStream::connect(self.addr)?;
+        s.set_nodelay(true)?;
+        s.write_all(b"S")?;
+        let mut buf = vec![0u8; 256 << 10];
+        let mut got = 0u64;
+        let start = Instant::now();
+        while got < bytes {
+            let n = s.read(&mut buf)?;
+            anyhow::ensure!(n > 0, "baseline stream closed early");
+            got += n as u64;
+        }
+        Ok(got as f64 / start.elapsed().as_secs_f64() / 1e9)
+    }
+}
+
+struct RawClient {
+    s: TcpStream,
+    reply: Vec<u8>,
+}
+
+impl RawClient {
+    fn round_trip(&mut self) -> std::io::Result<()> {
+        self.s.write_all(&[7u8; REQUEST_LEN])?;
+        self.s.read_exact(&mut self.reply)
+    }
+}

@@ -1,0 +1,114 @@
+//! A local rack for the quick start, benchmarks and `farmem run`: a
+//! controller and memory nodes started as child processes of this binary on
+//! loopback, stopped (and reaped) when the value is dropped.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+
+/// Child daemons on loopback.
+pub struct LocalRack {
+    pub controller: String,
+    pub memnodes: Vec<String>,
+    children: Vec<Child>,
+}
+
+impl LocalRack {
+    /// Starts a controller and `memnodes` memory nodes of `capacity` each.
+    pub fn start(memnodes: usize, capacity: u64, granularity: u64) -> anyhow::Result<Self> {
+        let mut rack = Self {
+            controller: String::new(),
+            memnodes: Vec::new(),
+            children: Vec::new(),
+        };
+        rack.controller = rack.spawn(&[
+            "controller",
+            "--listen",
+            "127.0.0.1:0",
+            "--granularity",
+            &granularity.to_string(),
+            "--json",
+        ])?;
+        for _ in 0..memnodes {
+            let ctl = rack.controller.clone();
+            let addr = rack.spawn(&[
+                "memnode",
+                "--listen",
+                "127.0.0.1:0",
+                "--capacity",
+                &capacity.to_string(),
+                "--controller",
+                &ctl,
+                "--json",
+            ])?;
+            rack.memnodes.push(addr);
+        }
+        Ok(rack)
+    }
+
+    /// Spawns `farmem ARGS…` and waits for the JSON line announcing its address.
+    fn spawn(&mut self, args: &[&str]) -> anyhow::Result<String> {
+        let exe = std::env::current_exe().context("finding the farmem binary")?;
+        let mut child = Command::new(&exe)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .with_context(|| format!("starting `farmem {}`", args[0]))?;
+        let stdout = child.stdout.take().expect("stdout was piped");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            let _ = BufReader::new(stdout).read_line(&mut line);
+            let _ = tx.send(line);
+        });
+        self.children.push(child);
+        let line = rx.recv_timeout(Duration::from_secs(20)).with_context(|| {
+            format!(
+                "`farmem {}` did not report its address within 20 s",
+                args[0]
+            )
+        })?;
+        let v: serde_json::Value = serde_json::from_str(line.trim()).with_context(|| {
+            format!(
+                "`farmem {}` printed {line:?} instead of its address",
+                args[0]
+            )
+        })?;
+        match v.get("addr").and_then(|a| a.as_str()) {
+            Some(addr) => Ok(addr.to_string()),
+            None => bail!("`farmem {}` printed no address: {line}", args[0]),
+        }
+    }
+}
+
+impl Drop for LocalRack {
+    fn drop(&mut self) {
+        // Memory nodes first, then the controller; SIGTERM lets them say goodbye.
+        for child in self.children.iter_mut().rev() {
+            // SAFETY: plain kill(2) on our own child's pid.
+            unsafe {
+                libc::kill(child.id() as libc::pid_t, libc::SIGTERM);
+            }
+        }
+        for child in self.children.iter_mut().rev() {
+            let deadline = std::time::Instant::now() + Duration::from_secs(3);
+            loop {
+                match child.try_wait() {
+                    Ok(Some(_)) => break,
+                    Ok(None) if std::time::Instant::now() < deadline => {
+                        std::thread::sleep(Duration::from_millis(20))
+                    }
+                    _ => {
+                        let _ = child.kill();
+                        let _ = child.wait();
+                        break;
+                    }
+                }
+            }
+        }
+    }
+}

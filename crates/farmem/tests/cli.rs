@@ -1,0 +1,99 @@
+//! The binary as a user runs it: daemons as child processes, one JSON object
+//! per report, clear errors on bad flags.
+
+use std::process::Command;
+
+fn farmem() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_farmem"))
+}
+
+#[test]
+fn bench_wire_prints_one_json_object_with_every_key() {
+    let out = farmem()
+        .args([
+            "bench",
+            "wire",
+            "--json",
+            "--iters",
+            "500",
+            "--stream-bytes",
+            "64MiB",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(
+        stdout.trim().lines().count(),
+        1,
+        "exactly one JSON line: {stdout}"
+    );
+    let v: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    for key in [
+        "tcp_rtt_us_p50",
+        "read4k_us_p50",
+        "read4k_us_p99",
+        "read64_us_p50",
+        "latency_ratio_4k",
+        "tcp_stream_gbps",
+        "read4k_stream_gbps",
+        "throughput_ratio",
+    ] {
+        assert!(
+            v[key].as_f64().is_some_and(|x| x > 0.0),
+            "{key} missing or not positive in {v}"
+        );
+    }
+}
+
+#[test]
+fn demo_verifies_what_it_wrote() {
+    let out = farmem()
+        .args(["demo", "--json", "--size", "256MiB"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["mismatched_chunks"], 0);
+    assert_eq!(v["chunks_verified"], 64);
+}
+
+#[test]
+fn bad_sizes_are_named_in_the_error() {
+    let out = farmem()
+        .args(["memnode", "--capacity", "12 parsecs"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--capacity") && err.contains("parsecs"),
+        "{err}"
+    );
+}
+
+#[test]
+fn every_subcommand_has_help() {
+    for sub in [
+        "memnode",
+        "controller",
+        "bench",
+        "sim",
+        "eval",
+        "trace",
+        "run",
+        "demo",
+    ] {
+        let out = farmem().args([sub, "--help"]).output().unwrap();
+        assert!(out.status.success(), "{sub} --help failed");
+        assert!(!out.stdout.is_empty());
+    }
+}
