@@ -2,6 +2,8 @@
 //!
 //! `cargo run -p farmem-codec --example ratios --release`
 
+use std::time::Instant;
+
 use farmem_codec::CodecKind;
 
 const PAGE: usize = 4096;
@@ -63,6 +65,37 @@ fn pages() -> Vec<(&'static str, Vec<u8>)> {
 }
 
 fn main() {
+    // `ratios bench CODEC OP` loops one operation (for `perf stat`).
+    let args: Vec<String> = std::env::args().collect();
+    if args.len() == 4 && args[1] == "bench" {
+        let c = CodecKind::from_name(&args[2]).expect("codec name").codec();
+        let all = pages();
+        let encoded: Vec<Vec<u8>> = all
+            .iter()
+            .map(|(_, p)| {
+                let mut v = Vec::new();
+                c.compress(p, &mut v);
+                v
+            })
+            .collect();
+        let mut buf = Vec::with_capacity(2 * PAGE);
+        let mut sink = 0usize;
+        for _ in 0..1000 {
+            for (i, (_, p)) in all.iter().enumerate() {
+                buf.clear();
+                match args[3].as_str() {
+                    "compress" => c.compress(p, &mut buf),
+                    "decompress" => c
+                        .decompress(&encoded[i], &mut buf)
+                        .expect("own output decodes"),
+                    _ => sink += c.compressed_len(p),
+                }
+                sink += buf.len();
+            }
+        }
+        println!("{sink}");
+        return;
+    }
     print!("{:<12}", "page");
     for k in CodecKind::ALL {
         print!("{:>18}", k.name());
@@ -85,4 +118,37 @@ fn main() {
         print!("{:>18}", format!("{:.0}", k.codec().latency_ns(PAGE, 2.0)));
     }
     println!();
+    // Software cost on this CPU (what the real runtime pays per page).
+    let all = pages();
+    let rounds = 200;
+    for (label, decode) in [("compress", false), ("decompress", true)] {
+        print!("{:<12}", format!("{label} us"));
+        for k in CodecKind::ALL {
+            let c = k.codec();
+            let encoded: Vec<Vec<u8>> = all
+                .iter()
+                .map(|(_, p)| {
+                    let mut v = Vec::new();
+                    c.compress(p, &mut v);
+                    v
+                })
+                .collect();
+            let mut buf = Vec::with_capacity(2 * PAGE);
+            let t = Instant::now();
+            for _ in 0..rounds {
+                for (i, (_, p)) in all.iter().enumerate() {
+                    buf.clear();
+                    if decode {
+                        c.decompress(&encoded[i], &mut buf)
+                            .expect("own output decodes");
+                    } else {
+                        c.compress(p, &mut buf);
+                    }
+                }
+            }
+            let per_page = t.elapsed().as_secs_f64() * 1e6 / (rounds * all.len()) as f64;
+            print!("{:>18}", format!("{per_page:.2}"));
+        }
+        println!();
+    }
 }

@@ -81,6 +81,16 @@ impl<'a> BitReader<'a> {
 
     /// Read `bits` bits (`bits` <= 32); `None` past the end.
     pub(crate) fn get(&mut self, mut bits: u32) -> Option<u64> {
+        debug_assert!(bits <= 32);
+        let at = self.bitpos >> 3;
+        // Fast path: one unaligned 8-byte load covers off (<= 7) + 32 bits.
+        if let Some(chunk) = self.data.get(at..at + 8) {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(chunk);
+            let v = (u64::from_le_bytes(b) >> (self.bitpos & 7)) & ((1u64 << bits) - 1);
+            self.bitpos += bits as usize;
+            return Some(v);
+        }
         let mut v = 0u64;
         let mut shift = 0;
         while bits > 0 {
@@ -133,6 +143,25 @@ mod tests {
         assert_eq!(read_varint(&[0x80, 0x00]), None); // overlong
         assert_eq!(read_varint(&[0xff; 10]), None); // overflow
         assert_eq!(read_varint(&[]), None);
+    }
+
+    #[test]
+    fn fast_and_tail_reads_agree() {
+        let mut out = Vec::new();
+        let mut w = BitWriter::new(&mut out);
+        let vals: Vec<(u64, u32)> = (0..200u64)
+            .map(|i| ((i * 2_654_435_761) & 0xffff_ffff, (i % 32 + 1) as u32))
+            .collect();
+        for &(v, n) in &vals {
+            w.put(v, n);
+        }
+        w.finish();
+        let mut r = BitReader::new(&out);
+        for &(v, n) in &vals {
+            assert_eq!(r.get(n), Some(v & ((1u64 << n) - 1)));
+        }
+        assert!(r.padding_is_zero());
+        assert_eq!(r.bytes_used(), out.len());
     }
 
     #[test]

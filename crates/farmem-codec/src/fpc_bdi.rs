@@ -75,9 +75,17 @@ fn fits(v: u64, base: usize, delta: usize) -> bool {
 }
 
 fn elem(line: &[u8; LINE], base: usize, i: usize) -> u64 {
-    let mut b = [0u8; 8];
-    b[..base].copy_from_slice(&line[i * base..(i + 1) * base]);
-    u64::from_le_bytes(b)
+    // Fixed-size loads per element width (this is the hot loop of `choose`).
+    let at = i * base;
+    match base {
+        8 => u64::from_le_bytes(line[at..at + 8].try_into().unwrap_or([0; 8])),
+        4 => u64::from(u32::from_le_bytes(
+            line[at..at + 4].try_into().unwrap_or([0; 4]),
+        )),
+        _ => u64::from(u16::from_le_bytes(
+            line[at..at + 2].try_into().unwrap_or([0; 2]),
+        )),
+    }
 }
 
 /// BDI with bases {0, B}: `Some((B, mask))` if every element fits.

@@ -42,21 +42,40 @@ fn index_bits(d: usize) -> u32 {
     usize::BITS - (d - 1).leading_zeros()
 }
 
+/// (count, value) of every distinct word, by open-addressing hash table:
+/// cheaper than sorting the page's words.
+fn frequencies(words: &[u32]) -> Vec<(usize, u32)> {
+    let cap = (2 * words.len()).next_power_of_two().max(16);
+    let mask = cap - 1;
+    let mut keys = vec![0u32; cap];
+    let mut counts = vec![0usize; cap]; // 0 marks an empty slot
+    for &w in words {
+        let mut h = ((u64::from(w).wrapping_mul(0x9e37_79b9_7f4a_7c15)) >> 40) as usize & mask;
+        while counts[h] != 0 && keys[h] != w {
+            h = (h + 1) & mask;
+        }
+        keys[h] = w;
+        counts[h] += 1;
+    }
+    counts
+        .iter()
+        .zip(&keys)
+        .filter(|(c, _)| **c != 0)
+        .map(|(&c, &k)| (c, k))
+        .collect()
+}
+
 /// The chosen dictionary (most frequent first) and the encoded body size
 /// in bytes after the length header.
 fn plan(words: &[u32]) -> (Vec<u32>, usize) {
-    let mut sorted = words.to_vec();
-    sorted.sort_unstable();
-    let mut freq: Vec<(usize, u32)> = Vec::new();
-    for &w in &sorted {
-        match freq.last_mut() {
-            Some((n, v)) if *v == w => *n += 1,
-            _ => freq.push((1, w)),
-        }
-    }
+    let mut freq = frequencies(words);
     // Most frequent first; ties by value so the output is deterministic.
-    freq.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
-    freq.truncate(MAX_DICT);
+    let order = |a: &(usize, u32), b: &(usize, u32)| b.0.cmp(&a.0).then(a.1.cmp(&b.1));
+    if freq.len() > MAX_DICT {
+        freq.select_nth_unstable_by(MAX_DICT - 1, order);
+        freq.truncate(MAX_DICT);
+    }
+    freq.sort_unstable_by(order);
 
     let n = words.len();
     let mut best_d = 0;
