@@ -500,7 +500,10 @@ impl ExtentTree {
             if counts[k] == 0 {
                 continue;
             }
-            let node = self.nodes.get_mut(&id).expect("candidate node exists");
+            // Candidates were read from `self.nodes` above; nothing removed them.
+            let Some(node) = self.nodes.get_mut(&id) else {
+                continue;
+            };
             for (base, len) in node.take_lowest(counts[k] * g) {
                 out.push(Grant {
                     node: id,
