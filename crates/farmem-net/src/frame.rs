@@ -18,8 +18,11 @@ pub fn read_frame(
     r.read_exact(&mut header).map_err(eof_is_disconnect)?;
     let h = decode_header(&header, max_frame)?;
     body.clear();
-    body.resize(h.body_len as usize, 0);
-    r.read_exact(body).map_err(eof_is_disconnect)?;
+    // read_to_end fills spare capacity without zeroing it first.
+    let got = r.take(u64::from(h.body_len)).read_to_end(body).map_err(eof_is_disconnect)?;
+    if got != h.body_len as usize {
+        return Err(NetError::Disconnected("peer closed the connection mid-frame".into()));
+    }
     Ok(h)
 }
 

@@ -51,7 +51,17 @@ impl LocalRack {
     /// Spawns `farmem ARGS…` and waits for the JSON line announcing its address.
     fn spawn(&mut self, args: &[&str]) -> anyhow::Result<String> {
         let exe = std::env::current_exe().context("finding the farmem binary")?;
-        let mut child = Command::new(&exe)
+        let mut cmd = Command::new(&exe);
+        // SAFETY: prctl is async-signal-safe; it makes the daemon die with us
+        // even if we are killed without a chance to clean up.
+        unsafe {
+            use std::os::unix::process::CommandExt;
+            cmd.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+                Ok(())
+            });
+        }
+        let mut child = cmd
             .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -87,14 +97,13 @@ impl LocalRack {
 
 impl Drop for LocalRack {
     fn drop(&mut self) {
-        // Memory nodes first, then the controller; SIGTERM lets them say goodbye.
+        // Memory nodes first, each gone before the next stops, the controller
+        // last, so no node ever sees its controller vanish.
         for child in self.children.iter_mut().rev() {
             // SAFETY: plain kill(2) on our own child's pid.
             unsafe {
                 libc::kill(child.id() as libc::pid_t, libc::SIGTERM);
             }
-        }
-        for child in self.children.iter_mut().rev() {
             let deadline = std::time::Instant::now() + Duration::from_secs(3);
             loop {
                 match child.try_wait() {
