@@ -32,6 +32,33 @@ pub enum Placement {
     LeastLoaded,
 }
 
+impl Placement {
+    pub fn name(self) -> &'static str {
+        match self {
+            Placement::RoundRobin => "round-robin",
+            Placement::LeastLoaded => "least-loaded",
+        }
+    }
+}
+
+impl std::str::FromStr for Placement {
+    type Err = ExtentError;
+    /// Accepts the config names `round-robin` and `least-loaded`.
+    fn from_str(s: &str) -> Result<Self, ExtentError> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "round-robin" | "roundrobin" | "rr" => Ok(Placement::RoundRobin),
+            "least-loaded" | "leastloaded" => Ok(Placement::LeastLoaded),
+            _ => Err(ExtentError::UnknownPlacement(s.to_string())),
+        }
+    }
+}
+
+impl std::fmt::Display for Placement {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 /// One exclusive range of the global pool held by `owner` on memory node `node`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Grant {
@@ -116,6 +143,8 @@ pub enum ExtentError {
         "grant for owner {owner:?} at [{base:#x}, +{len:#x}) lies outside every memory node range"
     )]
     GrantOutsideNode { base: u64, len: u64, owner: String },
+    #[error("unknown placement {0:?}; expected round-robin or least-loaded")]
+    UnknownPlacement(String),
     #[error("extent tree state is inconsistent: {0}")]
     Corrupt(String),
 }
@@ -926,6 +955,19 @@ mod tests {
         assert_eq!(t.is_up(42), None);
         assert_eq!(t.node_of(7 * G - 1), Some(0));
         assert_eq!(t.node_of(7 * G), None);
+    }
+
+    #[test]
+    fn placement_names() {
+        for p in [Placement::RoundRobin, Placement::LeastLoaded] {
+            assert_eq!(p.to_string().parse::<Placement>(), Ok(p));
+            assert_eq!(serde_json::to_string(&p).unwrap(), format!("\"{p}\""));
+        }
+        let err = "random".parse::<Placement>().unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "unknown placement \"random\"; expected round-robin or least-loaded"
+        );
     }
 
     #[test]
