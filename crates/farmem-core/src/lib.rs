@@ -8,4 +8,4 @@ pub mod metrics;
 pub mod units;
 
 pub use metrics::{Counter, LatencyHistogram};
-pub use units::{ByteSize, CACHE_LINE, PAGE_SIZE, ParseError, Ratio, SUB_BLOCK};
+pub use units::{ByteSize, CACHE_LINE, PAGE_SIZE, ParseError, Ratio, SUB_BLOCK, parse_duration_ns};

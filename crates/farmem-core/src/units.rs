@@ -202,6 +202,39 @@ impl<'de> Deserialize<'de> for Ratio {
     }
 }
 
+/// Parses a duration written with a unit: `400ns`, `2us` (or `2µs`), `1.5ms`,
+/// `3s`; a bare number is nanoseconds. Returns nanoseconds.
+pub fn parse_duration_ns(input: &str) -> Result<u64, ParseError> {
+    let s = input.trim();
+    if s.is_empty() {
+        return Err(ParseError::Empty);
+    }
+    let split = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let scale = match unit.trim() {
+        "" | "ns" => 1.0,
+        "us" | "µs" => 1e3,
+        "ms" => 1e6,
+        "s" => 1e9,
+        other => {
+            return Err(ParseError::UnknownUnit {
+                input: input.to_string(),
+                unit: format!("{other} (use ns, us, ms, s)"),
+            });
+        }
+    };
+    let value: f64 = num
+        .parse()
+        .map_err(|_| ParseError::NotANumber(input.to_string()))?;
+    let ns = value * scale;
+    if !ns.is_finite() || ns < 0.0 || ns >= u64::MAX as f64 {
+        return Err(ParseError::Overflow(input.to_string()));
+    }
+    Ok(ns.round() as u64)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -241,6 +274,17 @@ mod tests {
         assert_eq!("1/4".parse::<Ratio>().unwrap().get(), 0.25);
         assert!("150%".parse::<Ratio>().is_err());
         assert!("1/0".parse::<Ratio>().is_err());
+    }
+
+    #[test]
+    fn durations_parse_with_units() {
+        assert_eq!(parse_duration_ns("400ns").unwrap(), 400);
+        assert_eq!(parse_duration_ns("2us").unwrap(), 2000);
+        assert_eq!(parse_duration_ns("1.5ms").unwrap(), 1_500_000);
+        assert_eq!(parse_duration_ns("3s").unwrap(), 3_000_000_000);
+        assert_eq!(parse_duration_ns("17").unwrap(), 17);
+        assert!(parse_duration_ns("5 fortnights").is_err());
+        assert!(parse_duration_ns("").is_err());
     }
 
     #[test]

@@ -75,6 +75,7 @@ struct Inner {
     next_id: AtomicU64,
     max_frame: u32,
     timeout: Duration,
+    delay: Option<Arc<crate::delay::EgressDelay>>,
 }
 
 /// A pipelined, authenticated connection to a farmem daemon. Cheap to clone;
@@ -128,6 +129,7 @@ impl Connection {
                 next_id: AtomicU64::new(1),
                 max_frame,
                 timeout: cfg.timeout,
+                delay: cfg.delay.clone(),
             }),
         })
     }
@@ -149,6 +151,9 @@ impl Connection {
 
     /// Sends a request and returns at once.
     pub fn submit(&self, msg: &Msg<'_>) -> Result<Ticket, NetError> {
+        if let Some(delay) = &self.inner.delay {
+            delay.pass();
+        }
         let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
         self.check_alive()?;
         self.inner.slots.lock().insert(id, Slot::Waiting(None));
@@ -172,6 +177,10 @@ impl Connection {
     /// Sends several requests with one write (one syscall for a whole
     /// pipeline refill) and returns their tickets in order.
     pub fn submit_batch(&self, msgs: &[Msg<'_>]) -> Result<Vec<Ticket>, NetError> {
+        if self.inner.delay.is_some() {
+            // Each request passes the gate on its own, as on the link.
+            return msgs.iter().map(|m| self.submit(m)).collect();
+        }
         self.check_alive()?;
         let first = self
             .inner

@@ -19,9 +19,14 @@ pub fn read_frame(
     let h = decode_header(&header, max_frame)?;
     body.clear();
     // read_to_end fills spare capacity without zeroing it first.
-    let got = r.take(u64::from(h.body_len)).read_to_end(body).map_err(eof_is_disconnect)?;
+    let got = r
+        .take(u64::from(h.body_len))
+        .read_to_end(body)
+        .map_err(eof_is_disconnect)?;
     if got != h.body_len as usize {
-        return Err(NetError::Disconnected("peer closed the connection mid-frame".into()));
+        return Err(NetError::Disconnected(
+            "peer closed the connection mid-frame".into(),
+        ));
     }
     Ok(h)
 }

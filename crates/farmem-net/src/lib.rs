@@ -12,6 +12,7 @@
 
 pub mod cluster;
 mod conn;
+pub mod delay;
 mod frame;
 pub mod server;
 
@@ -34,6 +35,8 @@ pub struct ClientConfig {
     /// How long a request may wait for its reply before the connection is
     /// declared dead.
     pub timeout: Duration,
+    /// Injected egress delay, shared by every connection of this node.
+    pub delay: Option<std::sync::Arc<delay::EgressDelay>>,
 }
 
 impl ClientConfig {
@@ -43,7 +46,14 @@ impl ClientConfig {
             role,
             token: Vec::new(),
             timeout: Duration::from_secs(10),
+            delay: None,
         }
+    }
+
+    /// Sends every request through `delay`'s gate.
+    pub fn with_delay(mut self, delay: std::sync::Arc<delay::EgressDelay>) -> Self {
+        self.delay = Some(delay);
+        self
     }
 
     pub fn with_token(mut self, token: impl Into<Vec<u8>>) -> Self {

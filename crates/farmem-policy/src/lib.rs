@@ -6,7 +6,9 @@
 //! simulator with virtual time and traces. A policy is written once.
 
 pub mod cache;
+pub mod delay;
 pub mod list;
+pub mod promote;
 
 /// Nanoseconds, virtual (simulator) or monotonic (runtime).
 pub type Nanos = u64;

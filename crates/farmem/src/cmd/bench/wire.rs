@@ -49,7 +49,7 @@ pub struct Args {
 }
 
 const REGION: u64 = 256 << 20;
-const PAGE: usize = 4096;
+pub(super) const PAGE: usize = 4096;
 
 pub fn run(args: Args) -> Outcome {
     anyhow::ensure!(args.iters >= 100, "--iters must be at least 100");
@@ -196,7 +196,7 @@ fn progress(args: &Args, what: &str) {
 
 /// Reads `bytes` in 4 KiB reads at random pages with `inflight` outstanding,
 /// refilling the pipeline in half-window batches (one write per batch).
-fn pipelined_reads(
+pub(super) fn pipelined_reads(
     conn: &Connection,
     base: u64,
     pages: usize,

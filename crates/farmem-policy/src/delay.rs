@@ -1,0 +1,278 @@
+//! Delay injection on a link's egress (ThymesisFlow, seed 003 §III-B).
+//!
+//! The paper's injector lets a request pass once every PERIOD cycles, so
+//! latency grows linearly with PERIOD while the bandwidth-delay product stays
+//! constant. [`DelayGate`] does the same in time: each request is admitted no
+//! earlier than one gap after the previous one. The paper's stated next step,
+//! delays drawn from a distribution and varying within a run, are the other
+//! [`DelayModel`]s. Pure: the caller passes `now` and waits until the time
+//! returned, so the simulator and the real transport share it.
+
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use serde::{Deserialize, Serialize};
+
+use crate::Nanos;
+
+/// The gap enforced between consecutive requests on one egress.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum DelayModel {
+    /// No injected delay (PERIOD = 1).
+    #[default]
+    None,
+    /// A fixed gap, the paper's PERIOD.
+    Period { gap_ns: Nanos },
+    /// A gap drawn uniformly from [min, max] for every request.
+    Uniform { min_ns: Nanos, max_ns: Nanos },
+    /// A gap drawn from an exponential distribution (bursty tails).
+    Exponential { mean_ns: Nanos },
+    /// Fixed gaps that change during the run: `(from_ns, gap_ns)` steps,
+    /// sorted by start time, measured from the gate's first request.
+    Steps { steps: Vec<(Nanos, Nanos)> },
+}
+
+/// Why a delay specification could not be parsed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "bad delay `{input}`: {why} (examples: none, 20us, uniform:10us..50us, exp:30us, steps:0=0,1s=50us)"
+)]
+pub struct DelayParseError {
+    input: String,
+    why: String,
+}
+
+impl std::str::FromStr for DelayModel {
+    type Err = DelayParseError;
+
+    fn from_str(input: &str) -> Result<Self, Self::Err> {
+        let bad = |why: &str| DelayParseError {
+            input: input.to_string(),
+            why: why.to_string(),
+        };
+        let ns = |s: &str| farmem_core::parse_duration_ns(s).map_err(|e| bad(&e.to_string()));
+        let s = input.trim();
+        if s == "none" || s == "0" {
+            return Ok(Self::None);
+        }
+        let (kind, rest) = s.split_once(':').unwrap_or(("period", s));
+        match kind {
+            "period" => Ok(Self::Period { gap_ns: ns(rest)? }),
+            "uniform" => {
+                let (lo, hi) = rest
+                    .split_once("..")
+                    .ok_or_else(|| bad("uniform needs MIN..MAX"))?;
+                let (min_ns, max_ns) = (ns(lo)?, ns(hi)?);
+                if min_ns > max_ns {
+                    return Err(bad("MIN is larger than MAX"));
+                }
+                Ok(Self::Uniform { min_ns, max_ns })
+            }
+            "exp" | "exponential" => Ok(Self::Exponential { mean_ns: ns(rest)? }),
+            "steps" => {
+                let mut steps = Vec::new();
+                for step in rest.split(',') {
+                    let (at, gap) = step
+                        .split_once('=')
+                        .ok_or_else(|| bad("steps are FROM=GAP"))?;
+                    steps.push((ns(at)?, ns(gap)?));
+                }
+                if !steps.windows(2).all(|w| w[0].0 < w[1].0) {
+                    return Err(bad("step start times must increase"));
+                }
+                Ok(Self::Steps { steps })
+            }
+            _ => Err(bad("unknown kind")),
+        }
+    }
+}
+
+impl std::fmt::Display for DelayModel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let us = |ns: &Nanos| *ns as f64 / 1000.0;
+        match self {
+            DelayModel::None => write!(f, "none"),
+            DelayModel::Period { gap_ns } => write!(f, "{}us", us(gap_ns)),
+            DelayModel::Uniform { min_ns, max_ns } => {
+                write!(f, "uniform:{}us..{}us", us(min_ns), us(max_ns))
+            }
+            DelayModel::Exponential { mean_ns } => write!(f, "exp:{}us", us(mean_ns)),
+            DelayModel::Steps { steps } => {
+                write!(f, "steps:")?;
+                for (i, (from, gap)) in steps.iter().enumerate() {
+                    write!(
+                        f,
+                        "{}{}us={}us",
+                        if i > 0 { "," } else { "" },
+                        us(from),
+                        us(gap)
+                    )?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// Admits requests one gap apart.
+#[derive(Debug, Clone)]
+pub struct DelayGate {
+    model: DelayModel,
+    rng: SmallRng,
+    /// Earliest time the next request may pass.
+    next_free: Option<Nanos>,
+    started: Option<Nanos>,
+}
+
+impl DelayGate {
+    /// A gate whose random draws are reproducible from `seed`.
+    pub fn new(model: DelayModel, seed: u64) -> Self {
+        Self {
+            model,
+            rng: SmallRng::seed_from_u64(seed),
+            next_free: None,
+            started: None,
+        }
+    }
+
+    pub fn model(&self) -> &DelayModel {
+        &self.model
+    }
+
+    /// True when the gate never delays anything.
+    pub fn is_transparent(&self) -> bool {
+        self.model == DelayModel::None
+    }
+
+    /// A request is ready at `now`; returns when it may pass (≥ `now`).
+    pub fn admit(&mut self, now: Nanos) -> Nanos {
+        let start = *self.started.get_or_insert(now);
+        let pass = self.next_free.map_or(now, |free| free.max(now));
+        let gap = self.gap(pass.saturating_sub(start));
+        self.next_free = Some(pass + gap);
+        pass
+    }
+
+    fn gap(&mut self, since_start: Nanos) -> Nanos {
+        match &self.model {
+            DelayModel::None => 0,
+            DelayModel::Period { gap_ns } => *gap_ns,
+            DelayModel::Uniform { min_ns, max_ns } => self.rng.gen_range(*min_ns..=*max_ns),
+            DelayModel::Exponential { mean_ns } => {
+                let u: f64 = self.rng.r#gen::<f64>();
+                (-(1.0 - u).ln() * *mean_ns as f64) as Nanos
+            }
+            DelayModel::Steps { steps } => steps
+                .iter()
+                .take_while(|(from, _)| *from <= since_start)
+                .last()
+                .map_or(0, |(_, gap)| *gap),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn period_spaces_back_to_back_requests_one_gap_apart() {
+        let mut g = DelayGate::new(DelayModel::Period { gap_ns: 100 }, 0);
+        let passes: Vec<Nanos> = (0..4).map(|_| g.admit(1000)).collect();
+        assert_eq!(passes, vec![1000, 1100, 1200, 1300]);
+        // An idle link lets the next request through at once.
+        assert_eq!(g.admit(5000), 5000);
+        assert_eq!(g.admit(5000), 5100);
+    }
+
+    #[test]
+    fn no_delay_is_transparent() {
+        let mut g = DelayGate::new(DelayModel::None, 0);
+        assert!(g.is_transparent());
+        assert_eq!(
+            (0..3).map(|_| g.admit(7)).collect::<Vec<_>>(),
+            vec![7, 7, 7]
+        );
+    }
+
+    #[test]
+    fn steps_change_the_gap_during_the_run() {
+        let mut g = DelayGate::new(
+            DelayModel::Steps {
+                steps: vec![(0, 0), (1000, 50)],
+            },
+            0,
+        );
+        assert_eq!(g.admit(0), 0);
+        assert_eq!(g.admit(0), 0);
+        assert_eq!(g.admit(1000), 1000);
+        assert_eq!(g.admit(1000), 1050);
+    }
+
+    #[test]
+    fn random_gaps_stay_in_range_and_are_reproducible() {
+        let model = DelayModel::Uniform {
+            min_ns: 10,
+            max_ns: 20,
+        };
+        let (mut a, mut b) = (DelayGate::new(model.clone(), 9), DelayGate::new(model, 9));
+        let mut last = 0;
+        for _ in 0..1000 {
+            let pass = a.admit(0);
+            assert_eq!(pass, b.admit(0));
+            if last > 0 {
+                assert!((10..=20).contains(&(pass - last)));
+            }
+            last = pass;
+        }
+        let mut e = DelayGate::new(DelayModel::Exponential { mean_ns: 1000 }, 1);
+        let end = (0..10_000).map(|_| e.admit(0)).last().unwrap();
+        let mean = end as f64 / 9_999.0;
+        assert!((900.0..1100.0).contains(&mean), "mean gap {mean}");
+    }
+
+    #[test]
+    fn specs_parse() {
+        assert_eq!("none".parse::<DelayModel>().unwrap(), DelayModel::None);
+        assert_eq!(
+            "20us".parse::<DelayModel>().unwrap(),
+            DelayModel::Period { gap_ns: 20_000 }
+        );
+        assert_eq!(
+            "uniform:10us..50us".parse::<DelayModel>().unwrap(),
+            DelayModel::Uniform {
+                min_ns: 10_000,
+                max_ns: 50_000
+            }
+        );
+        assert_eq!(
+            "exp:1ms".parse::<DelayModel>().unwrap(),
+            DelayModel::Exponential { mean_ns: 1_000_000 }
+        );
+        assert_eq!(
+            "steps:0=0,1s=50us".parse::<DelayModel>().unwrap(),
+            DelayModel::Steps {
+                steps: vec![(0, 0), (1_000_000_000, 50_000)]
+            }
+        );
+        for spec in [
+            "none",
+            "20us",
+            "uniform:10us..50us",
+            "exp:1000us",
+            "steps:0us=0us,1000000us=50us",
+        ] {
+            let model: DelayModel = spec.parse().unwrap();
+            assert_eq!(model.to_string(), spec);
+        }
+        for bad in [
+            "uniform:5us",
+            "uniform:9us..1us",
+            "steps:1s=1us,0=2us",
+            "warp:9",
+            "12 parsecs",
+        ] {
+            assert!(bad.parse::<DelayModel>().is_err(), "{bad}");
+        }
+    }
+}
