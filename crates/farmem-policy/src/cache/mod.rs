@@ -7,13 +7,19 @@
 //! job and no policy can lose one. Policies are chosen by name from config
 //! ([`PolicyConfig`]).
 
+mod clock;
 mod fifo;
+mod filter;
 mod lru;
 mod set_assoc;
+mod two_q;
 
+pub use clock::Clock;
 pub use fifo::Fifo;
+pub use filter::{FilterCache, FilterConfig, MAX_PAIRS};
 pub use lru::Lru;
 pub use set_assoc::SetAssocLru;
+pub use two_q::TwoQ;
 
 use serde::{Deserialize, Serialize};
 
@@ -56,6 +62,12 @@ pub trait ReplacementPolicy: Send {
     /// Drops a block without choosing it as a victim; false if absent.
     fn remove(&mut self, block: BlockId) -> bool;
 
+    /// Evicts up to `n` blocks by the policy's order (batch eviction ahead
+    /// of demand); fewer when it runs empty.
+    fn evict_batch(&mut self, n: usize, now: Nanos) -> Vec<BlockId> {
+        (0..n).map_while(|_| self.evict(now)).collect()
+    }
+
     /// Touch on a hit, insert on a miss.
     fn access(&mut self, block: BlockId, now: Nanos) -> Access {
         if self.contains(block) {
@@ -80,8 +92,16 @@ pub enum PolicyConfig {
     /// First in, first out (DaeMon's sensitivity study).
     Fifo,
     /// 4-way set-associative true LRU (Kona's local cache).
-    #[serde(rename = "4-way")]
+    #[serde(rename = "4-way", alias = "set-assoc")]
     FourWay,
+    /// CLOCK, second chance (the runtime's cheap default).
+    Clock,
+    /// Linux's active/inactive lists, active ≤ inactive (UniMem's Kona-PC).
+    #[serde(alias = "2q")]
+    KonaPc,
+    /// UniMem's Filter-Cache with the paper's parameters; other parameters
+    /// through [`FilterConfig::build`].
+    Filter,
 }
 
 /// Why a policy could not be built.
@@ -95,17 +115,24 @@ pub enum PolicyError {
         min: usize,
         got: usize,
     },
+    #[error("policy `{policy}`: {why}")]
+    BadConfig { policy: &'static str, why: String },
 }
 
 impl PolicyConfig {
-    /// Every name, for `--help` and error messages.
-    pub const NAMES: &'static [&'static str] = &["lru", "fifo", "4-way"];
+    /// Every name, for `--help` and error messages. Also accepted:
+    /// `set-assoc` for `4-way`, `2q` for `kona-pc`.
+    pub const NAMES: &'static [&'static str] =
+        &["lru", "fifo", "4-way", "clock", "kona-pc", "filter"];
 
     pub fn from_name(name: &str) -> Result<Self, PolicyError> {
         match name {
             "lru" => Ok(Self::Lru),
             "fifo" => Ok(Self::Fifo),
-            "4-way" => Ok(Self::FourWay),
+            "4-way" | "set-assoc" => Ok(Self::FourWay),
+            "clock" => Ok(Self::Clock),
+            "kona-pc" | "2q" => Ok(Self::KonaPc),
+            "filter" => Ok(Self::Filter),
             _ => Err(PolicyError::Unknown {
                 name: name.to_string(),
                 known: Self::NAMES.join(", "),
@@ -126,6 +153,9 @@ impl PolicyConfig {
             Self::Lru => Box::new(Lru::new(capacity)),
             Self::Fifo => Box::new(Fifo::new(capacity)),
             Self::FourWay => Box::new(SetAssocLru::new(capacity, 4)),
+            Self::Clock => Box::new(Clock::new(capacity)),
+            Self::KonaPc => Box::new(TwoQ::new(capacity)),
+            Self::Filter => Box::new(FilterConfig::default().build(capacity)?),
         })
     }
 }
