@@ -84,6 +84,18 @@ impl TwoQ {
     }
 }
 
+impl TwoQ {
+    /// The inactive tail (the active tail only when nothing is inactive).
+    fn pop_victim(&mut self) -> Option<BlockId> {
+        let victim = self
+            .slab
+            .pop_back(&mut self.inactive)
+            .or_else(|| self.slab.pop_back(&mut self.active))?;
+        self.index.remove(&victim);
+        Some(victim)
+    }
+}
+
 impl SubPageStates for TwoQ {
     fn state(&self, block: BlockId) -> SubPageState {
         self.position(block)
@@ -121,24 +133,22 @@ impl ReplacementPolicy for TwoQ {
             self.touch(block, now);
             return None;
         }
+        // The newcomer refills the inactive list the victim left, so no
+        // demotion is needed in between.
         let victim = if self.len() >= self.capacity {
-            self.evict(now)
+            self.pop_victim()
         } else {
             None
         };
         let h = self.slab.push_front(&mut self.inactive, block);
         self.index.insert(block, Entry { h, active: false });
+        self.balance();
         victim
     }
     fn evict(&mut self, _now: Nanos) -> Option<BlockId> {
-        // `remove` may have emptied the inactive list under a longer active one.
+        let victim = self.pop_victim();
         self.balance();
-        let victim = self
-            .slab
-            .pop_back(&mut self.inactive)
-            .or_else(|| self.slab.pop_back(&mut self.active))?;
-        self.index.remove(&victim);
-        Some(victim)
+        victim
     }
     fn remove(&mut self, block: BlockId) -> bool {
         match self.index.remove(&block) {
@@ -149,6 +159,7 @@ impl ReplacementPolicy for TwoQ {
                     &mut self.inactive
                 };
                 self.slab.remove(list, e.h);
+                self.balance();
                 true
             }
             None => false,
@@ -202,7 +213,7 @@ mod tests {
     }
 
     #[test]
-    fn removal_rebalances_before_eviction() {
+    fn removal_rebalances() {
         let mut q = TwoQ::new(4);
         for b in 1..=4 {
             q.access(b, 0);
@@ -210,11 +221,15 @@ mod tests {
         q.access(1, 0);
         q.access(2, 0);
         assert_eq!(lists(&q), (vec![2, 1], vec![4, 3]));
+        // Removing from the inactive list demotes the active tail to keep
+        // active ≤ inactive.
         assert!(q.remove(3));
+        assert_eq!(lists(&q), (vec![2], vec![1, 4]));
         assert!(q.remove(4));
-        // Inactive is empty: eviction first demotes 1, then takes it.
+        assert_eq!(lists(&q), (vec![2], vec![1]));
+        // So does eviction: the last active block is demoted once alone.
         assert_eq!(q.evict(0), Some(1));
-        assert_eq!(lists(&q), (vec![2], vec![]));
+        assert_eq!(lists(&q), (vec![], vec![2]));
         assert_eq!(q.evict(0), Some(2));
         assert_eq!(q.evict(0), None);
     }
