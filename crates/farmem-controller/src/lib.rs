@@ -401,16 +401,8 @@ impl Shared {
                 nodes: self.nodes(),
             }
             .encode(id, out),
-            Msg::Stats => {
-                let json = serde_json::to_string(&self.stats()).unwrap_or_else(|_| "{}".into());
-                Msg::StatsOk { json: &json }.encode(id, out);
-            }
-            other => {
-                return Err(Refusal::new(
-                    ErrorCode::BadRequest,
-                    format!("the controller does not answer {:?}", other.op()),
-                ));
-            }
+            Msg::Stats => farmem_net::server::reply_stats(id, &self.stats(), out),
+            other => return Err(Refusal::unsupported("the controller", &other)),
         }
         Ok(())
     }

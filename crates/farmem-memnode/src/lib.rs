@@ -319,16 +319,8 @@ impl Service for Shared {
                 self.counters.revokes.inc();
                 Msg::Done.encode(id, out);
             }
-            Msg::Stats => {
-                let json = serde_json::to_string(&self.stats()).unwrap_or_else(|_| "{}".into());
-                Msg::StatsOk { json: &json }.encode(id, out);
-            }
-            other => {
-                return Err(Refusal::new(
-                    ErrorCode::BadRequest,
-                    format!("a memory node does not answer {:?}", other.op()),
-                ));
-            }
+            Msg::Stats => farmem_net::server::reply_stats(id, &self.stats(), out),
+            other => return Err(Refusal::unsupported("a memory node", &other)),
         }
         Ok(())
     }

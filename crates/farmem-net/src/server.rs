@@ -43,6 +43,20 @@ impl Refusal {
             message: message.into(),
         }
     }
+
+    /// `who` does not serve this kind of request at all.
+    pub fn unsupported(who: &str, msg: &Msg<'_>) -> Self {
+        Self::new(
+            ErrorCode::BadRequest,
+            format!("{who} does not answer {:?}", msg.op()),
+        )
+    }
+}
+
+/// Appends a `StatsOk` reply carrying `stats` as JSON.
+pub fn reply_stats(id: u64, stats: &impl serde::Serialize, out: &mut Vec<u8>) {
+    let json = serde_json::to_string(stats).unwrap_or_else(|_| "{}".into());
+    Msg::StatsOk { json: &json }.encode(id, out);
 }
 
 /// A daemon's request handler.
