@@ -37,6 +37,10 @@ pub struct CacheLevel {
     pub hits: u64,
     pub misses: u64,
     pub writebacks: u64,
+    /// The most recently accessed line and its slot: it is MRU, so a repeat
+    /// access needs no search and changes no order (most accesses repeat a line).
+    last_line: u64,
+    last_slot: usize,
 }
 
 impl CacheLevel {
@@ -51,14 +55,23 @@ impl CacheLevel {
             hits: 0,
             misses: 0,
             writebacks: 0,
+            last_line: u64::MAX,
+            last_slot: 0,
         }
     }
 
     /// Hit: touches the line (dirtying it on a write) and returns true.
     #[inline]
     pub fn lookup(&mut self, line: u64, write: bool) -> bool {
+        if line == self.last_line {
+            self.dirty[self.last_slot] |= write;
+            self.hits += 1;
+            return true;
+        }
         match self.policy.find(line) {
             Some(s) => {
+                self.last_line = line;
+                self.last_slot = s;
                 self.policy.touch_slot(s);
                 self.dirty[s] |= write;
                 self.hits += 1;
@@ -75,6 +88,8 @@ impl CacheLevel {
     #[inline]
     pub fn fill(&mut self, line: u64, dirty: bool) -> Option<u64> {
         let (slot, victim) = self.policy.fill(line);
+        self.last_line = line;
+        self.last_slot = slot;
         let was_dirty = std::mem::replace(&mut self.dirty[slot], dirty);
         match victim {
             Some(v) if was_dirty => {
@@ -90,6 +105,7 @@ impl CacheLevel {
     pub fn write_in(&mut self, line: u64) -> Option<u64> {
         match self.policy.find(line) {
             Some(s) => {
+                // Not an access: recency is unchanged (a writeback from above).
                 self.dirty[s] = true;
                 None
             }
@@ -100,6 +116,9 @@ impl CacheLevel {
     /// Drops a line; true if it was dirty.
     #[inline]
     pub fn invalidate(&mut self, line: u64) -> bool {
+        if line == self.last_line {
+            self.last_line = u64::MAX;
+        }
         match self.policy.invalidate(line) {
             Some(s) => std::mem::replace(&mut self.dirty[s], false),
             None => false,

@@ -84,6 +84,10 @@ pub struct SimResult {
     pub link_utilization: f64,
     pub wall_seconds: f64,
     pub records_per_sec: f64,
+    /// CPU time of the simulating thread (Linux; 0 elsewhere): on a shared
+    /// machine, records per CPU second is the stable speed figure.
+    pub cpu_seconds: f64,
+    pub records_per_cpu_sec: f64,
     /// The `--set` values of this run.
     pub overrides: BTreeMap<String, String>,
     pub stats: Stats,
@@ -92,6 +96,7 @@ pub struct SimResult {
 /// Runs `input` under `scheme` with `cfg`.
 pub fn simulate(cfg: &Config, scheme: &str, input: &Input) -> Result<SimResult, SimError> {
     let started = std::time::Instant::now();
+    let cpu0 = thread_cpu_seconds();
     let mut engine = Engine::new(cfg, scheme::build(scheme)?);
     match input {
         Input::Workload { name, scale, seed } => {
@@ -108,12 +113,33 @@ pub fn simulate(cfg: &Config, scheme: &str, input: &Input) -> Result<SimResult, 
             reader.replay(&mut engine)?;
         }
     }
-    Ok(result(
+    let mut r = result(
         &mut engine,
         cfg,
         &input.name(),
         started.elapsed().as_secs_f64(),
-    ))
+    );
+    r.cpu_seconds = thread_cpu_seconds() - cpu0;
+    r.records_per_cpu_sec = if r.cpu_seconds > 0.0 {
+        r.records as f64 / r.cpu_seconds
+    } else {
+        0.0
+    };
+    Ok(r)
+}
+
+/// This thread's user+system CPU time from /proc (10 ms resolution).
+fn thread_cpu_seconds() -> f64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/thread-self/stat") else {
+        return 0.0;
+    };
+    // Fields after the parenthesized command name; utime and stime are 14 and 15.
+    let Some(rest) = stat.rsplit_once(')').map(|p| p.1) else {
+        return 0.0;
+    };
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    (ticks(11) + ticks(12)) / 100.0
 }
 
 /// Replays accesses already in memory (tests, crafted patterns).
@@ -181,6 +207,8 @@ fn result(engine: &mut Engine, cfg: &Config, workload: &str, wall: f64) -> SimRe
         link_utilization: link_util,
         wall_seconds: wall,
         records_per_sec: tot.records as f64 / wall.max(1e-9),
+        cpu_seconds: 0.0,
+        records_per_cpu_sec: 0.0,
         overrides: BTreeMap::new(),
         stats,
     }

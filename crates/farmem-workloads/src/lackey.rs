@@ -27,8 +27,18 @@ fn parse(rest: &str) -> Option<(u64, u16)> {
 
 /// Streams lackey output from `input` into `sink`.
 pub fn convert<R: BufRead, S: Sink + ?Sized>(
+    input: R,
+    sink: &mut S,
+) -> std::io::Result<LackeyStats> {
+    convert_with(input, sink, |_| {})
+}
+
+/// As [`convert`], handing every line that is not a lackey record to `other`
+/// (the traced program's own stderr shares valgrind's log).
+pub fn convert_with<R: BufRead, S: Sink + ?Sized>(
     mut input: R,
     sink: &mut S,
+    mut other: impl FnMut(&str),
 ) -> std::io::Result<LackeyStats> {
     let mut st = LackeyStats::default();
     let mut gap: u32 = 0;
@@ -50,10 +60,12 @@ pub fn convert<R: BufRead, S: Sink + ?Sized>(
             ('M', r)
         } else {
             st.skipped += 1;
+            other(l);
             continue;
         };
         let Some((addr, size)) = parse(rest) else {
             st.skipped += 1;
+            other(l);
             continue;
         };
         match kind {

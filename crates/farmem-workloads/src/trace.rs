@@ -433,7 +433,7 @@ impl<R: Read> TraceReader<R> {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn varint(&mut self) -> Result<u64, TraceError> {
         let mut v = 0u64;
         let mut shift = 0;

@@ -1,10 +1,251 @@
-//! `farmem sim`.
+//! `farmem sim`: replay a workload or trace through the simulated hierarchy.
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+
+use anyhow::Context;
+use farmem_sim::config::sweep_values;
+use farmem_sim::{ConfigBuilder, Input, SimResult};
+use farmem_workloads::Scale;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use rayon::prelude::*;
 
 use super::Outcome;
 
 #[derive(clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// Built-in workload to run (`--list` shows them).
+    #[arg(long, conflicts_with = "trace")]
+    pub workload: Option<String>,
+    /// Trace file to replay (from `farmem trace gen|capture`).
+    #[arg(long)]
+    pub trace: Option<PathBuf>,
+    /// Data-movement scheme; several, comma-separated, run side by side.
+    #[arg(long, default_value = "remote")]
+    pub scheme: String,
+    /// Base configuration: `daemon` (DaeMon Table 2) or `unimem` (UniMem Table 1).
+    #[arg(long, default_value = "daemon")]
+    pub preset: String,
+    /// TOML file layered over the preset.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Override a config key (`link.bw_factor=1/8`); comma-separated values sweep.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub set: Vec<String>,
+    /// Outstanding misses per core (shorthand for `--set core.mlp=N`; 1 = blocking loads).
+    #[arg(long)]
+    pub mlp: Option<u32>,
+    /// Workload size: a factor of the default (0.5, 2) or a footprint (256MiB).
+    #[arg(long, default_value = "1")]
+    pub scale: String,
+    /// Seed for the workload's data.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// List workloads, schemes and presets, then exit.
+    #[arg(long)]
+    pub list: bool,
+    /// Print one JSON object on stdout (with a `runs` array for several runs).
+    #[arg(long)]
+    pub json: bool,
+}
 
-pub fn run(_args: Args) -> Outcome {
-    anyhow::bail!("`farmem sim` is not implemented yet")
+/// One run of a sweep: a scheme and the overrides that make its config.
+#[derive(Clone)]
+pub struct Run {
+    pub scheme: String,
+    pub input: Input,
+    pub overrides: Vec<(String, String)>,
+}
+
+/// Expands schemes × `--set` values into runs (cartesian product).
+pub fn plan(schemes: &str, inputs: &[Input], sets: &[String]) -> anyhow::Result<Vec<Run>> {
+    let mut combos: Vec<Vec<(String, String)>> = vec![Vec::new()];
+    for s in sets {
+        let (k, v) = s
+            .split_once('=')
+            .with_context(|| format!("--set {s}: expected KEY=VALUE"))?;
+        let values = sweep_values(v);
+        combos = combos
+            .into_iter()
+            .flat_map(|c| {
+                values.iter().map(move |val| {
+                    let mut c = c.clone();
+                    c.push((k.trim().to_string(), val.clone()));
+                    c
+                })
+            })
+            .collect();
+    }
+    let mut runs = Vec::new();
+    for input in inputs {
+        for scheme in schemes.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            for c in &combos {
+                runs.push(Run {
+                    scheme: scheme.to_string(),
+                    input: input.clone(),
+                    overrides: c.clone(),
+                });
+            }
+        }
+    }
+    if runs.is_empty() {
+        anyhow::bail!("--scheme: no scheme given");
+    }
+    Ok(runs)
+}
+
+/// Builds the base config: preset, then file.
+pub fn base_config(preset: &str, file: Option<&PathBuf>) -> anyhow::Result<ConfigBuilder> {
+    let mut b = ConfigBuilder::preset(preset)?;
+    if let Some(f) = file {
+        b.merge(&ConfigBuilder::file(f)?);
+    }
+    Ok(b)
+}
+
+/// Runs every run in parallel, with a progress bar on a terminal.
+pub fn execute(base: &ConfigBuilder, runs: &[Run], quiet: bool) -> anyhow::Result<Vec<SimResult>> {
+    // Check every config before spending time on any run.
+    let configs = runs
+        .iter()
+        .map(|r| {
+            let mut b = base.clone();
+            for (k, v) in &r.overrides {
+                b.set(k, v)?;
+            }
+            farmem_sim::scheme::build(&r.scheme)?;
+            Ok(b.build()?)
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let bar = ProgressBar::new(runs.len() as u64);
+    if quiet || !std::io::stderr().is_terminal() {
+        bar.set_draw_target(ProgressDrawTarget::hidden());
+    }
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} runs {msg}",
+        )
+        .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    bar.enable_steady_tick(std::time::Duration::from_millis(200));
+    let results = runs
+        .par_iter()
+        .zip(configs.par_iter())
+        .map(|(r, cfg)| {
+            let mut res = farmem_sim::simulate(cfg, &r.scheme, &r.input)
+                .with_context(|| format!("{} on {}", r.scheme, r.input.name()))?;
+            res.overrides = r.overrides.iter().cloned().collect();
+            bar.inc(1);
+            Ok(res)
+        })
+        .collect::<anyhow::Result<Vec<_>>>();
+    bar.finish_and_clear();
+    results
+}
+
+pub fn print_table(results: &[SimResult]) {
+    println!(
+        "{:<16} {:<12} {:>12} {:>7} {:>9} {:>9} {:>7} {:>12} {:>6} {:>10}  overrides",
+        "scheme",
+        "workload",
+        "sim_ms",
+        "ipc",
+        "amat_ns",
+        "miss_ns",
+        "local%",
+        "remote_read",
+        "link%",
+        "Mrec/s"
+    );
+    for r in results {
+        let ov: Vec<String> = r
+            .overrides
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        println!(
+            "{:<16} {:<12} {:>12.3} {:>7.3} {:>9.2} {:>9.1} {:>7.2} {:>12} {:>6.1} {:>10.2}  {}",
+            r.scheme,
+            short(&r.workload),
+            r.sim_time_ns / 1e6,
+            r.ipc,
+            r.amat_ns,
+            r.amat_miss_ns,
+            r.local_hit_ratio * 100.0,
+            farmem_core::ByteSize(r.remote_bytes_read).to_string(),
+            r.link_utilization * 100.0,
+            r.records_per_sec / 1e6,
+            ov.join(" ")
+        );
+    }
+}
+
+fn short(s: &str) -> &str {
+    s.rsplit('/').next().unwrap_or(s)
+}
+
+fn list() {
+    println!("workloads:");
+    for (n, d) in farmem_workloads::WORKLOADS {
+        println!("  {n:<12} {d}");
+    }
+    println!("schemes:");
+    for (n, d, _) in farmem_sim::scheme::SCHEMES {
+        println!("  {n:<16} {d}");
+    }
+    println!("presets:");
+    for (n, _) in farmem_sim::config::PRESETS {
+        println!("  {n}");
+    }
+}
+
+pub fn run(args: Args) -> Outcome {
+    if args.list {
+        list();
+        return Ok(std::process::ExitCode::SUCCESS);
+    }
+    let input = match (&args.workload, &args.trace) {
+        (Some(w), None) => Input::Workload {
+            name: w.clone(),
+            scale: args
+                .scale
+                .parse::<Scale>()
+                .with_context(|| "--scale".to_string())?,
+            seed: args.seed,
+        },
+        (None, Some(t)) => Input::Trace(t.clone()),
+        _ => anyhow::bail!(
+            "give --workload NAME or --trace FILE (`farmem sim --list` shows workloads)"
+        ),
+    };
+    if let Input::Workload { name, .. } = &input
+        && !farmem_workloads::WORKLOADS.iter().any(|w| w.0 == name)
+    {
+        anyhow::bail!(
+            "unknown workload `{name}` (known: {})",
+            farmem_workloads::WORKLOADS
+                .iter()
+                .map(|w| w.0)
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    let base = base_config(&args.preset, args.config.as_ref())?;
+    let mut sets = args.set.clone();
+    if let Some(m) = args.mlp {
+        sets.push(format!("core.mlp={m}"));
+    }
+    let runs = plan(&args.scheme, &[input], &sets)?;
+    let results = execute(&base, &runs, args.json)?;
+    if args.json {
+        let out = if results.len() == 1 {
+            serde_json::to_string(&results[0])?
+        } else {
+            serde_json::to_string(&serde_json::json!({ "runs": results }))?
+        };
+        println!("{out}");
+    } else {
+        print_table(&results);
+    }
+    Ok(std::process::ExitCode::SUCCESS)
 }
