@@ -386,3 +386,23 @@ fn assert_closed(s: &mut TcpStream) {
         }
     }
 }
+
+#[test]
+fn a_restarted_memnode_is_reconnected_on_next_use() {
+    let mut node = MemNode::start(MemNodeConfig::new("127.0.0.1:0", GIB)).unwrap();
+    let addr = node.addr().to_string();
+    let client =
+        Cluster::standalone(&addr, GIB, ClientConfig::new("cn-a", Role::Compute), 1).unwrap();
+    client.write(4096, b"before").unwrap();
+    node.shutdown();
+    drop(node);
+    // Same address, fresh (empty) memory.
+    let _node = MemNode::start(MemNodeConfig::new(addr.clone(), GIB)).unwrap();
+    let mut buf = [9u8; 6];
+    // The old connection is found dead by the first request...
+    let first = client.read(4096, &mut buf);
+    assert!(first.as_ref().is_err_and(|e| e.is_transient()), "{first:?}");
+    // ...and replaced by the next.
+    client.read(4096, &mut buf).unwrap();
+    assert_eq!(buf, [0u8; 6]);
+}

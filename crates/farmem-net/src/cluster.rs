@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use farmem_wire::{Extent, LINE_LEN, LOG_RECORD_LEN, LogRecords, Msg, NodeInfo, Placement};
-use parking_lot::RwLock;
+use parking_lot::{Mutex, RwLock};
 
 use crate::conn::copy_read_reply;
 use crate::{ClientConfig, Connection, NetError, Reply, Ticket};
@@ -71,14 +71,21 @@ pub fn stats_json(conn: &Connection) -> Result<String, NetError> {
 }
 
 struct NodeConns {
-    conns: Vec<Connection>,
+    addr: String,
+    conns: Vec<Mutex<Connection>>,
     next: AtomicUsize,
 }
 
 impl NodeConns {
-    fn pick(&self) -> &Connection {
+    /// The next connection round-robin; a failed one is replaced by a fresh
+    /// connection first, so a memory node that restarted is picked up again.
+    fn pick(&self, cfg: &ClientConfig) -> Result<Connection, NetError> {
         let i = self.next.fetch_add(1, Ordering::Relaxed) % self.conns.len();
-        &self.conns[i]
+        let mut slot = self.conns[i].lock();
+        if !slot.is_alive() {
+            *slot = Connection::connect(&self.addr, cfg)?;
+        }
+        Ok(slot.clone())
     }
 }
 
@@ -205,9 +212,10 @@ impl Cluster {
             return Ok(());
         }
         let conns = (0..self.conns_per_node)
-            .map(|_| Connection::connect(addr, &self.cfg))
+            .map(|_| Connection::connect(addr, &self.cfg).map(Mutex::new))
             .collect::<Result<Vec<_>, _>>()?;
         self.nodes.write().entry(node).or_insert(NodeConns {
+            addr: addr.to_string(),
             conns,
             next: AtomicUsize::new(0),
         });
@@ -233,13 +241,15 @@ impl Cluster {
 
     /// A connection to the node holding `addr` (round-robin over the pool).
     pub fn conn_for(&self, addr: u64, len: u64) -> Result<Connection, NetError> {
-        let node = self.route(addr, len)?;
+        self.node_conn(self.route(addr, len)?)
+    }
+
+    fn node_conn(&self, node: u32) -> Result<Connection, NetError> {
         let nodes = self.nodes.read();
-        Ok(nodes
+        let conns = nodes
             .get(&node)
-            .expect("routes only name connected nodes")
-            .pick()
-            .clone())
+            .ok_or_else(|| NetError::Routing(format!("no connection to memory node {node}")))?;
+        conns.pick(&self.cfg)
     }
 
     /// Starts a read; complete it with [`read_reply_into`].
@@ -294,18 +304,11 @@ impl Cluster {
         }
         let per_frame = (self.max_piece() / LOG_RECORD_LEN) * LOG_RECORD_LEN;
         let mut tickets = Vec::new();
-        {
-            let nodes = self.nodes.read();
-            for (node, raw) in &per_node {
-                let conn = nodes
-                    .get(node)
-                    .expect("routes only name connected nodes")
-                    .pick()
-                    .clone();
-                for chunk in raw.chunks(per_frame) {
-                    let records = LogRecords::from_raw(chunk)?;
-                    tickets.push((records.len(), conn.submit(&Msg::LogBatch { records })?));
-                }
+        for (node, raw) in &per_node {
+            let conn = self.node_conn(*node)?;
+            for chunk in raw.chunks(per_frame) {
+                let records = LogRecords::from_raw(chunk)?;
+                tickets.push((records.len(), conn.submit(&Msg::LogBatch { records })?));
             }
         }
         for (count, t) in tickets {
@@ -329,10 +332,10 @@ impl Cluster {
 
     /// Each connected memory node's statistics as JSON.
     pub fn memnode_stats(&self) -> Result<Vec<(u32, String)>, NetError> {
-        let nodes = self.nodes.read();
-        let mut out: Vec<(u32, String)> = nodes
-            .iter()
-            .map(|(&id, n)| stats_json(n.pick()).map(|s| (id, s)))
+        let ids: Vec<u32> = self.nodes.read().keys().copied().collect();
+        let mut out: Vec<(u32, String)> = ids
+            .into_iter()
+            .map(|id| stats_json(&self.node_conn(id)?).map(|s| (id, s)))
             .collect::<Result<_, _>>()?;
         out.sort();
         Ok(out)
@@ -343,7 +346,7 @@ impl Cluster {
         let limit = nodes
             .values()
             .flat_map(|n| n.conns.first())
-            .map(|c| c.max_payload())
+            .map(|c| c.lock().max_payload())
             .min();
         // Keep pieces at a power-of-two size so page-aligned transfers stay aligned.
         let limit = limit.unwrap_or(1 << 20).max(4096);

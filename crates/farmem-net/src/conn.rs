@@ -238,6 +238,11 @@ impl Connection {
         self.call(&Msg::Write { addr, data })?.done("write")
     }
 
+    /// False once the connection has failed; a failed connection never recovers.
+    pub fn is_alive(&self) -> bool {
+        self.inner.dead.lock().is_none()
+    }
+
     fn check_alive(&self) -> Result<(), NetError> {
         match &*self.inner.dead.lock() {
             Some(why) => Err(NetError::Disconnected(why.clone())),

@@ -98,11 +98,15 @@ pub struct ServerStats {
     pub refused: Counter,
 }
 
-/// A running server; dropping it stops accepting (open connections finish
-/// when their peers close).
+/// Open connections by session, so shutdown can close them.
+type OpenConns = Arc<parking_lot::Mutex<std::collections::HashMap<u64, TcpStream>>>;
+
+/// A running server; dropping it stops accepting and closes every open
+/// connection, so peers see the daemon go away as they would a crash.
 pub struct Server {
     addr: SocketAddr,
     stop: Arc<AtomicBool>,
+    open: OpenConns,
     stats: Arc<ServerStats>,
     accept: Option<JoinHandle<()>>,
 }
@@ -121,16 +125,18 @@ impl Server {
         let addr = listener.local_addr()?;
         let stop = Arc::new(AtomicBool::new(false));
         let stats = Arc::new(ServerStats::default());
+        let open = OpenConns::default();
         let accept = {
-            let (stop, stats) = (stop.clone(), stats.clone());
+            let (stop, stats, open) = (stop.clone(), stats.clone(), open.clone());
             let cfg = Arc::new(cfg);
             thread::Builder::new()
                 .name(format!("farmem-accept-{}", addr.port()))
-                .spawn(move || accept_loop(listener, cfg, service, stop, stats))?
+                .spawn(move || accept_loop(listener, cfg, service, stop, stats, open))?
         };
         Ok(Self {
             addr,
             stop,
+            open,
             stats,
             accept: Some(accept),
         })
@@ -144,13 +150,16 @@ impl Server {
         &self.stats
     }
 
-    /// Stops accepting new connections and waits for the accept loop.
+    /// Stops accepting, waits for the accept loop, and closes every open connection.
     pub fn shutdown(&mut self) {
         self.stop.store(true, Ordering::SeqCst);
         // Wake the blocking accept with a throwaway connection.
         let _ = TcpStream::connect_timeout(&self.addr, Duration::from_millis(200));
         if let Some(h) = self.accept.take() {
             let _ = h.join();
+        }
+        for (_, conn) in self.open.lock().drain() {
+            let _ = conn.shutdown(std::net::Shutdown::Both);
         }
     }
 }
@@ -167,6 +176,7 @@ fn accept_loop(
     service: Arc<dyn Service>,
     stop: Arc<AtomicBool>,
     stats: Arc<ServerStats>,
+    open: OpenConns,
 ) {
     static SESSIONS: AtomicU64 = AtomicU64::new(1);
     for conn in listener.incoming() {
@@ -184,6 +194,10 @@ fn accept_loop(
         stats.connections.inc();
         let (cfg, service, stats) = (cfg.clone(), service.clone(), stats.clone());
         let session = SESSIONS.fetch_add(1, Ordering::Relaxed);
+        if let Ok(handle) = stream.try_clone() {
+            open.lock().insert(session, handle);
+        }
+        let open = open.clone();
         let spawned = thread::Builder::new()
             .name("farmem-conn".into())
             .spawn(move || {
@@ -194,6 +208,7 @@ fn accept_loop(
                         e => tracing::debug!("connection from {peer_addr:?} closed: {e}"),
                     }
                 }
+                open.lock().remove(&session);
             });
         if let Err(e) = spawned {
             tracing::warn!("cannot spawn a connection thread: {e}");
