@@ -250,14 +250,19 @@ fn request_loop(
     stats: &ServerStats,
     peer: &Peer,
 ) -> Result<(), NetError> {
+    // Replies accumulate in `out` and go to the socket in one write once no
+    // further request is already buffered (or the batch is large): one copy
+    // from the store into `out`, one into the kernel.
+    const FLUSH_AT: usize = 256 << 10;
     let mut body = Vec::new();
-    let mut out = Vec::with_capacity(64 << 10);
+    let mut out = Vec::with_capacity(FLUSH_AT + (64 << 10));
     loop {
         let header = match read_frame(reader, &mut body, cfg.max_frame) {
             Ok(h) => h,
             Err(NetError::Wire(e)) => {
                 // A broken frame leaves the stream unframed: tell the peer why, then close.
                 stats.protocol_errors.inc();
+                writer.write_all(&out)?;
                 reply_error(writer, 0, ErrorCode::BadRequest, &e.to_string());
                 return Err(NetError::Wire(e));
             }
@@ -268,23 +273,25 @@ fn request_loop(
             Ok(m) => m,
             Err(e) => {
                 stats.protocol_errors.inc();
+                writer.write_all(&out)?;
                 reply_error(writer, header.id, ErrorCode::BadRequest, &e.to_string());
                 return Err(NetError::Wire(e));
             }
         };
-        out.clear();
+        let mark = out.len();
         if let Err(refusal) = service.handle(peer, header.id, msg, &mut out) {
             stats.refused.inc();
-            out.clear();
+            out.truncate(mark);
             Msg::Error {
                 code: refusal.code,
                 message: &refusal.message,
             }
             .encode(header.id, &mut out);
         }
-        writer.write_all(&out)?;
-        if reader.buffer().is_empty() {
-            writer.flush()?;
+        if reader.buffer().is_empty() || out.len() >= FLUSH_AT {
+            // Straight to the socket: BufWriter passes writes this large through.
+            writer.get_mut().write_all(&out)?;
+            out.clear();
         }
     }
 }
