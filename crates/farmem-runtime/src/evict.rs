@@ -84,51 +84,64 @@ fn claim(sh: &Shared, r: &Arc<RegionInner>, idx: usize, keep: bool) -> Option<(V
     Some((v, was))
 }
 
-/// Unmaps a page whose data is safe on the store and makes it Absent.
-fn drop_page(sh: &Shared, v: Victim) {
-    let t = Instant::now();
-    // SAFETY: the page belongs to a live mapping (the victim holds its Arc)
-    // and is write-protected, so no write is lost by discarding it.
-    let rc = unsafe {
-        libc::madvise(
-            v.page as *mut libc::c_void,
-            PAGE as usize,
-            libc::MADV_DONTNEED,
-        )
-    };
-    sh.m.st_unmap.since(t);
-    if rc != 0 {
-        sh.report(format!(
-            "unmapping {:#x}: {}",
-            v.page,
-            std::io::Error::last_os_error()
-        ));
+/// Index ranges of maximal runs of adjacent pages of one region in
+/// `victims`, which must be sorted by address: one syscall per run instead
+/// of one per page (each write-protect or unmap flushes the TLB).
+fn runs(victims: &[Victim]) -> Vec<std::ops::Range<usize>> {
+    let mut out: Vec<std::ops::Range<usize>> = Vec::new();
+    for (i, v) in victims.iter().enumerate() {
+        match out.last_mut() {
+            Some(r)
+                if Arc::ptr_eq(&victims[r.end - 1].region, &v.region)
+                    && victims[r.end - 1].page + PAGE == v.page =>
+            {
+                r.end = i + 1
+            }
+            _ => out.push(i..i + 1),
+        }
     }
-    let mut m = v.region.pages[v.idx].lock();
-    m.state = State::Absent;
-    m.snapshot = None;
-    m.force = 0;
-    let waiters = std::mem::take(&mut m.waiters);
-    drop(m);
-    sh.release_page();
-    if waiters {
-        // They retry, miss, and fetch the page back from the store.
-        let _ = sh.uffd.wake(v.page, PAGE);
+    out
+}
+
+/// Unmaps pages whose data is safe on the store and makes them Absent.
+fn drop_pages(sh: &Shared, mut victims: Vec<Victim>) {
+    victims.sort_by_key(|v| v.page);
+    let t = Instant::now();
+    for r in runs(&victims) {
+        let start = victims[r.start].page;
+        let len = (r.len() as u64 * PAGE) as usize;
+        // SAFETY: the pages belong to a live mapping (the victims hold its
+        // Arc) and are write-protected, so no write is lost by discarding them.
+        let rc = unsafe { libc::madvise(start as *mut libc::c_void, len, libc::MADV_DONTNEED) };
+        if rc != 0 {
+            sh.report(format!(
+                "unmapping {start:#x}+{len}: {}",
+                std::io::Error::last_os_error()
+            ));
+        }
+    }
+    sh.m.st_unmap.since(t);
+    for v in victims {
+        let mut m = v.region.pages[v.idx].lock();
+        m.state = State::Absent;
+        sh.put_buf(m.snapshot.take());
+        m.force = 0;
+        let waiters = std::mem::take(&mut m.waiters);
+        drop(m);
+        sh.release_page();
+        if waiters {
+            // They retry, miss, and fetch the page back from the store.
+            let _ = sh.uffd.wake(v.page, PAGE);
+        }
     }
 }
 
-/// Write-back succeeded.
-fn finish(sh: &Shared, v: Victim, keep: bool) {
-    if !keep {
-        sh.in_flight.fetch_sub(1, Ordering::SeqCst);
-        sh.m.pages_evicted_dirty.inc();
-        drop_page(sh, v);
-        return;
-    }
+/// Write-back of a kept (synced) page succeeded.
+fn finish_kept(sh: &Shared, v: Victim) {
     let mut m = v.region.pages[v.idx].lock();
     // Still write-protected, now identical to the store: Clean.
     m.state = State::Clean;
-    m.snapshot = None;
+    sh.put_buf(m.snapshot.take());
     m.force = 0;
     let waiters = std::mem::take(&mut m.waiters);
     if !v.region.dead.load(Ordering::SeqCst) {
@@ -151,7 +164,7 @@ fn revert(sh: &Shared, v: Victim, keep: bool) {
     let mut m = v.region.pages[v.idx].lock();
     if v.region.dead.load(Ordering::SeqCst) {
         m.state = State::Absent;
-        m.snapshot = None;
+        sh.put_buf(m.snapshot.take());
         drop(m);
         sh.release_page();
         return;
@@ -259,8 +272,15 @@ fn ship(sh: &Shared, seg: &mut Segment) -> Result<(), (usize, StoreError)> {
             };
             sh.m.bytes_written_back.add(bytes);
             seg.lines.clear();
-            for v in seg.pages.drain(..) {
-                finish(sh, v, keep);
+            if keep {
+                for v in seg.pages.drain(..) {
+                    finish_kept(sh, v);
+                }
+            } else {
+                let n = seg.pages.len() as u64;
+                sh.in_flight.fetch_sub(n, Ordering::SeqCst);
+                sh.m.pages_evicted_dirty.add(n);
+                drop_pages(sh, seg.pages.drain(..).collect());
             }
             Ok(())
         }
@@ -275,20 +295,30 @@ fn ship(sh: &Shared, seg: &mut Segment) -> Result<(), (usize, StoreError)> {
     }
 }
 
-/// Write-protects a claimed dirty page so racing writes wait for us.
-fn protect(sh: &Shared, v: Victim, keep: bool) -> Option<Victim> {
+/// Write-protects claimed dirty pages so racing writes wait for us; returns
+/// those protected, sorted by address.
+fn protect(sh: &Shared, mut victims: Vec<Victim>, keep: bool) -> Vec<Victim> {
+    victims.sort_by_key(|v| v.page);
     let t = Instant::now();
-    let r = sh.uffd.writeprotect(v.page, PAGE, true);
-    sh.m.st_protect.since(t);
-    match r {
-        Ok(()) => Some(v),
-        Err(e) => {
-            // Unprotected, a write could land after the diff: keep the page.
-            sh.report(format!("write-protecting {:#x}: {e}", v.page));
-            revert(sh, v, keep);
-            None
+    let mut failed = vec![false; victims.len()];
+    for r in runs(&victims) {
+        let start = victims[r.start].page;
+        if let Err(e) = sh.uffd.writeprotect(start, r.len() as u64 * PAGE, true) {
+            sh.report(format!("write-protecting {start:#x}: {e}"));
+            failed[r].fill(true);
         }
     }
+    sh.m.st_protect.since(t);
+    let mut out = Vec::with_capacity(victims.len());
+    for (v, bad) in victims.into_iter().zip(failed) {
+        if bad {
+            // Unprotected, a write could land after the diff: keep the page.
+            revert(sh, v, keep);
+        } else {
+            out.push(v);
+        }
+    }
+    out
 }
 
 fn over(sh: &Shared, mark: u64) -> bool {
@@ -368,26 +398,23 @@ fn evict_round(
     free_rx: &Receiver<Segment>,
 ) {
     let mut dirty = Vec::new();
+    let mut clean = Vec::new();
     for b in blocks {
         let addr = b * PAGE;
         // A block of a dropped region, or one no longer resident: skip.
         let Some(r) = sh.lookup(addr) else { continue };
         let idx = ((addr - r.start) / PAGE) as usize;
         match claim(sh, &r, idx, false) {
-            Some((v, State::Clean)) => {
-                // Protected and identical to the store: nothing to write.
-                sh.m.pages_evicted_clean.inc();
-                drop_page(sh, v);
-            }
+            // Protected and identical to the store: nothing to write.
+            Some((v, State::Clean)) => clean.push(v),
             Some((v, _)) => dirty.push(v),
             None => {}
         }
     }
+    sh.m.pages_evicted_clean.add(clean.len() as u64);
+    drop_pages(sh, clean);
     sh.in_flight.fetch_add(dirty.len() as u64, Ordering::SeqCst);
-    let dirty: Vec<Victim> = dirty
-        .into_iter()
-        .filter_map(|v| protect(sh, v, false))
-        .collect();
+    let dirty = protect(sh, dirty, false);
     for v in dirty {
         if seg.as_ref().is_some_and(|s| !s.has_room())
             && let Some(full) = seg.take()
@@ -420,11 +447,20 @@ pub(crate) fn shipper(sh: Arc<Shared>, rx: Receiver<Segment>, free_tx: Sender<Se
 
 /// Writes back every dirty page of a region on the calling thread.
 pub(crate) fn sync_region(sh: &Shared, r: &Arc<RegionInner>) -> Result<(), RuntimeError> {
-    let mut seg = Segment::new(sh.cfg.log_lines, true);
     let mut failed = 0usize;
     let mut last: Option<StoreError> = None;
-    let flush = |seg: &mut Segment, failed: &mut usize, last: &mut Option<StoreError>| {
-        if let Err((n, e)) = ship(sh, seg) {
+    let per_segment = (sh.cfg.log_lines / LINES_PER_PAGE).max(1);
+    let mut batch = Vec::with_capacity(per_segment);
+    // Protects, diffs and ships up to one segment's worth of claimed pages.
+    let write_batch = |batch: Vec<Victim>, failed: &mut usize, last: &mut Option<StoreError>| {
+        let n = batch.len();
+        let batch = protect(sh, batch, true);
+        *failed += n - batch.len();
+        let mut seg = Segment::new(sh.cfg.log_lines, true);
+        for v in batch {
+            diff_into(sh, v, &mut seg);
+        }
+        if let Err((n, e)) = ship(sh, &mut seg) {
             *failed += n;
             *last = Some(e);
         }
@@ -443,17 +479,13 @@ pub(crate) fn sync_region(sh: &Shared, r: &Arc<RegionInner>) -> Result<(), Runti
             std::thread::sleep(Duration::from_micros(20));
         };
         let Some(v) = v else { continue };
-        let Some(v) = protect(sh, v, true) else {
-            failed += 1;
-            continue;
-        };
-        if !seg.has_room() {
-            flush(&mut seg, &mut failed, &mut last);
+        batch.push(v);
+        if batch.len() == per_segment {
+            write_batch(std::mem::take(&mut batch), &mut failed, &mut last);
         }
-        diff_into(sh, v, &mut seg);
     }
-    if !seg.pages.is_empty() {
-        flush(&mut seg, &mut failed, &mut last);
+    if !batch.is_empty() {
+        write_batch(batch, &mut failed, &mut last);
     }
     match last {
         None if failed == 0 => Ok(()),

@@ -16,6 +16,7 @@
 //! println!("{}", serde_json::to_string(&rt.stats()).unwrap());
 //! ```
 
+pub mod bench;
 pub mod config;
 mod evict;
 mod runtime;

@@ -112,9 +112,28 @@ pub(crate) struct Shared {
     pub m: Metrics,
     pub epoch: Instant,
     pub last_error: Mutex<Option<String>>,
+    /// Recycled page buffers for snapshots, off the allocator on the fault path.
+    pub pool: Mutex<Vec<Box<PageBuf>>>,
 }
 
+/// Page buffers kept for reuse (16 MiB).
+const POOL_MAX: usize = 4096;
+
 impl Shared {
+    /// A page buffer with unspecified contents.
+    pub(crate) fn get_buf(&self) -> Box<PageBuf> {
+        self.pool.lock().pop().unwrap_or_else(PageBuf::zeroed)
+    }
+
+    pub(crate) fn put_buf(&self, b: Option<Box<PageBuf>>) {
+        if let Some(b) = b {
+            let mut pool = self.pool.lock();
+            if pool.len() < POOL_MAX {
+                pool.push(b);
+            }
+        }
+    }
+
     pub(crate) fn now(&self) -> u64 {
         self.epoch.elapsed().as_nanos() as u64
     }
@@ -175,7 +194,7 @@ impl Shared {
         }
     }
 
-    fn handle_fault(&self, f: Fault, tx: Option<&Sender<FetchJob>>, buf: &mut PageBuf) {
+    fn handle_fault(&self, f: Fault, tx: Option<&Sender<FetchJob>>, buf: &mut Box<PageBuf>) {
         let t0 = Instant::now();
         let page = f.addr & !(PAGE - 1);
         if f.wp {
@@ -217,7 +236,7 @@ impl Shared {
                 // First write to a clean page: keep its current (= remote)
                 // contents as the diff base, then let the write through.
                 if self.cfg.dirty == DirtyMode::Line {
-                    let mut snap = PageBuf::zeroed();
+                    let mut snap = self.get_buf();
                     // SAFETY: the page is mapped and write-protected, so
                     // nothing writes it while we copy.
                     unsafe {
@@ -249,7 +268,7 @@ impl Shared {
     }
 
     /// Brings one page in: reserve room, read it from the store, install it.
-    pub(crate) fn fetch(&self, job: FetchJob, buf: &mut PageBuf) {
+    pub(crate) fn fetch(&self, job: FetchJob, buf: &mut Box<PageBuf>) {
         self.reserve();
         let r = &job.region;
         let page = r.page_addr(job.idx);
@@ -298,17 +317,24 @@ impl Shared {
         if job.write {
             m.state = State::Dirty;
             if self.cfg.dirty == DirtyMode::Line {
-                let mut snap = PageBuf::zeroed();
-                snap.0.copy_from_slice(&buf.0);
-                m.snapshot = Some(snap);
+                // The fetched bytes are the diff base: keep the buffer itself
+                // and take a fresh one for the next fetch, instead of copying.
+                let fresh = self.get_buf();
+                m.snapshot = Some(std::mem::replace(buf, fresh));
                 self.m.snapshots.inc();
             }
         } else {
             m.state = State::Clean;
         }
-        m.waiters = false;
+        // COPY woke the faults queued before it; one that arrived between
+        // COPY and this lock (a write right after a read install, say)
+        // found Fetching and waits for us.
+        let waiters = std::mem::take(&mut m.waiters);
         let victim = self.policy.lock().insert(page / PAGE, self.now());
         drop(m);
+        if waiters {
+            let _ = self.uffd.wake(page, PAGE);
+        }
         if let Some(v) = victim {
             self.forced.lock().push(v);
             self.kick_evictor();
@@ -408,6 +434,7 @@ impl Runtime {
             m: Metrics::default(),
             epoch: Instant::now(),
             last_error: Mutex::new(None),
+            pool: Mutex::new(Vec::new()),
             cfg,
         });
         let mut threads = Vec::new();
@@ -532,6 +559,30 @@ impl Runtime {
             .snapshot(self.sh.resident.load(Ordering::SeqCst), self.sh.limit)
     }
 
+    /// Pages by state plus the cache's books, for diagnosing a stall.
+    #[doc(hidden)]
+    pub fn census(&self) -> String {
+        let mut counts = std::collections::BTreeMap::new();
+        let mut waiters = 0;
+        for r in self.sh.regions.read().values() {
+            for p in r.pages.iter() {
+                let m = p.lock();
+                *counts.entry(format!("{:?}", m.state)).or_insert(0u64) += 1;
+                waiters += m.waiters as u64;
+            }
+        }
+        format!(
+            "states {counts:?} waiters {waiters} policy {} resident {} in_flight {} forced {} limit {} high {} low {}",
+            self.sh.policy.lock().len(),
+            self.sh.resident.load(Ordering::SeqCst),
+            self.sh.in_flight.load(Ordering::SeqCst),
+            self.sh.forced.lock().len(),
+            self.sh.limit,
+            self.sh.high,
+            self.sh.low
+        )
+    }
+
     /// The most recent error the background threads reported, if any.
     pub fn last_error(&self) -> Option<String> {
         self.sh.last_error.lock().clone()
@@ -578,6 +629,24 @@ impl Region<'_> {
         // SAFETY: the mapping lives as long as self and AtomicU8 has the
         // layout of u8; atomics make concurrent access from threads sound.
         unsafe { std::slice::from_raw_parts(self.inner.start as *const AtomicU8, self.len()) }
+    }
+
+    /// The state of the page holding `off`, for diagnosing a stall.
+    #[doc(hidden)]
+    pub fn page_state(&self, off: usize) -> String {
+        match self.inner.pages.get(off / PAGE as usize) {
+            Some(p) => {
+                let m = p.lock();
+                format!(
+                    "{:?} waiters {} snapshot {} force {:#x}",
+                    m.state,
+                    m.waiters,
+                    m.snapshot.is_some(),
+                    m.force
+                )
+            }
+            None => "out of range".into(),
+        }
     }
 
     /// Remote extents backing the region, in order.
@@ -632,7 +701,7 @@ impl Drop for Region<'_> {
             if matches!(m.state, State::Clean | State::Dirty) {
                 sh.policy.lock().remove(r.page_addr(idx) / PAGE);
                 m.state = State::Absent;
-                m.snapshot = None;
+                sh.put_buf(m.snapshot.take());
                 drop(m);
                 sh.release_page();
             }

@@ -118,3 +118,90 @@ fn synced_data_is_seen_by_a_fresh_runtime() {
         assert_eq!(b, [p as u8; 300], "page {p}");
     }
 }
+
+#[test]
+fn concurrent_faults_on_the_same_pages_fetch_each_once() {
+    if skip() {
+        return;
+    }
+    let store = Arc::new(MemStore::new(1 << 30));
+    let pages = 2048usize;
+    // Cache larger than the region: no eviction, so every page is fetched
+    // exactly once however the four threads interleave.
+    let rt = Runtime::new(
+        Config {
+            fillers: 3,
+            ..cfg(pages as u64 + 256, DirtyMode::Line)
+        },
+        store.clone(),
+        store.clone(),
+    )
+    .unwrap();
+    let r = rt.region(pages as u64 * PAGE).unwrap();
+    std::thread::scope(|s| {
+        for t in 0..4usize {
+            let r = &r;
+            s.spawn(move || {
+                for p in 0..pages {
+                    // Threads write their own byte of each page, half of
+                    // them in reverse order, so faults collide both ways.
+                    let p = if t % 2 == 0 { p } else { pages - 1 - p };
+                    r.write_at(p * PAGE as usize + t, &[t as u8 + 1]).unwrap();
+                }
+            });
+        }
+    });
+    let s = rt.stats();
+    assert_eq!(s.pages_fetched, pages as u64, "{s:?}");
+    assert_eq!(store.stats().reads, pages as u64);
+    let mut b = [0u8; 4];
+    for p in 0..pages {
+        r.read_at(p * PAGE as usize, &mut b).unwrap();
+        assert_eq!(b, [1, 2, 3, 4], "page {p}");
+    }
+}
+
+#[test]
+fn stats_serialize_with_every_counter() {
+    if skip() {
+        return;
+    }
+    let store = Arc::new(MemStore::new(1 << 30));
+    let rt = Runtime::new(cfg(64, DirtyMode::Line), store.clone(), store.clone()).unwrap();
+    let v: serde_json::Value = serde_json::to_value(rt.stats()).unwrap();
+    for key in [
+        "faults_missing",
+        "faults_wp",
+        "pages_fetched",
+        "bytes_fetched",
+        "pages_evicted_clean",
+        "pages_evicted_dirty",
+        "dirty_lines_shipped",
+        "bytes_written_back",
+        "log_batches",
+        "fault_latency",
+        "stages",
+    ] {
+        assert!(v.get(key).is_some(), "missing {key} in {v}");
+    }
+}
+
+#[test]
+fn bad_config_is_rejected_with_a_reason() {
+    let store = Arc::new(MemStore::new(1 << 30));
+    let err = Runtime::new(cfg(4, DirtyMode::Line), store.clone(), store.clone())
+        .err()
+        .unwrap();
+    assert!(err.to_string().contains("local_bytes"), "{err}");
+    let err = Runtime::new(
+        Config {
+            low_watermark: 0.99,
+            ..cfg(64, DirtyMode::Line)
+        },
+        store.clone(),
+        store,
+    )
+    .err()
+    .unwrap();
+    assert!(err.to_string().contains("watermarks"), "{err}");
+}

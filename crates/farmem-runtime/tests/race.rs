@@ -36,7 +36,33 @@ fn race(dirty: DirtyMode) {
         let region = rt.region(((HOT + COLD) * PAGE as usize) as u64).unwrap();
         let done = AtomicBool::new(false);
         let swept = AtomicUsize::new(0);
+        let writer_at = AtomicUsize::new(0);
         std::thread::scope(|s| {
+            // Diagnostics only: if the run stalls, say where pages are.
+            let (rt, d, sw, at, reg) = (&rt, &done, &swept, &writer_at, &region);
+            s.spawn(move || {
+                let mut quiet = 0;
+                while !d.load(Ordering::Relaxed) {
+                    std::thread::sleep(std::time::Duration::from_millis(100));
+                    quiet += 1;
+                    if quiet % 100 == 0 {
+                        let st = rt.stats();
+                        eprintln!(
+                            "stalled? writer at {:#x} page {} | swept {} missing {} wp {} fetched {} spurious {} waited {} | {} {:?}",
+                            at.load(Ordering::Relaxed),
+                            reg.page_state(at.load(Ordering::Relaxed)),
+                            sw.load(Ordering::Relaxed),
+                            st.faults_missing,
+                            st.faults_wp,
+                            st.pages_fetched,
+                            st.faults_spurious,
+                            st.faults_waited,
+                            rt.census(),
+                            rt.last_error()
+                        );
+                    }
+                }
+            });
             // Churn: sweeps cold pages so the hot ones are evicted again and
             // again while the writer keeps writing them.
             let (r, d, sw) = (&region, &done, &swept);
@@ -58,6 +84,7 @@ fn race(dirty: DirtyMode) {
                 let round = rounds;
                 for h in 0..HOT {
                     let at = h * PAGE as usize + (round as usize % 64) * 64;
+                    writer_at.store(at, Ordering::Relaxed);
                     region.write_at(at, &round.to_le_bytes()).unwrap();
                     let mut b = [0u8; 8];
                     region.read_at(at, &mut b).unwrap();

@@ -1,0 +1,197 @@
+//! Benchmarks the CLI runs (`farmem bench kona`, `farmem bench fault`),
+//! over any store, so the same code measures MemStore and the network.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use farmem_core::LatencyHistogram;
+
+use crate::config::{Config, DirtyMode};
+use crate::store::{RemoteStore, SlabSource};
+use crate::{PAGE, Runtime, RuntimeError};
+
+/// Kona's microbenchmark (seed 001, §5.1): each thread owns a region and
+/// writes one cache line in every page, eviction running concurrently.
+#[derive(Debug, Clone)]
+pub struct KonaOpts {
+    pub threads: usize,
+    /// Region size per thread.
+    pub region_bytes: u64,
+    /// Local cache as a fraction of the total working set (0 < f <= 1).
+    pub local_fraction: f64,
+    /// Everything else (wait mode, fillers, policy) comes from here.
+    pub base: Config,
+}
+
+/// One mode's run.
+#[derive(Debug, Clone, Serialize)]
+pub struct KonaRun {
+    pub seconds: f64,
+    pub bytes_written_back: u64,
+    pub pages_evicted: u64,
+    pub faults: u64,
+    pub stats: crate::Stats,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct KonaReport {
+    pub threads: usize,
+    pub region_bytes: u64,
+    pub local_bytes: u64,
+    pub line: KonaRun,
+    pub page: KonaRun,
+    /// page seconds / line seconds.
+    pub speedup: f64,
+    /// page bytes written back / line bytes written back.
+    pub writeback_reduction: f64,
+}
+
+fn kona_run(
+    opts: &KonaOpts,
+    dirty: DirtyMode,
+    store: &Arc<dyn RemoteStore>,
+    slabs: &Arc<dyn SlabSource>,
+) -> Result<KonaRun, RuntimeError> {
+    let total = opts.region_bytes * opts.threads as u64;
+    let local = ((total as f64 * opts.local_fraction) as u64 / PAGE).max(64) * PAGE;
+    let cfg = Config {
+        local_bytes: local,
+        dirty,
+        slab_batch: total,
+        ..opts.base.clone()
+    };
+    let rt = Runtime::new(cfg, store.clone(), slabs.clone())?;
+    let regions = (0..opts.threads)
+        .map(|_| rt.region(opts.region_bytes))
+        .collect::<Result<Vec<_>, _>>()?;
+    let start = Instant::now();
+    std::thread::scope(|s| {
+        for r in &regions {
+            s.spawn(move || {
+                let base = r.as_ptr();
+                for p in 0..r.len() / PAGE as usize {
+                    let off = p * PAGE as usize + (p % 64) * 64;
+                    // SAFETY: in bounds, and only this thread touches its region.
+                    unsafe {
+                        let line = base.add(off) as *mut u64;
+                        for w in 0..8 {
+                            line.add(w).write_volatile(p as u64 + w as u64 + 1);
+                        }
+                    }
+                }
+            });
+        }
+    });
+    // As in the paper: the application's run time, eviction concurrent;
+    // what is still cached at the end is not written back.
+    let seconds = start.elapsed().as_secs_f64();
+    let st = rt.stats();
+    Ok(KonaRun {
+        seconds,
+        bytes_written_back: st.bytes_written_back,
+        pages_evicted: st.pages_evicted_clean + st.pages_evicted_dirty,
+        faults: st.faults_missing + st.faults_wp,
+        stats: st,
+    })
+}
+
+pub fn kona(
+    opts: &KonaOpts,
+    store: Arc<dyn RemoteStore>,
+    slabs: Arc<dyn SlabSource>,
+) -> Result<KonaReport, RuntimeError> {
+    if opts.threads == 0
+        || opts.region_bytes < PAGE
+        || !(opts.local_fraction > 0.0 && opts.local_fraction <= 1.0)
+    {
+        return Err(RuntimeError::Config(
+            "kona bench needs threads >= 1, region >= 1 page, 0 < local <= 100%".into(),
+        ));
+    }
+    let line = kona_run(opts, DirtyMode::Line, &store, &slabs)?;
+    let page = kona_run(opts, DirtyMode::Page, &store, &slabs)?;
+    let total = opts.region_bytes * opts.threads as u64;
+    Ok(KonaReport {
+        threads: opts.threads,
+        region_bytes: opts.region_bytes,
+        local_bytes: (total as f64 * opts.local_fraction) as u64,
+        speedup: page.seconds / line.seconds.max(1e-9),
+        writeback_reduction: page.bytes_written_back as f64
+            / (line.bytes_written_back.max(1)) as f64,
+        line,
+        page,
+    })
+}
+
+#[derive(Debug, Clone)]
+pub struct FaultOpts {
+    /// Faults to time (each on a distinct page).
+    pub pages: usize,
+    /// Store reads of 4 KiB to time for the comparison.
+    pub reads: usize,
+    pub base: Config,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct FaultReport {
+    /// First touch of a remote page as the application sees it.
+    pub fault_us_p50: f64,
+    pub fault_us_p99: f64,
+    /// A bare 4 KiB read from the same store.
+    pub wire_read4k_us_p50: f64,
+    /// fault p50 / wire p50.
+    pub fault_ratio: f64,
+    pub stats: crate::Stats,
+}
+
+/// Latency of a remote 4 KiB fault measured in the faulting thread, against a
+/// bare 4 KiB store read in the same run. The cache holds every page, so no
+/// eviction interferes.
+pub fn fault(
+    opts: &FaultOpts,
+    store: Arc<dyn RemoteStore>,
+    slabs: Arc<dyn SlabSource>,
+) -> Result<FaultReport, RuntimeError> {
+    let pages = opts.pages.max(1) as u64;
+    let cfg = Config {
+        local_bytes: (pages + 256) * PAGE,
+        slab_batch: pages * PAGE,
+        ..opts.base.clone()
+    };
+    let rt = Runtime::new(cfg, store.clone(), slabs)?;
+    let r = rt.region(pages * PAGE)?;
+    let faults = LatencyHistogram::new();
+    // Let the monitor settle into its waiting mode between faults, as an
+    // application doing work between misses would.
+    let gap = Duration::from_micros(20);
+    for p in 0..pages as usize {
+        let t = Instant::now();
+        // SAFETY: in bounds; a read through the mapping triggers the fault.
+        let _ = unsafe { (r.as_ptr().add(p * PAGE as usize) as *const u8).read_volatile() };
+        faults.record(t.elapsed());
+        let until = Instant::now() + gap;
+        while Instant::now() < until {
+            std::hint::spin_loop();
+        }
+    }
+    let reads = LatencyHistogram::new();
+    let mut buf = vec![0u8; PAGE as usize];
+    let extents = r.extents();
+    for i in 0..opts.reads.max(1) {
+        let addr = extents[0].0 + (i as u64 % (extents[0].1 / PAGE)) * PAGE;
+        let t = Instant::now();
+        store.read(addr, &mut buf)?;
+        reads.record(t.elapsed());
+    }
+    let f = faults.summary();
+    let w = reads.summary();
+    Ok(FaultReport {
+        fault_us_p50: f.p50_us,
+        fault_us_p99: f.p99_us,
+        wire_read4k_us_p50: w.p50_us,
+        fault_ratio: f.p50_us / w.p50_us.max(1e-3),
+        stats: rt.stats(),
+    })
+}
