@@ -49,9 +49,11 @@ pub struct IndexList<T> {
 }
 
 impl<T: Copy> IndexList<T> {
+    /// Room for `capacity` nodes up front, at most 2^16: a huge configured
+    /// capacity only costs memory as the lists fill.
     pub fn with_capacity(capacity: usize) -> Self {
         Self {
-            nodes: Vec::with_capacity(capacity),
+            nodes: Vec::with_capacity(capacity.min(1 << 16)),
             free: Vec::new(),
         }
     }

@@ -178,15 +178,21 @@ impl Promoter {
         block / u64::from(self.cfg.blocks_per_page)
     }
 
-    /// Scores `page`; `None` when its blocks would lie past `u64::MAX`.
-    pub fn score(&self, states: &impl SubPageStates, page: PageId) -> Option<PageScore> {
+    /// The sub-page blocks of `page`; `None` past `u64::MAX`.
+    pub fn blocks_of(&self, page: PageId) -> Option<std::ops::Range<BlockId>> {
         let n = u64::from(self.cfg.blocks_per_page);
         let first = page.checked_mul(n)?;
-        first.checked_add(n - 1)?;
+        Some(first..first.checked_add(n)?)
+    }
+
+    /// Scores `page`; `None` when its blocks would lie past `u64::MAX`.
+    pub fn score(&self, states: &impl SubPageStates, page: PageId) -> Option<PageScore> {
+        let blocks = self.blocks_of(page)?;
+        let n = u64::from(self.cfg.blocks_per_page);
         // Integer sums: exact for any config, so equal states give bitwise
         // equal scores and the ranking is deterministic.
         let (mut sum, mut sum_sq) = (0u128, 0u128);
-        for b in first..first + n {
+        for b in blocks {
             let s = u128::from(self.cfg.scores.of(states.state(b)));
             sum += s;
             sum_sq += s * s;
@@ -390,6 +396,7 @@ mod tests {
     fn candidate_pages_come_from_blocks() {
         let p = promoter();
         assert_eq!(p.pages_of([17, 3, 16, 7, 64]), vec![0, 2, 8]);
+        assert_eq!(p.blocks_of(2), Some(16..24));
         // A page whose blocks would pass u64::MAX is skipped, not a panic.
         assert_eq!(p.score(&States::default(), u64::MAX), None);
         assert!(p.rank(&States::default(), [u64::MAX]).is_empty());

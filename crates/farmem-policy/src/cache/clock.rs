@@ -10,9 +10,8 @@
 //! Slots are stable, like [`SetAssocLru`](super::SetAssocLru): the owner may
 //! keep per-slot state in a parallel array indexed by [`Clock::find`].
 
-use std::collections::HashMap;
-
 use super::ReplacementPolicy;
+use super::block_map::BlockMap;
 use crate::{BlockId, Nanos};
 
 #[derive(Debug, Clone, Copy)]
@@ -28,7 +27,7 @@ pub struct Clock {
     /// Grows to `capacity` as the clock fills, so a huge configured
     /// capacity costs nothing until it is used.
     slots: Vec<Option<Slot>>,
-    index: HashMap<BlockId, usize>,
+    index: BlockMap<usize>,
     /// Slots emptied by eviction or removal, reused before the clock grows.
     free: Vec<usize>,
     hand: usize,
@@ -42,7 +41,7 @@ impl Clock {
         Self {
             capacity,
             slots: Vec::new(),
-            index: HashMap::new(),
+            index: BlockMap::default(),
             free: Vec::new(),
             hand: 0,
         }

@@ -1,9 +1,8 @@
 //! First in, first out: DaeMon's sensitivity study replaces LRU by FIFO in
 //! local memory. Hits do not reorder.
 
-use std::collections::HashMap;
-
 use super::ReplacementPolicy;
+use super::block_map::{BlockMap, block_map};
 use crate::list::{Ends, Handle, IndexList};
 use crate::{BlockId, Nanos};
 
@@ -11,7 +10,7 @@ use crate::{BlockId, Nanos};
 #[derive(Debug, Clone)]
 pub struct Fifo {
     capacity: usize,
-    index: HashMap<BlockId, Handle>,
+    index: BlockMap<Handle>,
     slab: IndexList<BlockId>,
     order: Ends,
 }
@@ -20,7 +19,7 @@ impl Fifo {
     pub fn new(capacity: usize) -> Self {
         Self {
             capacity,
-            index: HashMap::with_capacity(capacity),
+            index: block_map(capacity),
             slab: IndexList::with_capacity(capacity),
             order: Ends::default(),
         }

@@ -36,10 +36,9 @@
 //! per 4 KiB page, block numbers all ≡ 0 mod 8) still spreads over 8 parts.
 //! Each part has its own ring, sized to the part, so parts share nothing.
 
-use std::collections::HashMap;
-
 use serde::{Deserialize, Serialize};
 
+use super::block_map::{BlockMap, block_map};
 use super::{PolicyError, ReplacementPolicy};
 use crate::list::{Ends, Handle, IndexList};
 use crate::promote::{SubPageState, SubPageStates};
@@ -115,6 +114,20 @@ impl FilterConfig {
         Ok(())
     }
 
+    /// The paper's parameters, with fewer pairs when the cache has fewer
+    /// than 8 blocks (every pair needs one): what [`super::PolicyConfig`]'s
+    /// `filter` builds, so tiny caches in tests and the runtime still work.
+    pub fn for_capacity(capacity: usize) -> Self {
+        let d = Self::default();
+        Self {
+            pairs: d
+                .pairs
+                .min(u32::try_from(capacity).unwrap_or(u32::MAX))
+                .max(1),
+            ..d
+        }
+    }
+
     /// Builds a Filter-Cache of `capacity` blocks.
     pub fn build(self, capacity: usize) -> Result<FilterCache, PolicyError> {
         FilterCache::new(capacity, self)
@@ -163,18 +176,14 @@ pub struct FilterCache {
     cfg: FilterConfig,
     capacity: usize,
     pairs: Vec<Pair>,
-    index: HashMap<BlockId, Entry>,
+    index: BlockMap<Entry>,
     slab: IndexList<BlockId>,
     /// Refault-queue membership: block → its slot in its part's ring. A
     /// refault consumes the entry; the stale slot is skipped on overwrite.
-    ghosts: HashMap<BlockId, usize>,
+    ghosts: BlockMap<usize>,
     /// Where background eviction starts looking, so ties rotate over parts.
     cursor: usize,
 }
-
-/// Cap on up-front allocation, so a huge configured capacity only costs
-/// memory as it fills.
-const PREALLOC: usize = 1 << 16;
 
 impl FilterCache {
     pub fn new(capacity: usize, cfg: FilterConfig) -> Result<Self, PolicyError> {
@@ -204,9 +213,9 @@ impl FilterCache {
             cfg,
             capacity,
             pairs,
-            index: HashMap::with_capacity(capacity.min(PREALLOC)),
-            slab: IndexList::with_capacity(capacity.min(PREALLOC)),
-            ghosts: HashMap::with_capacity(ring_total.min(PREALLOC)),
+            index: block_map(capacity),
+            slab: IndexList::with_capacity(capacity),
+            ghosts: block_map(ring_total),
             cursor: 0,
         })
     }

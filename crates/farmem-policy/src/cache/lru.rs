@@ -1,8 +1,7 @@
 //! Least recently used.
 
-use std::collections::HashMap;
-
 use super::ReplacementPolicy;
+use super::block_map::{BlockMap, block_map};
 use crate::list::{Ends, Handle, IndexList};
 use crate::{BlockId, Nanos};
 
@@ -10,7 +9,7 @@ use crate::{BlockId, Nanos};
 #[derive(Debug, Clone)]
 pub struct Lru {
     capacity: usize,
-    index: HashMap<BlockId, Handle>,
+    index: BlockMap<Handle>,
     slab: IndexList<BlockId>,
     order: Ends,
 }
@@ -19,7 +18,7 @@ impl Lru {
     pub fn new(capacity: usize) -> Self {
         Self {
             capacity,
-            index: HashMap::with_capacity(capacity),
+            index: block_map(capacity),
             slab: IndexList::with_capacity(capacity),
             order: Ends::default(),
         }

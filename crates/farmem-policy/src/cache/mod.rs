@@ -7,6 +7,7 @@
 //! job and no policy can lose one. Policies are chosen by name from config
 //! ([`PolicyConfig`]).
 
+mod block_map;
 mod clock;
 mod fifo;
 mod filter;
@@ -155,7 +156,7 @@ impl PolicyConfig {
             Self::FourWay => Box::new(SetAssocLru::new(capacity, 4)),
             Self::Clock => Box::new(Clock::new(capacity)),
             Self::KonaPc => Box::new(TwoQ::new(capacity)),
-            Self::Filter => Box::new(FilterConfig::default().build(capacity)?),
+            Self::Filter => Box::new(FilterConfig::for_capacity(capacity).build(capacity)?),
         })
     }
 }

@@ -13,9 +13,8 @@
 //! inactive hit promotes here, as in Filter-Cache, which keeps the two
 //! caches comparable.
 
-use std::collections::HashMap;
-
 use super::ReplacementPolicy;
+use super::block_map::{BlockMap, block_map};
 use crate::list::{Ends, Handle, IndexList};
 use crate::promote::{SubPageState, SubPageStates};
 use crate::{BlockId, Nanos};
@@ -30,7 +29,7 @@ struct Entry {
 #[derive(Debug, Clone)]
 pub struct TwoQ {
     capacity: usize,
-    index: HashMap<BlockId, Entry>,
+    index: BlockMap<Entry>,
     slab: IndexList<BlockId>,
     active: Ends,
     inactive: Ends,
@@ -41,7 +40,7 @@ impl TwoQ {
         let capacity = capacity.max(1);
         Self {
             capacity,
-            index: HashMap::with_capacity(capacity),
+            index: block_map(capacity),
             slab: IndexList::with_capacity(capacity),
             active: Ends::default(),
             inactive: Ends::default(),
