@@ -18,13 +18,13 @@
 //! Pure: the caller passes the cache state (any [`SubPageStates`]) and the
 //! candidate pages, and gets the batch back. Moving the pages, charging the
 //! 2 ms per batch and removing the promoted sub-pages from the Filter-Cache
-//! (with [`ReplacementPolicy::remove`](crate::cache::ReplacementPolicy::remove),
-//! which does not log them as refaults) are the owner's job.
+//! (with [`ReplacementPolicy::remove`], which does not log them as refaults)
+//! are the owner's job.
 
 use serde::{Deserialize, Serialize};
 
 use crate::BlockId;
-use crate::cache::PolicyError;
+use crate::cache::{PolicyError, ReplacementPolicy};
 
 /// A page number: a block's number divided by the blocks per page.
 pub type PageId = u64;
@@ -39,9 +39,16 @@ pub enum SubPageState {
     Absent,
 }
 
-/// A cache that can say where a block sits, without touching it.
+/// A cache that can say where a block sits, without touching it. Every
+/// [`ReplacementPolicy`] is one (through its `sub_page_state`), boxed or not.
 pub trait SubPageStates {
     fn state(&self, block: BlockId) -> SubPageState;
+}
+
+impl<P: ReplacementPolicy + ?Sized> SubPageStates for P {
+    fn state(&self, block: BlockId) -> SubPageState {
+        self.sub_page_state(block)
+    }
 }
 
 /// The score of a sub-page in each position.
@@ -186,7 +193,7 @@ impl Promoter {
     }
 
     /// Scores `page`; `None` when its blocks would lie past `u64::MAX`.
-    pub fn score(&self, states: &impl SubPageStates, page: PageId) -> Option<PageScore> {
+    pub fn score<S: SubPageStates + ?Sized>(&self, states: &S, page: PageId) -> Option<PageScore> {
         let blocks = self.blocks_of(page)?;
         let n = u64::from(self.cfg.blocks_per_page);
         // Integer sums: exact for any config, so equal states give bitwise
@@ -219,9 +226,9 @@ impl Promoter {
     /// Every candidate that is hot (`mean ≥ min_mean`) and fully used
     /// (`variance ≤ max_variance`), least fragmented first, then hottest,
     /// then lowest page number. Duplicate candidates count once.
-    pub fn rank(
+    pub fn rank<S: SubPageStates + ?Sized>(
         &self,
-        states: &impl SubPageStates,
+        states: &S,
         candidates: impl IntoIterator<Item = PageId>,
     ) -> Vec<PageScore> {
         let mut pages: Vec<PageId> = candidates.into_iter().collect();
@@ -242,9 +249,9 @@ impl Promoter {
     }
 
     /// The best `batch_pages` candidates (fewer when fewer qualify).
-    pub fn batch(
+    pub fn batch<S: SubPageStates + ?Sized>(
         &self,
-        states: &impl SubPageStates,
+        states: &S,
         candidates: impl IntoIterator<Item = PageId>,
     ) -> Vec<PageScore> {
         let mut ranked = self.rank(states, candidates);
@@ -254,9 +261,9 @@ impl Promoter {
 
     /// A batch only once a full one has gathered, as the paper collects
     /// candidates before it activates a batch promotion.
-    pub fn full_batch(
+    pub fn full_batch<S: SubPageStates + ?Sized>(
         &self,
-        states: &impl SubPageStates,
+        states: &S,
         candidates: impl IntoIterator<Item = PageId>,
     ) -> Option<Vec<PageScore>> {
         let batch = self.batch(states, candidates);

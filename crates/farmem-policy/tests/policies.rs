@@ -298,3 +298,35 @@ fn names_round_trip_through_config_and_serde() {
         assert!(PolicyConfig::from_name(name).unwrap().build(0).is_err());
     }
 }
+
+#[test]
+fn promotion_reads_boxed_policies_too() {
+    let accesses: Vec<BlockId> = (0..200u64).map(|i| (i * 7) % 48).chain(0..16).collect();
+    let mut boxed = PolicyConfig::Filter.build(32).unwrap();
+    let mut typed = FilterConfig::for_capacity(32).build(32).unwrap();
+    let mut lru = PolicyConfig::Lru.build(32).unwrap();
+    for &b in &accesses {
+        boxed.access(b, 0);
+        typed.access(b, 0);
+        lru.access(b, 0);
+    }
+    let pr = Promoter::new(PromotionConfig::default()).unwrap();
+    let pages = 0..6;
+    assert_eq!(
+        pr.rank(&*boxed, pages.clone()),
+        pr.rank(&typed, pages.clone())
+    );
+    for b in 0..48 {
+        assert_eq!(boxed.sub_page_state(b), typed.position(b));
+    }
+    // A single-list policy: resident blocks count as active.
+    for b in 0..48 {
+        let want = if lru.contains(b) {
+            SubPageState::Active
+        } else {
+            SubPageState::Absent
+        };
+        assert_eq!(lru.state(b), want);
+    }
+    assert!(!pr.rank(&*lru, pages).is_empty());
+}

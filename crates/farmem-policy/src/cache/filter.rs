@@ -41,7 +41,7 @@ use serde::{Deserialize, Serialize};
 use super::block_map::{BlockMap, block_map};
 use super::{PolicyError, ReplacementPolicy};
 use crate::list::{Ends, Handle, IndexList};
-use crate::promote::{SubPageState, SubPageStates};
+use crate::promote::SubPageState;
 use crate::{BlockId, Nanos};
 
 /// Largest number of list pairs (the paper sweeps 1–16, §4.7).
@@ -335,12 +335,6 @@ impl FilterCache {
     }
 }
 
-impl SubPageStates for FilterCache {
-    fn state(&self, block: BlockId) -> SubPageState {
-        self.position(block)
-    }
-}
-
 impl ReplacementPolicy for FilterCache {
     fn name(&self) -> &'static str {
         "filter"
@@ -416,6 +410,9 @@ impl ReplacementPolicy for FilterCache {
         let p = best?;
         self.cursor = (p + 1) % n;
         self.evict_from(p, false)
+    }
+    fn sub_page_state(&self, block: BlockId) -> SubPageState {
+        self.position(block)
     }
     fn remove(&mut self, block: BlockId) -> bool {
         let p = self.pair_of(block);

@@ -69,6 +69,19 @@ pub trait ReplacementPolicy: Send {
         (0..n).map_while(|_| self.evict(now)).collect()
     }
 
+    /// Where `block` sits, for page promotion ([`crate::promote`]), without
+    /// touching it. Policies with active/inactive lists (and a refault
+    /// history) say which; single-list policies report resident blocks as
+    /// active.
+    fn sub_page_state(&self, block: BlockId) -> crate::promote::SubPageState {
+        use crate::promote::SubPageState;
+        if self.contains(block) {
+            SubPageState::Active
+        } else {
+            SubPageState::Absent
+        }
+    }
+
     /// Touch on a hit, insert on a miss.
     fn access(&mut self, block: BlockId, now: Nanos) -> Access {
         if self.contains(block) {

@@ -16,7 +16,7 @@
 use super::ReplacementPolicy;
 use super::block_map::{BlockMap, block_map};
 use crate::list::{Ends, Handle, IndexList};
-use crate::promote::{SubPageState, SubPageStates};
+use crate::promote::SubPageState;
 use crate::{BlockId, Nanos};
 
 #[derive(Debug, Clone, Copy)]
@@ -95,12 +95,6 @@ impl TwoQ {
     }
 }
 
-impl SubPageStates for TwoQ {
-    fn state(&self, block: BlockId) -> SubPageState {
-        self.position(block)
-    }
-}
-
 impl ReplacementPolicy for TwoQ {
     fn name(&self) -> &'static str {
         "kona-pc"
@@ -148,6 +142,9 @@ impl ReplacementPolicy for TwoQ {
         let victim = self.pop_victim();
         self.balance();
         victim
+    }
+    fn sub_page_state(&self, block: BlockId) -> SubPageState {
+        self.position(block)
     }
     fn remove(&mut self, block: BlockId) -> bool {
         match self.index.remove(&block) {
