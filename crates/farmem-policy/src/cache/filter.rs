@@ -22,13 +22,25 @@
 //! blocks from both active and inactive lists".
 //!
 //! When the 90% bound is enforced: a promotion happens on a hit, and a hit
-//! (`touch`) cannot report a victim, so a promotion may leave the active list
-//! one over its bound; every eviction from that part then takes the active
-//! tail while the active list is over its bound, and the inactive tail
-//! otherwise. The next fill therefore leaves the same lists as dropping the
-//! active tail at the hit would have, while the block stays usable until
-//! then. With the part full and the bound met, the inactive list holds at
-//! least `100 − active_max_percent`% of it.
+//! (`touch`) cannot report a victim, so each promotion may leave the active
+//! list one more over its bound (as may a refault into a part that is not
+//! full). Every eviction from that part then takes the active tail while the
+//! active list is over its bound, and the inactive tail otherwise; a refault
+//! into a full part counts itself. So k promotions cost the active list its
+//! k oldest blocks at the part's next k evictions: the same lists as
+//! dropping each at its hit, while the blocks stay usable until then. With
+//! the part full and the bound met, the inactive list holds at least
+//! `100 − active_max_percent`% of it.
+//!
+//! A known limit, kept because it is the paper's: a loop over more blocks
+//! than the cache (but fewer than cache + ring) thrashes as it does under
+//! LRU. Every returning block is still in the ring, so each miss refaults
+//! into the active head and displaces the active tail; §3.2 has no refault
+//! distance test like Linux's workingset. Scans and one-hit wonders, the
+//! pollution §2.2 is about, are filtered (tests/policies.rs shows both).
+//!
+//! The ring stores block numbers only, 8 bytes per 512 B block, the paper's
+//! "approximately 1.5% of cache capacity" (§4.1).
 //!
 //! Parts: the paper divides the cache "into equal parts … similar to set
 //! associative cache". We pick a block's part by a multiplicative hash of
@@ -140,7 +152,7 @@ fn share(total: usize, parts: usize, i: usize) -> usize {
 }
 
 /// The refault queue of one part: a ring of evicted block numbers. Lookups
-/// go through [`FilterCache::ghosts`], which maps a block to its slot.
+/// go through the cache's `ghosts` map, block → slot.
 #[derive(Debug, Clone, Default)]
 struct Ring {
     size: usize,
@@ -401,7 +413,7 @@ impl ReplacementPolicy for FilterCache {
             let better = best.is_none_or(|b| {
                 let y = &self.pairs[b];
                 // x.len/x.cap > y.len/y.cap, without division.
-                x.len() * y.capacity > y.len() * x.capacity
+                x.len() as u128 * y.capacity as u128 > y.len() as u128 * x.capacity as u128
             });
             if better {
                 best = Some(p);
