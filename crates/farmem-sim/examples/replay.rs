@@ -13,8 +13,21 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             scale: Default::default(),
             seed: 1,
         },
-        None => farmem_sim::Input::Trace(what.into()),
+        None => farmem_sim::Input::Trace(what.clone().into()),
     };
+    if scheme == "decode" {
+        // Decoding alone: what the trace format costs.
+        let t = std::time::Instant::now();
+        let mut r = farmem_workloads::TraceReader::open(std::path::Path::new(&what))?;
+        let mut sink = farmem_workloads::record::CountingSink::default();
+        let n = r.replay(&mut sink)?;
+        let s = t.elapsed().as_secs_f64();
+        println!(
+            "{{\"records\":{n},\"wall_seconds\":{s},\"records_per_sec\":{}}}",
+            n as f64 / s
+        );
+        return Ok(());
+    }
     let cfg = farmem_sim::Config::preset("daemon")?;
     let mut r = farmem_sim::simulate(&cfg, &scheme, &input)?;
     r.stats = Default::default();

@@ -9,6 +9,7 @@
 pub mod components;
 pub mod config;
 pub mod engine;
+pub mod eval;
 pub mod machine;
 pub mod scheme;
 pub mod stats;
