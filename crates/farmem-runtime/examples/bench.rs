@@ -11,12 +11,13 @@ fn main() {
     let what = args.first().map(String::as_str).unwrap_or("fault");
     match what {
         "fault" => {
-            for (name, wait, fillers) in [
-                ("poll+fillers", WaitMode::Poll, 2),
-                ("poll inline", WaitMode::Poll, 0),
-                ("spin+fillers", WaitMode::Spin, 2),
-                ("spin inline", WaitMode::Spin, 0),
-                ("hybrid inline", WaitMode::Hybrid { spin_us: 1000 }, 0),
+            for (name, wait, handlers, fillers) in [
+                ("poll 1h+2f", WaitMode::Poll, 1, 2),
+                ("poll 1h", WaitMode::Poll, 1, 0),
+                ("poll 2h", WaitMode::Poll, 2, 0),
+                ("spin 1h", WaitMode::Spin, 1, 0),
+                ("hybrid 1h", WaitMode::Hybrid { spin_us: 1000 }, 1, 0),
+                ("hybrid 2h", WaitMode::Hybrid { spin_us: 1000 }, 2, 0),
             ] {
                 let store = Arc::new(MemStore::new(1 << 30));
                 let opts = FaultOpts {
@@ -24,6 +25,7 @@ fn main() {
                     reads: 20_000,
                     base: Config {
                         wait,
+                        handlers,
                         fillers,
                         ..Config::default()
                     },

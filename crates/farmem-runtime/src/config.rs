@@ -57,8 +57,12 @@ pub struct Config {
     pub policy: PolicyConfig,
     pub dirty: DirtyMode,
     pub wait: WaitMode,
-    /// Filler threads fetching pages; 0 fetches on the monitor thread itself
-    /// (one less hand-off, but one fault at a time).
+    /// Threads reading the userfaultfd. Each resolves the faults it reads
+    /// itself (no hand-off: one wakeup less per fault), so this many faults
+    /// can be fetched at once.
+    pub handlers: usize,
+    /// Extra filler threads; when non-zero, handlers pass missing faults to
+    /// them instead of fetching themselves.
     pub fillers: usize,
     /// Remote memory is requested from the slab source in batches of at least this.
     pub slab_batch: u64,
@@ -81,7 +85,8 @@ impl Default for Config {
             policy: PolicyConfig::default(),
             dirty: DirtyMode::default(),
             wait: WaitMode::default(),
-            fillers: 2,
+            handlers: 2,
+            fillers: 0,
             slab_batch: 1 << 30,
             log_lines: 4096,
             log_segments: 4,
@@ -99,12 +104,15 @@ impl Config {
     pub fn validate(&self) -> Result<(), RuntimeError> {
         let pages = self.local_bytes / farmem_core::PAGE_SIZE;
         let err = |m: String| Err(RuntimeError::Config(m));
-        if pages < MIN_LOCAL_PAGES + self.fillers as u64 {
+        let min = MIN_LOCAL_PAGES + (self.fillers + self.handlers) as u64;
+        if pages < min {
             return err(format!(
-                "local_bytes {} is below the minimum of {} pages",
-                self.local_bytes,
-                MIN_LOCAL_PAGES + self.fillers as u64
+                "local_bytes {} is below the minimum of {min} pages",
+                self.local_bytes
             ));
+        }
+        if self.handlers == 0 {
+            return err("handlers must be at least 1".into());
         }
         if !(0.0 < self.low_watermark
             && self.low_watermark < self.high_watermark

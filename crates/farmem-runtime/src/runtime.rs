@@ -1,4 +1,4 @@
-//! The runtime: shared state, the fault monitor, fillers, and regions.
+//! The runtime: shared state, the fault handlers, fillers, and regions.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -347,6 +347,14 @@ impl Shared {
 
 fn monitor(sh: Arc<Shared>, tx: Option<Sender<FetchJob>>) {
     let mut buf = PageBuf::zeroed();
+    // Without epoll, fall back to poll(2) (every handler wakes per fault).
+    let waiter = match sh.uffd.waiter() {
+        Ok(w) => Some(w),
+        Err(e) => {
+            sh.report(format!("epoll on userfaultfd: {e}; using poll"));
+            None
+        }
+    };
     let mut last = Instant::now();
     while !sh.shutdown.load(Ordering::Relaxed) {
         match sh.uffd.read() {
@@ -363,7 +371,10 @@ fn monitor(sh: Arc<Shared>, tx: Option<Sender<FetchJob>>) {
                 };
                 if spin {
                     std::hint::spin_loop();
-                } else if let Err(e) = sh.uffd.poll(20) {
+                } else if let Err(e) = match &waiter {
+                    Some(w) => w.wait(20),
+                    None => sh.uffd.poll(20),
+                } {
                     sh.report(format!("polling userfaultfd: {e}"));
                     std::thread::sleep(Duration::from_millis(1));
                 }
@@ -472,8 +483,14 @@ impl Runtime {
         } else {
             None
         };
-        let s = sh.clone();
-        threads.push(spawn("farmem-monitor", Box::new(move || monitor(s, tx)))?);
+        for i in 0..sh.cfg.handlers {
+            let (s, tx) = (sh.clone(), tx.clone());
+            threads.push(spawn(
+                &format!("farmem-fault{i}"),
+                Box::new(move || monitor(s, tx)),
+            )?);
+        }
+        drop(tx);
         let rt = Self { sh, rm, threads };
         // Resource Manager: the first batch now, so regions rarely wait for one.
         if let Err(e) = rt.rm.prefill() {

@@ -330,6 +330,57 @@ impl Uffd {
     }
 }
 
+/// One handler thread's sleep on the descriptor: an epoll instance with the
+/// uffd registered EPOLLEXCLUSIVE, so a fault wakes one sleeping handler,
+/// not all of them.
+#[derive(Debug)]
+pub struct Waiter {
+    ep: OwnedFd,
+}
+
+impl Uffd {
+    pub fn waiter(&self) -> io::Result<Waiter> {
+        // SAFETY: plain syscall.
+        let ep = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+        if ep < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: a fresh descriptor we now own.
+        let ep = unsafe { OwnedFd::from_raw_fd(ep) };
+        let mut ev = libc::epoll_event {
+            events: (libc::EPOLLIN | libc::EPOLLEXCLUSIVE) as u32,
+            u64: 0,
+        };
+        // SAFETY: both descriptors are live; ev outlives the call.
+        cvt(unsafe {
+            libc::epoll_ctl(
+                ep.as_raw_fd(),
+                libc::EPOLL_CTL_ADD,
+                self.fd.as_raw_fd(),
+                &mut ev,
+            )
+        })?;
+        Ok(Waiter { ep })
+    }
+}
+
+impl Waiter {
+    /// Sleeps until a message may be readable or `timeout_ms` passes.
+    pub fn wait(&self, timeout_ms: i32) -> io::Result<bool> {
+        let mut ev = libc::epoll_event { events: 0, u64: 0 };
+        // SAFETY: room for one event.
+        let r = unsafe { libc::epoll_wait(self.ep.as_raw_fd(), &mut ev, 1, timeout_ms) };
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::EINTR) {
+                return Ok(false);
+            }
+            return Err(e);
+        }
+        Ok(r > 0)
+    }
+}
+
 /// Whether this process can use userfaultfd with write-protect; the reason
 /// when not (tests skip with it).
 pub fn available() -> Result<(), String> {
