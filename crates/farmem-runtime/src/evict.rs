@@ -121,7 +121,8 @@ fn drop_pages(sh: &Shared, mut victims: Vec<Victim>) {
         }
     }
     sh.m.st_unmap.since(t);
-    for v in victims {
+    for mut v in victims {
+        sh.put_buf(v.snapshot.take());
         let mut m = v.region.pages[v.idx].lock();
         m.state = State::Absent;
         sh.put_buf(m.snapshot.take());
@@ -137,16 +138,21 @@ fn drop_pages(sh: &Shared, mut victims: Vec<Victim>) {
 }
 
 /// Write-back of a kept (synced) page succeeded.
-fn finish_kept(sh: &Shared, v: Victim) {
+fn finish_kept(sh: &Shared, mut v: Victim) {
+    sh.put_buf(v.snapshot.take());
     let mut m = v.region.pages[v.idx].lock();
-    // Still write-protected, now identical to the store: Clean.
-    m.state = State::Clean;
-    sh.put_buf(m.snapshot.take());
     m.force = 0;
     let waiters = std::mem::take(&mut m.waiters);
-    if !v.region.dead.load(Ordering::SeqCst) {
-        sh.policy.lock().insert(v.page / PAGE, sh.now());
+    if v.region.dead.load(Ordering::SeqCst) {
+        // Its region was dropped meanwhile: the slot is ours to release.
+        m.state = State::Absent;
+        drop(m);
+        sh.release_page();
+        return;
     }
+    // Still write-protected, now identical to the store: Clean.
+    m.state = State::Clean;
+    sh.policy.lock().insert(v.page / PAGE, sh.now());
     drop(m);
     sh.m.pages_synced.inc();
     if waiters {
@@ -343,6 +349,7 @@ pub(crate) fn evictor(sh: Arc<Shared>, ship_tx: Sender<Segment>, free_rx: Receiv
         if sh.shutdown.load(Ordering::SeqCst) {
             break;
         }
+        let kept_before = sh.m.writeback_kept.get();
         loop {
             let mut blocks = std::mem::take(&mut *sh.forced.lock());
             let excess = sh
@@ -375,6 +382,12 @@ pub(crate) fn evictor(sh: Arc<Shared>, ship_tx: Sender<Segment>, free_rx: Receiv
                 } else if let Err(e) = ship_tx.send(s) {
                     ship_inline(&sh, e.into_inner());
                 }
+            }
+            if sh.m.writeback_kept.get() != kept_before {
+                // The store is refusing: pages went back to Dirty. Back off
+                // instead of cycling the same pages through failing writes.
+                std::thread::sleep(Duration::from_millis(10));
+                break;
             }
         }
     }

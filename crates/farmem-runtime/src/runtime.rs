@@ -570,6 +570,20 @@ impl Runtime {
         Ok(Region { rt: self, inner })
     }
 
+    /// Writes back every dirty page of every region ([`Region::sync`]).
+    /// Dropping a runtime or region does not: unsynced data is discarded,
+    /// as at process exit.
+    pub fn sync(&self) -> Result<(), RuntimeError> {
+        let regions: Vec<_> = self.sh.regions.read().values().cloned().collect();
+        let mut first_err = None;
+        for r in &regions {
+            if let Err(e) = evict::sync_region(&self.sh, r) {
+                first_err.get_or_insert(e);
+            }
+        }
+        first_err.map_or(Ok(()), Err)
+    }
+
     pub fn stats(&self) -> Stats {
         self.sh
             .m

@@ -205,3 +205,34 @@ fn bad_config_is_rejected_with_a_reason() {
     .unwrap();
     assert!(err.to_string().contains("watermarks"), "{err}");
 }
+
+#[test]
+fn dropping_a_region_frees_its_cache_slots() {
+    if skip() {
+        return;
+    }
+    let store = Arc::new(MemStore::new(1 << 30));
+    let rt = Runtime::new(cfg(64, DirtyMode::Line), store.clone(), store.clone()).unwrap();
+    for round in 0..3u8 {
+        let r = rt.region(256 * PAGE).unwrap();
+        for p in 0..256usize {
+            r.write_at(p * PAGE as usize, &[round + 1; 64]).unwrap();
+        }
+        let mut b = [0u8; 64];
+        r.read_at(255 * PAGE as usize, &mut b).unwrap();
+        assert_eq!(b, [round + 1; 64]);
+        drop(r);
+        // Pages mid-write-back are released by the shipper when it is done.
+        rt.sync().unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while rt.stats().resident_pages != 0 && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        assert_eq!(
+            rt.stats().resident_pages,
+            0,
+            "round {round}: {}",
+            rt.census()
+        );
+    }
+}
