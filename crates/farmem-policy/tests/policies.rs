@@ -18,8 +18,13 @@ const UNIVERSE: u64 = 64;
 
 #[derive(Debug, Clone)]
 enum Op {
-    Access { block: BlockId, write: bool },
+    Access {
+        block: BlockId,
+        write: bool,
+    },
     Touch(BlockId),
+    /// `insert` directly: a no-op reorder when resident.
+    Insert(BlockId),
     Evict,
     EvictBatch(usize),
     Remove(BlockId),
@@ -29,6 +34,7 @@ fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         10 => (0..UNIVERSE, any::<bool>()).prop_map(|(block, write)| Op::Access { block, write }),
         1 => (0..UNIVERSE).prop_map(Op::Touch),
+        2 => (0..UNIVERSE).prop_map(Op::Insert),
         1 => Just(Op::Evict),
         1 => (0..6usize).prop_map(Op::EvictBatch),
         1 => (0..UNIVERSE).prop_map(Op::Remove),
@@ -89,6 +95,17 @@ impl Owner {
             Op::Touch(block) => {
                 self.policy.touch(block, 0);
                 prop_assert_eq!(self.policy.len(), len_before);
+            }
+            Op::Insert(block) => {
+                let was = self.resident.contains(&block);
+                let victim = self.policy.insert(block, 0);
+                if was {
+                    prop_assert_eq!(victim, None);
+                } else if let Some(v) = victim {
+                    prop_assert_ne!(v, block);
+                    self.victim(v)?;
+                }
+                self.resident.insert(block);
             }
             Op::Evict => {
                 if let Some(v) = self.policy.evict(0) {
@@ -186,15 +203,31 @@ proptest! {
         };
         let mut o = Owner::new(Box::new(c.clone()));
         // Keep a typed twin to look inside: same ops, same answers.
-        let mut twin = c;
+        let mut twin = c.clone();
+        // And one driven by the narrow hooks only (contains, then touch or
+        // insert): `access` must be exactly that.
+        let mut hooks = c;
         for op in &ops {
             o.apply(op)?;
             match *op {
-                Op::Access { block, .. } => { twin.access(block, 0); }
-                Op::Touch(b) => twin.touch(b, 0),
-                Op::Evict => { twin.evict(0); }
-                Op::EvictBatch(n) => { twin.evict_batch(n, 0); }
-                Op::Remove(b) => { twin.remove(b); }
+                Op::Access { block, .. } => {
+                    twin.access(block, 0);
+                    if hooks.contains(block) {
+                        hooks.touch(block, 0);
+                    } else {
+                        hooks.insert(block, 0);
+                    }
+                }
+                Op::Touch(b) => { twin.touch(b, 0); hooks.touch(b, 0); }
+                Op::Insert(b) => { twin.insert(b, 0); hooks.insert(b, 0); }
+                Op::Evict => { twin.evict(0); hooks.evict(0); }
+                Op::EvictBatch(n) => { twin.evict_batch(n, 0); hooks.evict_batch(n, 0); }
+                Op::Remove(b) => { twin.remove(b); hooks.remove(b); }
+            }
+            for p in 0..twin.pairs() {
+                prop_assert_eq!(twin.active(p), hooks.active(p));
+                prop_assert_eq!(twin.inactive(p), hooks.inactive(p));
+                prop_assert_eq!(twin.refault_queue(p), hooks.refault_queue(p));
             }
             let ring_total = capacity * refault_percent as usize / 100;
             let mut ring_len = 0;
@@ -228,6 +261,7 @@ proptest! {
             match *op {
                 Op::Access { block, .. } => { q.access(block, 0); }
                 Op::Touch(b) => q.touch(b, 0),
+                Op::Insert(b) => { q.insert(b, 0); }
                 Op::Evict => { q.evict(0); }
                 Op::EvictBatch(n) => { q.evict_batch(n, 0); }
                 Op::Remove(b) => { q.remove(b); }

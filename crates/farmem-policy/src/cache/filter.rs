@@ -51,7 +51,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::block_map::{BlockMap, block_map};
-use super::{PolicyError, ReplacementPolicy};
+use super::{Access, PolicyError, ReplacementPolicy};
 use crate::list::{Ends, Handle, IndexList};
 use crate::promote::SubPageState;
 use crate::{BlockId, Nanos};
@@ -307,6 +307,46 @@ impl FilterCache {
         }
     }
 
+    /// Reorders a resident block (⑤ or an active-list hit); false if absent.
+    fn hit(&mut self, block: BlockId) -> bool {
+        let p = self.pair_of(block);
+        let Some(e) = self.index.get_mut(&block) else {
+            return false;
+        };
+        let pair = &mut self.pairs[p];
+        if e.active {
+            self.slab.promote(&mut pair.active, e.h);
+        } else {
+            // ⑤: inactive hit → active head; the bound is met at the next
+            // eviction (module docs).
+            self.slab
+                .move_to_front(&mut pair.inactive, &mut pair.active, e.h);
+            e.active = true;
+        }
+        true
+    }
+
+    /// Admits a block that is not resident (①–③); returns the victim.
+    fn fill(&mut self, block: BlockId) -> Option<BlockId> {
+        let p = self.pair_of(block);
+        // ①: a refault consumes its ring entry.
+        let refault = self.ghosts.remove(&block).is_some();
+        let victim = if self.pairs[p].len() >= self.pairs[p].capacity {
+            self.evict_from(p, refault)
+        } else {
+            None
+        };
+        let pair = &mut self.pairs[p];
+        let (list, active) = if refault {
+            (&mut pair.active, true) // ③
+        } else {
+            (&mut pair.inactive, false) // ②
+        };
+        let h = self.slab.push_front(list, block);
+        self.index.insert(block, Entry { h, active });
+        victim
+    }
+
     /// Logs an evicted block in pair `p`'s ring, overwriting the oldest entry.
     fn log_refault(&mut self, p: usize, block: BlockId) {
         let ring = &mut self.pairs[p].ring;
@@ -361,43 +401,23 @@ impl ReplacementPolicy for FilterCache {
         self.index.contains_key(&block)
     }
     fn touch(&mut self, block: BlockId, _now: Nanos) {
-        let p = self.pair_of(block);
-        let Some(e) = self.index.get_mut(&block) else {
-            return;
-        };
-        let pair = &mut self.pairs[p];
-        if e.active {
-            self.slab.promote(&mut pair.active, e.h);
-        } else {
-            // ⑤: inactive hit → active head; the bound is met at the next
-            // eviction (module docs).
-            self.slab
-                .move_to_front(&mut pair.inactive, &mut pair.active, e.h);
-            e.active = true;
-        }
+        self.hit(block);
     }
-    fn insert(&mut self, block: BlockId, now: Nanos) -> Option<BlockId> {
-        if self.contains(block) {
-            self.touch(block, now);
+    fn insert(&mut self, block: BlockId, _now: Nanos) -> Option<BlockId> {
+        if self.hit(block) {
             return None;
         }
-        let p = self.pair_of(block);
-        // ①: a refault consumes its ring entry.
-        let refault = self.ghosts.remove(&block).is_some();
-        let victim = if self.pairs[p].len() >= self.pairs[p].capacity {
-            self.evict_from(p, refault)
+        self.fill(block)
+    }
+    /// One index lookup on a hit (the trait's default takes two).
+    fn access(&mut self, block: BlockId, _now: Nanos) -> Access {
+        if self.hit(block) {
+            Access::Hit
         } else {
-            None
-        };
-        let pair = &mut self.pairs[p];
-        let (list, active) = if refault {
-            (&mut pair.active, true) // ③
-        } else {
-            (&mut pair.inactive, false) // ②
-        };
-        let h = self.slab.push_front(list, block);
-        self.index.insert(block, Entry { h, active });
-        victim
+            Access::Miss {
+                evicted: self.fill(block),
+            }
+        }
     }
     /// Background eviction takes from the fullest pair (relative to its
     /// share), so batches keep the pairs balanced.

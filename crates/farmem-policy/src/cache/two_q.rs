@@ -13,8 +13,8 @@
 //! inactive hit promotes here, as in Filter-Cache, which keeps the two
 //! caches comparable.
 
-use super::ReplacementPolicy;
 use super::block_map::{BlockMap, block_map};
+use super::{Access, ReplacementPolicy};
 use crate::list::{Ends, Handle, IndexList};
 use crate::promote::SubPageState;
 use crate::{BlockId, Nanos};
@@ -84,6 +84,37 @@ impl TwoQ {
 }
 
 impl TwoQ {
+    /// Reorders a resident block; false if absent.
+    fn hit(&mut self, block: BlockId) -> bool {
+        let Some(e) = self.index.get_mut(&block) else {
+            return false;
+        };
+        if e.active {
+            self.slab.promote(&mut self.active, e.h);
+        } else {
+            self.slab
+                .move_to_front(&mut self.inactive, &mut self.active, e.h);
+            e.active = true;
+            self.balance();
+        }
+        true
+    }
+
+    /// Admits a block that is not resident; returns the victim.
+    fn fill(&mut self, block: BlockId) -> Option<BlockId> {
+        // The newcomer refills the inactive list the victim left, so no
+        // demotion is needed in between.
+        let victim = if self.len() >= self.capacity {
+            self.pop_victim()
+        } else {
+            None
+        };
+        let h = self.slab.push_front(&mut self.inactive, block);
+        self.index.insert(block, Entry { h, active: false });
+        self.balance();
+        victim
+    }
+
     /// The inactive tail (the active tail only when nothing is inactive).
     fn pop_victim(&mut self) -> Option<BlockId> {
         let victim = self
@@ -109,34 +140,23 @@ impl ReplacementPolicy for TwoQ {
         self.index.contains_key(&block)
     }
     fn touch(&mut self, block: BlockId, _now: Nanos) {
-        let Some(e) = self.index.get_mut(&block) else {
-            return;
-        };
-        if e.active {
-            self.slab.promote(&mut self.active, e.h);
-        } else {
-            self.slab
-                .move_to_front(&mut self.inactive, &mut self.active, e.h);
-            e.active = true;
-            self.balance();
-        }
+        self.hit(block);
     }
-    fn insert(&mut self, block: BlockId, now: Nanos) -> Option<BlockId> {
-        if self.contains(block) {
-            self.touch(block, now);
+    fn insert(&mut self, block: BlockId, _now: Nanos) -> Option<BlockId> {
+        if self.hit(block) {
             return None;
         }
-        // The newcomer refills the inactive list the victim left, so no
-        // demotion is needed in between.
-        let victim = if self.len() >= self.capacity {
-            self.pop_victim()
+        self.fill(block)
+    }
+    /// One index lookup on a hit (the trait's default takes two).
+    fn access(&mut self, block: BlockId, _now: Nanos) -> Access {
+        if self.hit(block) {
+            Access::Hit
         } else {
-            None
-        };
-        let h = self.slab.push_front(&mut self.inactive, block);
-        self.index.insert(block, Entry { h, active: false });
-        self.balance();
-        victim
+            Access::Miss {
+                evicted: self.fill(block),
+            }
+        }
     }
     fn evict(&mut self, _now: Nanos) -> Option<BlockId> {
         let victim = self.pop_victim();
