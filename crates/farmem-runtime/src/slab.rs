@@ -123,6 +123,30 @@ impl SlabTable {
 mod tests {
     use super::*;
     use crate::store::MemStore;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Regions carved from batches are exact, disjoint, page-aligned,
+        /// and every page translates into the extent that holds it.
+        #[test]
+        fn carving_is_exact_and_disjoint(sizes in prop::collection::vec(1u64..40, 1..20), batch in 1u64..64) {
+            let store = Arc::new(MemStore::new(1 << 30));
+            let rm = ResourceManager::new(store, batch * PAGE);
+            let mut seen = std::collections::BTreeSet::new();
+            for pages in sizes {
+                let extents = rm.take(pages * PAGE).unwrap();
+                prop_assert_eq!(extents.iter().map(|e| e.1).sum::<u64>(), pages * PAGE);
+                let t = SlabTable::new(&extents);
+                for p in 0..pages {
+                    let remote = t.remote(p * PAGE).unwrap();
+                    prop_assert_eq!(remote % PAGE, 0);
+                    prop_assert!(seen.insert(remote), "remote page {:#x} handed out twice", remote);
+                    prop_assert!(extents.iter().any(|&(b, l)| remote >= b && remote < b + l));
+                }
+                prop_assert_eq!(t.remote(pages * PAGE), None);
+            }
+        }
+    }
 
     #[test]
     fn carves_batches_and_translates() {
