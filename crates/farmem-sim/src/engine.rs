@@ -89,6 +89,12 @@ impl Engine {
         }
     }
 
+    /// Core `i`'s clock (for scheduling cores in virtual-time order).
+    #[inline]
+    pub fn core_time(&self, i: usize) -> Time {
+        self.cores[i].t
+    }
+
     pub fn scheme_name(&self) -> &'static str {
         self.scheme.name()
     }

@@ -11,6 +11,7 @@ pub mod config;
 pub mod engine;
 pub mod eval;
 pub mod machine;
+pub mod multi;
 pub mod scheme;
 pub mod stats;
 
@@ -53,6 +54,8 @@ pub enum Input {
         seed: u64,
     },
     Trace(PathBuf),
+    /// Several inputs at once, one core each (`core.count` must match).
+    Multi(Vec<Input>),
 }
 
 impl Input {
@@ -60,6 +63,7 @@ impl Input {
         match self {
             Input::Workload { name, .. } => name.clone(),
             Input::Trace(p) => p.display().to_string(),
+            Input::Multi(v) => v.iter().map(Input::name).collect::<Vec<_>>().join("+"),
         }
     }
 }
@@ -112,6 +116,20 @@ pub fn simulate(cfg: &Config, scheme: &str, input: &Input) -> Result<SimResult, 
             };
             farmem_workloads::Sink::begin(&mut engine, footprint * farmem_core::PAGE_SIZE);
             reader.replay(&mut engine)?;
+        }
+        Input::Multi(inputs) => {
+            if inputs.len() != cfg.core.count as usize {
+                return Err(SimError::Config {
+                    source_name: input.name(),
+                    message: format!(
+                        "{} inputs need core.count = {}, got {}",
+                        inputs.len(),
+                        inputs.len(),
+                        cfg.core.count
+                    ),
+                });
+            }
+            multi::run(&mut engine, inputs)?;
         }
     }
     let mut r = result(

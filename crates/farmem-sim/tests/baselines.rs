@@ -218,3 +218,30 @@ fn pages_spread_over_nodes_round_robin() {
         .sum();
     assert_eq!(total, (n * (PAGE + 16)) as f64);
 }
+
+#[test]
+fn two_workloads_share_the_link_on_two_cores() {
+    use farmem_sim::{Input, simulate};
+    use farmem_workloads::Scale;
+    let mut b = ConfigBuilder::preset("daemon").unwrap();
+    b.set("core.count", "2").unwrap();
+    let cfg2 = b.build().unwrap();
+    let one = |w: &str| Input::Workload {
+        name: w.into(),
+        scale: Scale::Factor(1.0 / 32.0),
+        seed: 1,
+    };
+    let both = Input::Multi(vec![one("stream"), one("linreg")]);
+    let r = simulate(&cfg2, "remote", &both).unwrap();
+    let cfg1 = ConfigBuilder::preset("daemon").unwrap().build().unwrap();
+    let a = simulate(&cfg1, "remote", &one("stream")).unwrap();
+    let l = simulate(&cfg1, "remote", &one("linreg")).unwrap();
+    assert_eq!(r.records, a.records + l.records);
+    assert_eq!(r.footprint_bytes, a.footprint_bytes + l.footprint_bytes);
+    // Sharing one link, the pair takes longer than the slower alone.
+    assert!(r.sim_time_ns > a.sim_time_ns.max(l.sim_time_ns));
+    assert_eq!(stat(&r, "core0.records") as u64, a.records);
+    assert_eq!(stat(&r, "core1.records") as u64, l.records);
+    // One input per core, or a clear error.
+    assert!(simulate(&cfg1, "remote", &both).is_err());
+}

@@ -23,10 +23,10 @@ pub struct Args {
     #[arg(default_value = "daemon-fig3")]
     pub name: String,
     /// Workloads, comma-separated (DaeMon-like kernels by default).
-    #[arg(long, default_value = "pr,bfs,stream,spmv")]
+    #[arg(long, default_value = "pr,stream,spmv,nw")]
     pub workloads: String,
     /// Workload size: a factor of the default (0.5, 2) or a footprint (256MiB).
-    #[arg(long, default_value = "0.5")]
+    #[arg(long, default_value = "1")]
     pub scale: String,
     #[arg(long, default_value = "daemon")]
     pub preset: String,

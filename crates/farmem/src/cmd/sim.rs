@@ -14,12 +14,14 @@ use super::Outcome;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Built-in workload to run (`--list` shows them).
+    /// Built-in workload to run (`--list` shows them); several,
+    /// comma-separated, run at once on one core each.
     #[arg(long, conflicts_with = "trace")]
     pub workload: Option<String>,
-    /// Trace file to replay (from `farmem trace gen|capture`).
+    /// Trace file to replay (from `farmem trace gen|capture`); repeat to run
+    /// several at once on one core each.
     #[arg(long)]
-    pub trace: Option<PathBuf>,
+    pub trace: Vec<PathBuf>,
     /// Data-movement scheme; several, comma-separated, run side by side.
     #[arg(long, default_value = "remote")]
     pub scheme: String,
@@ -204,34 +206,45 @@ pub fn run(args: Args) -> Outcome {
         list();
         return Ok(std::process::ExitCode::SUCCESS);
     }
-    let input = match (&args.workload, &args.trace) {
-        (Some(w), None) => Input::Workload {
-            name: w.clone(),
-            scale: args
-                .scale
-                .parse::<Scale>()
-                .with_context(|| "--scale".to_string())?,
+    let scale: Scale = args.scale.parse().context("--scale")?;
+    let mut inputs: Vec<Input> = Vec::new();
+    for w in args
+        .workload
+        .iter()
+        .flat_map(|w| w.split(','))
+        .map(str::trim)
+    {
+        if !farmem_workloads::WORKLOADS.iter().any(|x| x.0 == w) {
+            anyhow::bail!(
+                "unknown workload `{w}` (known: {})",
+                farmem_workloads::WORKLOADS
+                    .iter()
+                    .map(|w| w.0)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
+        inputs.push(Input::Workload {
+            name: w.to_string(),
+            scale,
             seed: args.seed,
-        },
-        (None, Some(t)) => Input::Trace(t.clone()),
-        _ => anyhow::bail!(
+        });
+    }
+    inputs.extend(args.trace.iter().cloned().map(Input::Trace));
+    let input = match inputs.len() {
+        0 => anyhow::bail!(
             "give --workload NAME or --trace FILE (`farmem sim --list` shows workloads)"
         ),
+        1 => inputs.remove(0),
+        _ => Input::Multi(inputs),
     };
-    if let Input::Workload { name, .. } = &input
-        && !farmem_workloads::WORKLOADS.iter().any(|w| w.0 == name)
-    {
-        anyhow::bail!(
-            "unknown workload `{name}` (known: {})",
-            farmem_workloads::WORKLOADS
-                .iter()
-                .map(|w| w.0)
-                .collect::<Vec<_>>()
-                .join(", ")
-        );
-    }
     let base = base_config(&args.preset, args.config.as_ref())?;
     let mut sets = args.set.clone();
+    if let Input::Multi(v) = &input
+        && !sets.iter().any(|s| s.starts_with("core.count="))
+    {
+        sets.push(format!("core.count={}", v.len()));
+    }
     if let Some(m) = args.mlp {
         sets.push(format!("core.mlp={m}"));
     }

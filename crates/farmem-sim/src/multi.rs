@@ -1,0 +1,208 @@
+//! Several inputs at once, one core each, sharing the LLC, local memory and
+//! links. Each input is a pull source (a trace reader, or a workload on its
+//! own thread sending batches); the scheduler always advances the core whose
+//! clock is furthest behind, so their requests reach the shared links in
+//! virtual-time order rather than in input order.
+
+use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
+use std::thread::JoinHandle;
+
+use farmem_workloads::{Access, Sink, TraceReader, TraceRecord, WorkloadError};
+
+use crate::engine::Engine;
+use crate::{Input, SimError};
+
+const BATCH: usize = 4096;
+/// Records a core runs before the scheduler looks again.
+const QUANTUM: usize = 64;
+/// Each input gets its own address space (separate processes).
+const SPACE_SHIFT: u32 = 48;
+
+enum Msg {
+    Begin(u64),
+    Batch(Vec<Access>),
+}
+
+/// Batches a workload's accesses into a channel.
+struct ChannelSink {
+    tx: SyncSender<Msg>,
+    buf: Vec<Access>,
+    closed: bool,
+}
+
+impl ChannelSink {
+    fn flush(&mut self) {
+        if self.buf.is_empty() || self.closed {
+            return;
+        }
+        let batch = std::mem::replace(&mut self.buf, Vec::with_capacity(BATCH));
+        // The receiver only hangs up on an error elsewhere; stop sending then.
+        self.closed = self.tx.send(Msg::Batch(batch)).is_err();
+    }
+}
+
+impl Sink for ChannelSink {
+    fn begin(&mut self, footprint: u64) {
+        self.closed = self.tx.send(Msg::Begin(footprint)).is_err();
+    }
+    #[inline]
+    fn access(&mut self, a: Access) {
+        self.buf.push(a);
+        if self.buf.len() == BATCH {
+            self.flush();
+        }
+    }
+}
+
+enum Source {
+    Trace(Box<TraceReader>),
+    Workload {
+        rx: Receiver<Msg>,
+        handle: Option<JoinHandle<Result<(), WorkloadError>>>,
+    },
+}
+
+struct Lane {
+    source: Source,
+    footprint: u64,
+    buf: Vec<Access>,
+    pos: usize,
+    done: bool,
+    offset: u64,
+    thread: u16,
+}
+
+impl Lane {
+    fn open(input: &Input, index: usize) -> Result<Self, SimError> {
+        let (source, footprint) = match input {
+            Input::Trace(path) => {
+                let r = TraceReader::open(path)?;
+                let fp = if r.header().complete {
+                    r.header().footprint_pages
+                } else {
+                    farmem_workloads::trace::scan_summary(path)?.footprint_pages
+                };
+                (Source::Trace(Box::new(r)), fp * farmem_core::PAGE_SIZE)
+            }
+            Input::Workload { name, scale, seed } => {
+                let (tx, rx) = sync_channel(4);
+                let (name, scale, seed) = (name.clone(), *scale, *seed);
+                let handle = std::thread::spawn(move || {
+                    let mut sink = ChannelSink {
+                        tx,
+                        buf: Vec::with_capacity(BATCH),
+                        closed: false,
+                    };
+                    farmem_workloads::run_workload(&name, scale, seed, &mut sink)?;
+                    sink.flush();
+                    Ok(())
+                });
+                let mut src = Source::Workload {
+                    rx,
+                    handle: Some(handle),
+                };
+                let fp = match &mut src {
+                    Source::Workload { rx, handle } => match rx.recv() {
+                        Ok(Msg::Begin(f)) => f,
+                        _ => {
+                            join(handle)?;
+                            0
+                        }
+                    },
+                    Source::Trace(_) => 0,
+                };
+                (src, fp)
+            }
+            Input::Multi(_) => {
+                return Err(SimError::Config {
+                    source_name: input.name(),
+                    message: "inputs cannot nest".into(),
+                });
+            }
+        };
+        Ok(Self {
+            source,
+            footprint,
+            buf: Vec::with_capacity(BATCH),
+            pos: 0,
+            done: false,
+            offset: (index as u64) << SPACE_SHIFT,
+            thread: index as u16,
+        })
+    }
+
+    /// Refills the buffer; false when the input is exhausted.
+    fn refill(&mut self) -> Result<bool, SimError> {
+        self.buf.clear();
+        self.pos = 0;
+        match &mut self.source {
+            Source::Trace(r) => {
+                while self.buf.len() < BATCH {
+                    match r.next_record()? {
+                        Some(TraceRecord::Access(a)) => self.buf.push(a),
+                        Some(TraceRecord::Page { .. }) => {}
+                        None => break,
+                    }
+                }
+            }
+            Source::Workload { rx, handle } => match rx.recv() {
+                Ok(Msg::Batch(b)) => self.buf = b,
+                Ok(Msg::Begin(_)) => {}
+                Err(_) => join(handle)?,
+            },
+        }
+        for a in &mut self.buf {
+            a.addr = a.addr.wrapping_add(self.offset);
+            a.thread = self.thread;
+        }
+        Ok(!self.buf.is_empty())
+    }
+}
+
+fn join(handle: &mut Option<JoinHandle<Result<(), WorkloadError>>>) -> Result<(), SimError> {
+    if let Some(h) = handle.take() {
+        match h.join() {
+            Ok(r) => r?,
+            Err(_) => {
+                return Err(SimError::Config {
+                    source_name: "workload thread".into(),
+                    message: "the workload generator panicked".into(),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Runs every input on its own core of `engine` (which needs one core per input).
+pub fn run(engine: &mut Engine, inputs: &[Input]) -> Result<(), SimError> {
+    let mut lanes = inputs
+        .iter()
+        .enumerate()
+        .map(|(i, input)| Lane::open(input, i))
+        .collect::<Result<Vec<_>, _>>()?;
+    engine.begin(lanes.iter().map(|l| l.footprint).sum());
+    loop {
+        // The core furthest behind in virtual time goes next.
+        let mut next: Option<usize> = None;
+        for (i, l) in lanes.iter().enumerate() {
+            if l.done {
+                continue;
+            }
+            if next.is_none_or(|n| engine.core_time(i) < engine.core_time(n)) {
+                next = Some(i);
+            }
+        }
+        let Some(i) = next else { break };
+        let lane = &mut lanes[i];
+        for _ in 0..QUANTUM {
+            if lane.pos == lane.buf.len() && !lane.refill()? {
+                lane.done = true;
+                break;
+            }
+            engine.access(lane.buf[lane.pos]);
+            lane.pos += 1;
+        }
+    }
+    Ok(())
+}
