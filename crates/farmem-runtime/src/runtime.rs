@@ -298,6 +298,10 @@ impl Shared {
             }
         }
         self.m.st_fetch.since(t);
+        // Counted before the install wakes the program, so a program that
+        // checks stats after its accesses sees every fetch.
+        self.m.pages_fetched.inc();
+        self.m.bytes_fetched.add(PAGE);
         let t = Instant::now();
         // A write fault gets the page writable at once: it would take a
         // write-protect fault right after anyway.
@@ -339,8 +343,6 @@ impl Shared {
             self.forced.lock().push(v);
             self.kick_evictor();
         }
-        self.m.pages_fetched.inc();
-        self.m.bytes_fetched.add(PAGE);
         self.m.fault_latency.record(job.t0.elapsed());
     }
 }
@@ -398,7 +400,7 @@ fn filler(sh: Arc<Shared>, rx: Receiver<FetchJob>) {
 /// threads that serve faults and evict.
 pub struct Runtime {
     sh: Arc<Shared>,
-    rm: ResourceManager,
+    rm: Arc<ResourceManager>,
     threads: Vec<JoinHandle<()>>,
 }
 
@@ -425,7 +427,7 @@ impl Runtime {
             .policy
             .build(limit as usize + 64)
             .map_err(|e| RuntimeError::Config(e.to_string()))?;
-        let rm = ResourceManager::new(slabs, cfg.slab_batch);
+        let rm = Arc::new(ResourceManager::new(slabs, cfg.slab_batch));
         let sh = Arc::new(Shared {
             store,
             uffd,
@@ -507,6 +509,7 @@ impl Runtime {
         }
         let size = size.div_ceil(PAGE) * PAGE;
         let extents = self.rm.take(size)?;
+        self.rm.top_up();
         self.map(SlabTable::new(&extents))
     }
 

@@ -3,6 +3,7 @@
 //! only happens when a region is created, never on the fault path.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use parking_lot::Mutex;
 
@@ -16,6 +17,8 @@ pub(crate) struct ResourceManager {
     batch: u64,
     /// Free remote extents, in the order they were received.
     free: Mutex<Vec<(u64, u64)>>,
+    /// A background top-up is under way.
+    refilling: AtomicBool,
 }
 
 impl ResourceManager {
@@ -24,27 +27,57 @@ impl ResourceManager {
             source,
             batch,
             free: Mutex::new(Vec::new()),
+            refilling: AtomicBool::new(false),
+        }
+    }
+
+    /// Keeps at least half a batch in reserve by asking the slab source on
+    /// a background thread, so the next region need not wait for it.
+    pub(crate) fn top_up(self: &Arc<Self>) {
+        let have: u64 = self.free.lock().iter().map(|e| e.1).sum();
+        if have >= self.batch / 2 || self.refilling.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let rm = self.clone();
+        let spawned = std::thread::Builder::new()
+            .name("farmem-slabs".into())
+            .spawn(move || {
+                match rm.source.allocate(rm.batch) {
+                    Ok(extents) => rm.add(extents),
+                    // Not fatal: the next region asks synchronously and reports.
+                    Err(e) => tracing::warn!("background slab allocation failed: {e}"),
+                }
+                rm.refilling.store(false, Ordering::SeqCst);
+            });
+        if spawned.is_err() {
+            self.refilling.store(false, Ordering::SeqCst);
+        }
+    }
+
+    /// Adds slabs from the source, keeping only their page-aligned parts.
+    fn add(&self, extents: Vec<(u64, u64)>) {
+        let mut free = self.free.lock();
+        for (base, len) in extents {
+            // A region maps whole pages onto remote pages, so a slab that
+            // is not page-aligned cannot back one; only its aligned middle is used.
+            let start = base.div_ceil(PAGE) * PAGE;
+            let end = (base.saturating_add(len)) / PAGE * PAGE;
+            if end > start {
+                free.push((start, end - start));
+            } else {
+                tracing::warn!(base, len, "slab too small to hold an aligned page; skipped");
+            }
         }
     }
 
     /// Remote extents covering exactly `size` bytes (a multiple of the page size).
     pub(crate) fn take(&self, size: u64) -> Result<Vec<(u64, u64)>, RuntimeError> {
-        let mut free = self.free.lock();
-        let have: u64 = free.iter().map(|e| e.1).sum();
+        let have: u64 = self.free.lock().iter().map(|e| e.1).sum();
         if have < size {
             let want = (size - have).max(self.batch).div_ceil(PAGE) * PAGE;
-            for (base, len) in self.source.allocate(want)? {
-                // A region maps whole pages onto remote pages, so a slab that
-                // is not page-aligned cannot back one; only its aligned middle is used.
-                let start = base.div_ceil(PAGE) * PAGE;
-                let end = (base.saturating_add(len)) / PAGE * PAGE;
-                if end > start {
-                    free.push((start, end - start));
-                } else {
-                    tracing::warn!(base, len, "slab too small to hold an aligned page; skipped");
-                }
-            }
+            self.add(self.source.allocate(want)?);
         }
+        let mut free = self.free.lock();
         let have: u64 = free.iter().map(|e| e.1).sum();
         if have < size {
             return Err(RuntimeError::Config(format!(
@@ -71,15 +104,9 @@ impl ResourceManager {
     /// Fetches one batch ahead of demand.
     pub(crate) fn prefill(&self) -> Result<(), RuntimeError> {
         if self.free.lock().is_empty() {
-            let extents = self.take(self.batch)?;
-            self.give_back(&extents);
+            self.add(self.source.allocate(self.batch)?);
         }
         Ok(())
-    }
-
-    /// Returns extents for reuse by later regions.
-    pub(crate) fn give_back(&self, extents: &[(u64, u64)]) {
-        self.free.lock().extend_from_slice(extents);
     }
 }
 

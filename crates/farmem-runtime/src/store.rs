@@ -114,9 +114,11 @@ impl MemStore {
         Self::with_base(1 << 40, capacity)
     }
 
+    /// A store holding `capacity` bytes from `base`; a range reaching past
+    /// the end of the address space is cut short there.
     pub fn with_base(base: u64, capacity: u64) -> Self {
         Self {
-            capacity,
+            capacity: capacity.min(u64::MAX - base),
             base,
             next: Mutex::new(base),
             shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
@@ -174,10 +176,14 @@ impl MemStore {
         Ok(())
     }
 
+    fn end(&self) -> u64 {
+        self.base + self.capacity
+    }
+
     fn check_range(&self, addr: u64, len: u64) -> Result<(), StoreError> {
         let end = addr.checked_add(len);
         match end {
-            Some(end) if addr >= self.base && end <= self.base + self.capacity => Ok(()),
+            Some(end) if addr >= self.base && end <= self.end() => Ok(()),
             _ => Err(StoreError::OutOfRange { addr, len }),
         }
     }
@@ -265,7 +271,7 @@ impl SlabSource for MemStore {
         // Slabs are whole pages so every page maps to one remote page.
         let size = size.div_ceil(PAGE) * PAGE;
         let mut next = self.next.lock();
-        let left = self.base + self.capacity - *next;
+        let left = self.end() - *next;
         if size > left {
             return Err(StoreError::Exhausted { asked: size, left });
         }

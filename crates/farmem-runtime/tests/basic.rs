@@ -40,7 +40,10 @@ fn fresh_region_reads_zero_and_keeps_writes() {
     assert_eq!(&b, b"hello far memory");
     let s = rt.stats();
     assert_eq!(s.faults_missing, 1, "{s:?}");
-    assert_eq!(s.faults_wp, 1, "{s:?}");
+    // One write-protect fault, or two when the write raced the end of the
+    // fetch (it waits, is woken, and faults again).
+    assert!((1..=2).contains(&s.faults_wp), "{s:?}");
+    assert_eq!(s.snapshots, 1, "{s:?}");
     assert_eq!(s.pages_fetched, 1);
     assert!(r.read_at(16 * PAGE as usize - 1, &mut b).is_err());
 }
@@ -82,7 +85,12 @@ fn eviction_writes_back_lines_or_pages() {
     assert_eq!(line.bytes_written_back, line.dirty_lines_shipped * 64);
     // One line per page; a page evicted twice ships its line twice.
     assert!(line.dirty_lines_shipped >= 1024 - 64, "{line:?}");
-    assert_eq!(line.dirty_lines_shipped, line.pages_evicted_dirty);
+    // At most one line per dirty eviction (none if a racing eviction already
+    // shipped it and the rest of the write left the line as it was).
+    assert!(
+        line.dirty_lines_shipped <= line.pages_evicted_dirty,
+        "{line:?}"
+    );
     assert!(page.bytes_written_back >= 32 * line.bytes_written_back);
     assert_eq!(page.bytes_written_back, page.pages_evicted_dirty * PAGE);
     assert_eq!(pst.lines_written, 0);
@@ -235,4 +243,12 @@ fn dropping_a_region_frees_its_cache_slots() {
             rt.census()
         );
     }
+}
+
+#[test]
+fn runtime_and_regions_are_shareable_across_threads() {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<Runtime>();
+    assert_send_sync::<farmem_runtime::Region<'static>>();
+    assert_send_sync::<MemStore>();
 }
