@@ -6,6 +6,7 @@
 //! simulator with virtual time and traces. A policy is written once.
 
 pub mod cache;
+pub mod daemon;
 pub mod delay;
 pub mod list;
 pub mod promote;

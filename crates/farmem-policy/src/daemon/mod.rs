@@ -1,0 +1,106 @@
+//! DaeMon's data-movement engines (seed 000 §3, §4.1–4.5) as pure state
+//! machines: no I/O, no clocks, no threads. Every event is a method that
+//! returns what to do; the caller (the simulator, or the runtime where the
+//! paper's line/page pair becomes demand page / bulk cluster, §4.7) moves the
+//! bytes and charges the time.
+//!
+//! | type | paper |
+//! |---|---|
+//! | [`BandwidthPartitioner`], [`PartitionConfig`], [`Slot`] | §4.1 approximate bandwidth partitioning (queue controller ⑦) |
+//! | [`ComputeEngine`], [`EngineConfig`] | §4.1 queues ①②, §4.2 inflight buffers ③④ and selection unit ⑤, §4.3 dirty unit ⑧, sizes of §4.5 Table 1 |
+//! | [`ComputeEngine::on_miss`] → [`MissAction`] | §4.2 "Scheduling Page / Cache Line Granularity Data Movements" |
+//! | [`ComputeEngine::on_line_arrival`], [`ComputeEngine::on_page_arrival`] | §4.2 (release entries, ignore late lines), §4.3 scenario (i) and the dirty flush |
+//! | [`ComputeEngine::on_dirty_line_evicted`] → [`DirtyAction`] | §4.3 scenario (ii), the 8-line throttle |
+//! | [`Selection`] | §6 schemes: `Selective` is PQ/DaeMon, `Both` is BP, `PageOnly` is Remote/LC, `LineOnly` is cache-line only |
+//! | [`MemoryEngine`], [`MemoryEngineConfig`] | §4.1/§4.5 memory engine: queues 512/1024, partitioned bus |
+//!
+//! Link compression (§4.4) is not here: it changes how many bytes a served
+//! page occupies the link, which is the caller's charge.
+//!
+//! # Where the paper is ambiguous, and how we read it
+//! - **Idle slots (§4.1).** "We retain this alternate serving ... even if
+//!   either queue is empty (i.e., requests may be not issued in all cycles)."
+//!   A slot whose queue is empty is idle and the other class may not use it;
+//!   it holds the link for that class's nominal transfer (64 B or 4 KB at the
+//!   link's bandwidth), so the reserved share stays reserved (BP's cost on
+//!   high-locality workloads, §6.1, comes from this). When both queues are
+//!   empty the caller may park the link; the pattern resumes where it was.
+//! - **Rounding (§4.1).** Lines per page is rounded to nearest (21.33 → 21);
+//!   lines come first in each period. See [`partition`].
+//! - **"Page not scheduled" (§4.2)** is judged before this miss schedules its
+//!   page, so the first miss to a page sends both the line and the page (the
+//!   critical line is fast, the page brings the locality). "Scheduled" means
+//!   any valid page-buffer entry (scheduled, moved or throttled); "still in
+//!   the page queue" means not yet issued by the queue controller.
+//! - **Utilization (§4.2)** is entries / capacity of each buffer, compared
+//!   exactly in integers, before the miss adds anything. The sub-block buffer
+//!   counts pages (it is indexed by page, §4.5), not lines.
+//! - **No room (§4.2).** When the line should be sent but the sub-block queue
+//!   or buffer is full the line is not sent ([`LineDecision::BufferFull`]);
+//!   in hardware the LLC MSHRs bound this. A miss with neither page nor line
+//!   in flight is reported ([`MissAction::is_stalled`]) for the caller to
+//!   retry.
+//! - **Lines still queued when their page arrives (§4.2).** The paper removes
+//!   their inflight entries so their packets are ignored; we also take them
+//!   out of the sub-block queue, since issuing them would only spend link
+//!   bandwidth on packets that are dropped on arrival.
+//! - **The throttle (§4.3).** "Increase beyond a predefined threshold (e.g.,
+//!   8)": up to 8 lines of one page are held; the 9th flushes all 9 to remote
+//!   and throttles the page. Later dirty lines of a throttled page go straight
+//!   to remote (its arrival is discarded anyway). A full dirty buffer (256)
+//!   throttles the page the same way rather than lose or stall the line.
+//! - **A miss to a line held in the dirty buffer** is served from the buffer
+//!   ([`LineDecision::HeldDirty`]): remote memory has stale data for it. The
+//!   paper does not spell this out; it is needed for correctness.
+//! - **Throttled pages that arrive** are discarded and re-requested (queued
+//!   again, state scheduled). Their pending line requests stay valid.
+//! - **Masks are 64 bits (§4.5)**, so a page holds at most 64 sub-blocks: 64 B
+//!   lines in 4 KB pages, or e.g. 4 KB demand pages in a 64 KB cluster.
+
+pub mod engine;
+pub mod memory;
+pub mod partition;
+
+#[cfg(test)]
+mod proptests;
+
+use serde::{Deserialize, Serialize};
+
+pub use engine::{
+    ComputeEngine, DirtyAction, EngineConfig, EngineStats, Issue, LineArrival, LineDecision,
+    LineMask, MissAction, PageArrival, PageDecision, PageState, Selection,
+};
+pub use memory::{MemoryEngine, MemoryEngineConfig, MemoryStats, QueueFull, Served};
+pub use partition::{BandwidthPartitioner, Class, PartitionConfig, Slot};
+
+/// A page number (address / page size).
+pub type PageNo = u64;
+/// A sub-block's index within its page, `0..lines_per_page` (at most 64).
+pub type LineOffset = u8;
+
+/// Why a DaeMon engine could not be built or an input was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DaemonError {
+    #[error("daemon config `{field}`: {why}")]
+    BadConfig { field: &'static str, why: String },
+    #[error("line offset {offset} is outside a page of {lines_per_page} lines")]
+    BadOffset {
+        offset: LineOffset,
+        lines_per_page: u32,
+    },
+}
+
+/// Both engines' settings, for one `--set daemon.…` namespace.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DaemonConfig {
+    pub compute: EngineConfig,
+    pub memory: MemoryEngineConfig,
+}
+
+impl DaemonConfig {
+    pub fn validate(&self) -> Result<(), DaemonError> {
+        self.compute.validate()?;
+        self.memory.validate()
+    }
+}
