@@ -44,6 +44,23 @@ pub enum WaitMode {
     Hybrid { spin_us: u64 },
 }
 
+impl std::str::FromStr for WaitMode {
+    type Err = RuntimeError;
+    /// `poll`, `spin`, or `hybrid:<spin µs>`.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "poll" => Ok(Self::Poll),
+            "spin" => Ok(Self::Spin),
+            _ => match s.strip_prefix("hybrid:").map(str::parse::<u64>) {
+                Some(Ok(spin_us)) => Ok(Self::Hybrid { spin_us }),
+                _ => Err(RuntimeError::Config(format!(
+                    "unknown wait mode `{s}` (known: poll, spin, hybrid:<µs>)"
+                ))),
+            },
+        }
+    }
+}
+
 /// Everything [`crate::Runtime::new`] needs besides the store.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Config {
@@ -136,5 +153,30 @@ impl Config {
             return err("slab_batch must be positive".into());
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn modes_parse_by_name_and_reject_others() {
+        assert_eq!("line".parse::<DirtyMode>().unwrap(), DirtyMode::Line);
+        assert_eq!("page".parse::<DirtyMode>().unwrap(), DirtyMode::Page);
+        assert!(
+            "word"
+                .parse::<DirtyMode>()
+                .unwrap_err()
+                .to_string()
+                .contains("word")
+        );
+        assert_eq!("spin".parse::<WaitMode>().unwrap(), WaitMode::Spin);
+        assert_eq!(
+            "hybrid:50".parse::<WaitMode>().unwrap(),
+            WaitMode::Hybrid { spin_us: 50 }
+        );
+        assert!("hybrid:x".parse::<WaitMode>().is_err());
+        Config::default().validate().unwrap();
     }
 }

@@ -160,8 +160,8 @@ impl Shared {
     }
 
     /// Takes a slot in the local cache for a page about to be fetched,
-    /// waiting for the evictor when the cache is full.
-    fn reserve(&self) {
+    /// waiting for the evictor when the cache is full. False at shutdown.
+    fn reserve(&self) -> bool {
         let mut waited: Option<Instant> = None;
         loop {
             let cur = self.resident.load(Ordering::SeqCst);
@@ -177,9 +177,12 @@ impl Shared {
                     if let Some(t) = waited {
                         self.m.st_wait_space.since(t);
                     }
-                    return;
+                    return true;
                 }
                 continue;
+            }
+            if self.shutdown.load(Ordering::SeqCst) {
+                return false;
             }
             if waited.is_none() {
                 waited = Some(Instant::now());
@@ -269,8 +272,11 @@ impl Shared {
 
     /// Brings one page in: reserve room, read it from the store, install it.
     pub(crate) fn fetch(&self, job: FetchJob, buf: &mut Box<PageBuf>) {
-        self.reserve();
         let r = &job.region;
+        if !self.reserve() {
+            r.pages[job.idx].lock().state = State::Absent;
+            return;
+        }
         let page = r.page_addr(job.idx);
         let Some(remote) = r.remote(job.idx) else {
             // The slab table covers the whole region by construction.
