@@ -83,6 +83,10 @@ pub struct Config {
     pub fillers: usize,
     /// Remote memory is requested from the slab source in batches of at least this.
     pub slab_batch: u64,
+    /// Fresh slabs read as zeros until written (MemStore; memnodes that
+    /// zero on allocation). Pages of new regions are then zero-filled
+    /// locally on first touch instead of fetched, until first written back.
+    pub zeroed_slabs: bool,
     /// Lines per cache-line log segment (one `write_lines` call each).
     pub log_lines: usize,
     /// Log segments in the ring: how many batches can await acknowledgement.
@@ -105,6 +109,7 @@ impl Default for Config {
             handlers: 2,
             fillers: 0,
             slab_batch: 1 << 30,
+            zeroed_slabs: false,
             log_lines: 4096,
             log_segments: 4,
             evict_batch: 64,

@@ -68,6 +68,11 @@ fn claim(sh: &Shared, r: &Arc<RegionInner>, idx: usize, keep: bool) -> Option<(V
         _ => return None,
     }
     m.state = State::Busy;
+    if was == State::Dirty {
+        // From the first write-back attempt on (even a failed, half-applied
+        // one) the store may hold this page's data.
+        m.stored = true;
+    }
     let page = r.page_addr(idx);
     // Remove here too: the block may have been re-inserted after the
     // evictor popped it (a sync completed in between).

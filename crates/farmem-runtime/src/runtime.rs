@@ -55,6 +55,10 @@ pub(crate) struct PageMeta {
     /// Lines that must be shipped even if they equal the snapshot, because a
     /// failed batch may have half-applied them on the store.
     pub force: u64,
+    /// The store may hold something other than zeros for this page. Clear
+    /// only for fresh slabs known to be zeroed that were never written
+    /// back: such a page is filled locally instead of fetched.
+    pub stored: bool,
 }
 
 pub(crate) struct RegionInner {
@@ -86,6 +90,8 @@ pub(crate) struct FetchJob {
     pub region: Arc<RegionInner>,
     pub idx: usize,
     pub write: bool,
+    /// Never written to the store: zero-fill instead of reading it.
+    pub zero: bool,
     pub t0: Instant,
 }
 
@@ -214,11 +220,13 @@ impl Shared {
         match m.state {
             State::Absent => {
                 m.state = State::Fetching;
+                let zero = !m.stored;
                 drop(m);
                 let job = FetchJob {
                     region: r,
                     idx,
                     write: f.write,
+                    zero,
                     t0,
                 };
                 match tx {
@@ -270,6 +278,27 @@ impl Shared {
         }
     }
 
+    /// Reads a page from the store, retrying until it works: the faulting
+    /// thread cannot proceed without its page, and guessing would corrupt
+    /// it. False only at shutdown.
+    fn read_page(&self, remote: u64, buf: &mut PageBuf) -> bool {
+        let mut backoff = Duration::from_micros(100);
+        loop {
+            match self.store.read(remote, &mut buf.0) {
+                Ok(()) => return true,
+                Err(e) => {
+                    self.m.fetch_errors.inc();
+                    self.report(format!("fetching {remote:#x}: {e}; retrying"));
+                    if self.shutdown.load(Ordering::SeqCst) {
+                        return false;
+                    }
+                    std::thread::sleep(backoff);
+                    backoff = (backoff * 2).min(Duration::from_millis(100));
+                }
+            }
+        }
+    }
+
     /// Brings one page in: reserve room, read it from the store, install it.
     pub(crate) fn fetch(&self, job: FetchJob, buf: &mut Box<PageBuf>) {
         let r = &job.region;
@@ -281,33 +310,26 @@ impl Shared {
         let Some(remote) = r.remote(job.idx) else {
             // The slab table covers the whole region by construction.
             self.report(format!("page {page:#x} has no remote address"));
+            r.pages[job.idx].lock().state = State::Absent;
+            self.release_page();
             return;
         };
         let t = Instant::now();
-        let mut backoff = Duration::from_micros(100);
-        loop {
-            match self.store.read(remote, &mut buf.0) {
-                Ok(()) => break,
-                Err(e) => {
-                    // Retried until it works: the faulting thread cannot
-                    // proceed without its page, and guessing would corrupt it.
-                    self.m.fetch_errors.inc();
-                    self.report(format!("fetching {remote:#x}: {e}; retrying"));
-                    if self.shutdown.load(Ordering::SeqCst) {
-                        r.pages[job.idx].lock().state = State::Absent;
-                        self.release_page();
-                        return;
-                    }
-                    std::thread::sleep(backoff);
-                    backoff = (backoff * 2).min(Duration::from_millis(100));
-                }
-            }
+        if job.zero {
+            buf.0.fill(0);
+            self.m.pages_zero_filled.inc();
+        } else if !self.read_page(remote, buf) {
+            r.pages[job.idx].lock().state = State::Absent;
+            self.release_page();
+            return;
         }
         self.m.st_fetch.since(t);
         // Counted before the install wakes the program, so a program that
         // checks stats after its accesses sees every fetch.
-        self.m.pages_fetched.inc();
-        self.m.bytes_fetched.add(PAGE);
+        if !job.zero {
+            self.m.pages_fetched.inc();
+            self.m.bytes_fetched.add(PAGE);
+        }
         let t = Instant::now();
         // A write fault gets the page writable at once: it would take a
         // write-protect fault right after anyway.
@@ -516,7 +538,7 @@ impl Runtime {
         let size = size.div_ceil(PAGE) * PAGE;
         let extents = self.rm.take(size)?;
         self.rm.top_up();
-        self.map(SlabTable::new(&extents))
+        self.map(SlabTable::new(&extents), !self.sh.cfg.zeroed_slabs)
     }
 
     /// A region over remote extents that already hold data (from
@@ -531,10 +553,10 @@ impl Runtime {
                 "region extents must be non-empty and page-aligned".into(),
             ));
         }
-        self.map(SlabTable::new(extents))
+        self.map(SlabTable::new(extents), true)
     }
 
-    fn map(&self, table: SlabTable) -> Result<Region<'_>, RuntimeError> {
+    fn map(&self, table: SlabTable, stored: bool) -> Result<Region<'_>, RuntimeError> {
         let len = table.len();
         // SAFETY: a fresh anonymous mapping; nothing else refers to it.
         let p = unsafe {
@@ -558,6 +580,7 @@ impl Runtime {
                     waiters: false,
                     snapshot: None,
                     force: 0,
+                    stored,
                 })
             })
             .collect();

@@ -29,6 +29,7 @@ pub(crate) struct Metrics {
     /// Fault messages that were already resolved when read (woken only).
     pub faults_spurious: Counter,
     pub pages_fetched: Counter,
+    pub pages_zero_filled: Counter,
     pub bytes_fetched: Counter,
     pub pages_evicted_clean: Counter,
     pub pages_evicted_dirty: Counter,
@@ -83,6 +84,8 @@ pub struct Stats {
     pub faults_waited: u64,
     pub faults_spurious: u64,
     pub pages_fetched: u64,
+    /// First touches of never-written pages served without the store.
+    pub pages_zero_filled: u64,
     pub bytes_fetched: u64,
     pub pages_evicted_clean: u64,
     pub pages_evicted_dirty: u64,
@@ -112,6 +115,7 @@ impl Metrics {
             faults_waited: self.faults_waited.get(),
             faults_spurious: self.faults_spurious.get(),
             pages_fetched: self.pages_fetched.get(),
+            pages_zero_filled: self.pages_zero_filled.get(),
             bytes_fetched: self.bytes_fetched.get(),
             pages_evicted_clean: self.pages_evicted_clean.get(),
             pages_evicted_dirty: self.pages_evicted_dirty.get(),

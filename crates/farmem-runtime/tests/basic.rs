@@ -252,3 +252,44 @@ fn runtime_and_regions_are_shareable_across_threads() {
     assert_send_sync::<farmem_runtime::Region<'static>>();
     assert_send_sync::<MemStore>();
 }
+
+#[test]
+fn zeroed_slabs_skip_the_store_until_first_written_back() {
+    if skip() {
+        return;
+    }
+    let store = Arc::new(MemStore::new(1 << 30));
+    let zcfg = Config {
+        zeroed_slabs: true,
+        ..cfg(64, DirtyMode::Line)
+    };
+    let extents;
+    {
+        let rt = Runtime::new(zcfg.clone(), store.clone(), store.clone()).unwrap();
+        let pages = 512usize;
+        let r = rt.region(pages as u64 * PAGE).unwrap();
+        for p in 0..pages {
+            r.write_at(p * PAGE as usize + 64, &[p as u8 | 1; 8])
+                .unwrap();
+        }
+        // Pages evicted above were written back, so these reads fetch them.
+        for p in 0..pages {
+            let mut b = [0u8; 8];
+            r.read_at(p * PAGE as usize + 64, &mut b).unwrap();
+            assert_eq!(b, [p as u8 | 1; 8], "page {p}");
+        }
+        let s = rt.stats();
+        assert_eq!(s.pages_zero_filled, pages as u64, "{s:?}");
+        assert_eq!(store.stats().reads, s.pages_fetched, "{s:?}");
+        assert!(s.pages_fetched > 0, "{s:?}");
+        r.sync().unwrap();
+        extents = r.extents();
+    }
+    // A region over existing extents always reads the store.
+    let rt = Runtime::new(zcfg, store.clone(), store.clone()).unwrap();
+    let r = rt.region_over(&extents).unwrap();
+    let mut b = [0u8; 8];
+    r.read_at(7 * PAGE as usize + 64, &mut b).unwrap();
+    assert_eq!(b, [7 | 1; 8]);
+    assert_eq!(rt.stats().pages_zero_filled, 0);
+}
