@@ -3,7 +3,7 @@
 //! config, so new models plug in here without touching the engine.
 
 use farmem_core::PAGE_SIZE;
-use farmem_policy::cache::{PolicyConfig, ReplacementPolicy, SetAssocLru};
+use farmem_policy::cache::{PolicyConfig, Probe, ReplacementPolicy, SetAssocLru};
 use farmem_workloads::fxhash::FxHashMap;
 
 use crate::config::{CacheConfig, Config, LinkConfig};
@@ -41,6 +41,10 @@ pub struct CacheLevel {
     /// access needs no search and changes no order (most accesses repeat a line).
     last_line: u64,
     last_slot: usize,
+    /// The victim slot the last missing lookup chose, valid for a fill of
+    /// that line while the policy's generation is unchanged: saves a second
+    /// search of the set.
+    hint: (u64, usize, u64),
 }
 
 impl CacheLevel {
@@ -57,6 +61,7 @@ impl CacheLevel {
             writebacks: 0,
             last_line: u64::MAX,
             last_slot: 0,
+            hint: (u64::MAX, 0, 0),
         }
     }
 
@@ -68,8 +73,8 @@ impl CacheLevel {
             self.hits += 1;
             return true;
         }
-        match self.policy.find(line) {
-            Some(s) => {
+        match self.policy.probe(line) {
+            Probe::Hit(s) => {
                 self.last_line = line;
                 self.last_slot = s;
                 self.policy.touch_slot(s);
@@ -77,7 +82,8 @@ impl CacheLevel {
                 self.hits += 1;
                 true
             }
-            None => {
+            Probe::Miss { victim } => {
+                self.hint = (line, victim, self.policy.generation());
                 self.misses += 1;
                 false
             }
@@ -87,7 +93,13 @@ impl CacheLevel {
     /// Places a line that is not present; returns a dirty victim.
     #[inline]
     pub fn fill(&mut self, line: u64, dirty: bool) -> Option<u64> {
-        let (slot, victim) = self.policy.fill(line);
+        let (slot, victim) = if self.hint.0 == line && self.hint.2 == self.policy.generation() {
+            let slot = self.hint.1;
+            self.hint.0 = u64::MAX;
+            (slot, self.policy.fill_at(slot, line))
+        } else {
+            self.policy.fill(line)
+        };
         self.last_line = line;
         self.last_slot = slot;
         let was_dirty = std::mem::replace(&mut self.dirty[slot], dirty);
@@ -103,13 +115,16 @@ impl CacheLevel {
     /// Marks a present line dirty, or places it dirty; returns a dirty victim.
     #[inline]
     pub fn write_in(&mut self, line: u64) -> Option<u64> {
-        match self.policy.find(line) {
-            Some(s) => {
+        match self.policy.probe(line) {
+            Probe::Hit(s) => {
                 // Not an access: recency is unchanged (a writeback from above).
                 self.dirty[s] = true;
                 None
             }
-            None => self.fill(line, true),
+            Probe::Miss { victim } => {
+                self.hint = (line, victim, self.policy.generation());
+                self.fill(line, true)
+            }
         }
     }
 

@@ -19,7 +19,7 @@ pub use clock::Clock;
 pub use fifo::Fifo;
 pub use filter::{FilterCache, FilterConfig, MAX_PAIRS};
 pub use lru::Lru;
-pub use set_assoc::SetAssocLru;
+pub use set_assoc::{Probe, SetAssocLru};
 pub use two_q::TwoQ;
 
 use serde::{Deserialize, Serialize};

@@ -18,10 +18,24 @@ pub struct SetAssocLru {
     /// `sets - 1` when `sets` is a power of two: the common case avoids a division.
     mask: Option<u64>,
     ways: usize,
-    tags: Vec<u64>,
-    stamps: Vec<u64>,
+    /// (tag, last-use stamp) per slot, a set contiguous: one search reads
+    /// both, which halves the memory a lookup-then-fill touches.
+    slots: Vec<(u64, u64)>,
     clock: u64,
     len: usize,
+    /// Bumped whenever a block leaves other than by `fill`, so a victim
+    /// chosen by [`probe`](Self::probe) is known to be still the right one.
+    generation: u64,
+}
+
+/// What [`SetAssocLru::probe`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Probe {
+    Hit(usize),
+    /// Not resident; `victim` is the slot a fill would use now.
+    Miss {
+        victim: usize,
+    },
 }
 
 impl SetAssocLru {
@@ -36,10 +50,10 @@ impl SetAssocLru {
             sets,
             mask: sets.is_power_of_two().then(|| sets - 1),
             ways,
-            tags: vec![INVALID; slots],
-            stamps: vec![0; slots],
+            slots: vec![(INVALID, 0); slots],
             clock: 0,
             len: 0,
+            generation: 0,
         }
     }
 
@@ -51,7 +65,12 @@ impl SetAssocLru {
     }
     /// Number of slots (`sets × ways`): the index range of slot arrays.
     pub fn slots(&self) -> usize {
-        self.tags.len()
+        self.slots.len()
+    }
+
+    /// Changes whenever a block leaves other than through a fill.
+    pub fn generation(&self) -> u64 {
+        self.generation
     }
 
     #[inline]
@@ -67,55 +86,81 @@ impl SetAssocLru {
     #[inline]
     pub fn find(&self, block: BlockId) -> Option<usize> {
         let base = self.set_base(block);
-        self.tags[base..base + self.ways]
+        self.slots[base..base + self.ways]
             .iter()
-            .position(|&t| t == block)
+            .position(|&(t, _)| t == block)
             .map(|w| base + w)
+    }
+
+    /// One pass over the set: the slot holding `block`, or the slot a fill
+    /// would use (the first invalid one, else the least recently used).
+    #[inline]
+    pub fn probe(&self, block: BlockId) -> Probe {
+        let base = self.set_base(block);
+        let mut victim = base;
+        let mut oldest = u64::MAX;
+        let mut free = false;
+        for (w, &(t, stamp)) in self.slots[base..base + self.ways].iter().enumerate() {
+            if t == block {
+                return Probe::Hit(base + w);
+            }
+            if free {
+                continue;
+            }
+            if t == INVALID {
+                victim = base + w;
+                free = true;
+            } else if stamp < oldest {
+                oldest = stamp;
+                victim = base + w;
+            }
+        }
+        Probe::Miss { victim }
+    }
+
+    /// Places `block` in `slot` (from [`probe`](Self::probe), with no
+    /// invalidation since: same `generation`), most recently used; returns
+    /// the block it displaced.
+    #[inline]
+    pub fn fill_at(&mut self, slot: usize, block: BlockId) -> Option<BlockId> {
+        let old = self.slots[slot].0;
+        let victim = (old != INVALID).then_some(old);
+        if victim.is_none() {
+            self.len += 1;
+        }
+        self.slots[slot].0 = block;
+        self.touch_slot(slot);
+        victim
     }
 
     /// Marks `slot` most recently used.
     #[inline]
     pub fn touch_slot(&mut self, slot: usize) {
         self.clock += 1;
-        self.stamps[slot] = self.clock;
+        self.slots[slot].1 = self.clock;
     }
 
     /// Places a block that is not resident, most recently used; returns its
     /// slot and the block it displaced.
     pub fn fill(&mut self, block: BlockId) -> (usize, Option<BlockId>) {
-        let base = self.set_base(block);
-        let mut slot = base;
-        let mut oldest = u64::MAX;
-        for s in base..base + self.ways {
-            if self.tags[s] == INVALID {
-                slot = s;
-                break;
-            }
-            if self.stamps[s] < oldest {
-                oldest = self.stamps[s];
-                slot = s;
-            }
-        }
-        let victim = (self.tags[slot] != INVALID).then_some(self.tags[slot]);
-        if victim.is_none() {
-            self.len += 1;
-        }
-        self.tags[slot] = block;
-        self.touch_slot(slot);
-        (slot, victim)
+        let slot = match self.probe(block) {
+            Probe::Hit(s) | Probe::Miss { victim: s } => s,
+        };
+        (slot, self.fill_at(slot, block))
     }
 
     /// Drops `block`; returns the slot it held.
     pub fn invalidate(&mut self, block: BlockId) -> Option<usize> {
         let slot = self.find(block)?;
-        self.tags[slot] = INVALID;
+        self.slots[slot].0 = INVALID;
         self.len -= 1;
+        self.generation += 1;
         Some(slot)
     }
 
     /// The block in `slot`, if any.
     pub fn block_at(&self, slot: usize) -> Option<BlockId> {
-        let t = self.tags[slot];
+        let t = self.slots[slot].0;
         (t != INVALID).then_some(t)
     }
 }
@@ -129,7 +174,7 @@ impl ReplacementPolicy for SetAssocLru {
         }
     }
     fn capacity(&self) -> usize {
-        self.tags.len()
+        self.slots.len()
     }
     fn len(&self) -> usize {
         self.len
@@ -154,12 +199,13 @@ impl ReplacementPolicy for SetAssocLru {
     /// The least recently used block of the whole cache (a scan: demand
     /// eviction goes through `insert`, which is O(ways)).
     fn evict(&mut self, _now: Nanos) -> Option<BlockId> {
-        let slot = (0..self.tags.len())
-            .filter(|&s| self.tags[s] != INVALID)
-            .min_by_key(|&s| self.stamps[s])?;
-        let victim = self.tags[slot];
-        self.tags[slot] = INVALID;
+        let slot = (0..self.slots.len())
+            .filter(|&s| self.slots[s].0 != INVALID)
+            .min_by_key(|&s| self.slots[s].1)?;
+        let victim = self.slots[slot].0;
+        self.slots[slot].0 = INVALID;
         self.len -= 1;
+        self.generation += 1;
         Some(victim)
     }
     fn remove(&mut self, block: BlockId) -> bool {
@@ -199,6 +245,29 @@ mod tests {
             assert_eq!(c.access(b, 0), Access::Hit);
         }
         assert_eq!(c.access(12, 0), Access::Miss { evicted: Some(0) });
+    }
+
+    #[test]
+    fn probe_then_fill_at_equals_fill() {
+        let mut a = SetAssocLru::new(8, 4);
+        let mut b = SetAssocLru::new(8, 4);
+        for blk in [0u64, 2, 4, 6, 8, 0, 10, 1, 3, 12] {
+            let gen0 = a.generation();
+            match a.probe(blk) {
+                Probe::Hit(s) => a.touch_slot(s),
+                Probe::Miss { victim } => {
+                    assert_eq!(a.generation(), gen0);
+                    let va = a.fill_at(victim, blk);
+                    let (_, vb) = b.fill(blk);
+                    assert_eq!(va, vb);
+                    continue;
+                }
+            }
+            b.touch(blk, 0);
+        }
+        let g = a.generation();
+        assert!(a.invalidate(12).is_some());
+        assert_ne!(a.generation(), g);
     }
 
     #[test]
