@@ -524,6 +524,12 @@ impl ComputeEngine {
         &self.partitioner
     }
 
+    /// The link was parked for `bytes` of transfer time; see
+    /// [`BandwidthPartitioner::elapse_idle`].
+    pub fn elapse_idle(&mut self, bytes: u64) -> u64 {
+        self.partitioner.elapse_idle(bytes)
+    }
+
     /// A line packet arrived (§4.2): release its bit; deliver it to the LLC
     /// only if it is still wanted.
     pub fn on_line_arrival(&mut self, page: PageNo, offset: LineOffset) -> LineArrival {

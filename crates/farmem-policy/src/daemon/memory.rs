@@ -170,6 +170,12 @@ impl<T> MemoryEngine<T> {
         &self.partitioner
     }
 
+    /// The bus was parked for `bytes` of transfer time; see
+    /// [`BandwidthPartitioner::elapse_idle`].
+    pub fn elapse_idle(&mut self, bytes: u64) -> u64 {
+        self.partitioner.elapse_idle(bytes)
+    }
+
     pub fn stats(&self) -> &MemoryStats {
         &self.stats
     }

@@ -23,8 +23,14 @@
 //!   A slot whose queue is empty is idle and the other class may not use it;
 //!   it holds the link for that class's nominal transfer (64 B or 4 KB at the
 //!   link's bandwidth), so the reserved share stays reserved (BP's cost on
-//!   high-locality workloads, §6.1, comes from this). When both queues are
-//!   empty the caller may park the link; the pattern resumes where it was.
+//!   high-locality workloads, §6.1, comes from this). The other reading,
+//!   an idle slot costing one controller cycle, would leave nothing
+//!   reserved whenever the line queue is momentarily empty, contrary to "to
+//!   ensure this approximate partitioning is always maintained"; a caller
+//!   that wants it charges idle slots zero time. When both queues are empty
+//!   the caller may park the link and either resume the pattern where it
+//!   stopped or advance it by the parked time
+//!   ([`BandwidthPartitioner::elapse_idle`]).
 //! - **Rounding (§4.1).** Lines per page is rounded to nearest (21.33 → 21);
 //!   lines come first in each period. See [`partition`].
 //! - **"Page not scheduled" (§4.2)** is judged before this miss schedules its
@@ -56,6 +62,36 @@
 //!   again, state scheduled). Their pending line requests stay valid.
 //! - **Masks are 64 bits (§4.5)**, so a page holds at most 64 sub-blocks: 64 B
 //!   lines in 4 KB pages, or e.g. 4 KB demand pages in a 64 KB cluster.
+//!
+//! # Driving it (simulator or runtime)
+//! 1. A miss in the LLC and local memory: [`ComputeEngine::on_miss`]. Park
+//!    the access on the page (if [`PageDecision::Scheduled`] or
+//!    `AlreadyInflight`) and/or the line (`Sent` / `AlreadyInflight`); a
+//!    [`LineDecision::HeldDirty`] is served from the dirty buffer at once.
+//!    If [`MissAction::is_stalled`], retry it after the next arrival.
+//! 2. The link: whenever it is free and [`ComputeEngine::has_work`], call
+//!    [`ComputeEngine::issue`]. `Line`/`Page`: send the request; the reply
+//!    occupies the link for its size (the page's compressed size with §4.4).
+//!    `Idle(class)`: keep the link idle for
+//!    `partitioner().slot_bytes(class)` at the link's bandwidth, then call
+//!    again. With no work, park; on waking after `d` ns, optionally call
+//!    [`ComputeEngine::elapse_idle`] with `d × bandwidth` and wait the bytes
+//!    it returns. The memory node does the same with
+//!    [`MemoryEngine::serve`] on its bus, fed by `push_line`/`push_page`.
+//! 3. A line reply: [`ComputeEngine::on_line_arrival`]; on `Deliver`, fill
+//!    the LLC and wake the accesses parked on that line.
+//! 4. A page reply: [`ComputeEngine::on_page_arrival`]. `Installed`: write
+//!    the page to local memory (evicting per the local policy), overwrite
+//!    the `merge` lines with the held dirty data, wake everything parked on
+//!    the page (including those parked on its `ignored` lines). `Discarded`:
+//!    drop the data; the page is queued again if `rerequested`, else wake
+//!    its waiters to miss again.
+//! 5. A dirty LLC eviction whose page is not in local memory:
+//!    [`ComputeEngine::on_dirty_line_evicted`]. `WriteRemote`: send the line
+//!    to remote; `Hold`/`Replace`: keep its bytes under (page, offset);
+//!    `FlushAndThrottle`: send those held lines and this one to remote.
+//!    Dirty writes to remote are link traffic too; the paper does not put
+//!    them in either queue, so the caller charges them as it models writes.
 
 pub mod engine;
 pub mod memory;

@@ -192,6 +192,36 @@ impl BandwidthPartitioner {
         }
     }
 
+    /// Nominal bytes of one full period (all its line slots and its page
+    /// slot).
+    pub fn period_bytes(&self) -> u64 {
+        match self.lines_per_page {
+            Some(n) => n * self.line_bytes + self.page_bytes,
+            None => self.line_bytes,
+        }
+    }
+
+    /// The link was parked (both queues empty) for `bytes` of transfer
+    /// time. The hardware keeps alternating through idle slots meanwhile
+    /// (§4.1), so advance over every slot that started during the park.
+    /// Returns the bytes left of the slot still in progress: it was idle
+    /// when it began, so nothing may be issued until it ends; the next
+    /// [`next`](Self::next) is the slot after it. A caller that prefers to
+    /// resume where the pattern stopped simply never calls this.
+    pub fn elapse_idle(&mut self, bytes: u64) -> u64 {
+        // Whole periods leave the position where it was.
+        let mut left = bytes % self.period_bytes();
+        while left > 0 {
+            let size = self.slot_bytes(self.peek());
+            self.pos = (self.pos + 1) % self.period();
+            if left < size {
+                return size - left;
+            }
+            left -= size;
+        }
+        0
+    }
+
     /// Back to the start of a period (lines first).
     pub fn reset(&mut self) {
         self.pos = 0;
@@ -282,6 +312,32 @@ mod tests {
         want.push(Slot::Page);
         assert_eq!(got, want);
         assert_eq!(p.peek(), Class::Line);
+    }
+
+    #[test]
+    fn parked_time_advances_the_pattern() {
+        let mut p = BandwidthPartitioner::new(ratio("25%")).unwrap();
+        assert_eq!(p.period_bytes(), 21 * 64 + 4096);
+        assert_eq!(p.elapse_idle(0), 0);
+        // Three line slots pass: the fourth is next.
+        assert_eq!(p.elapse_idle(3 * 64), 0);
+        assert_eq!(run(&mut p, 17, true, true), vec![Slot::Line; 17]);
+        // Half of the last line slot: it is over only after 32 more bytes,
+        // and the page slot comes next.
+        assert_eq!(p.elapse_idle(32), 32);
+        assert_eq!(p.peek(), Class::Page);
+        // 100 bytes into the page slot: 3996 bytes before lines resume.
+        assert_eq!(p.elapse_idle(100), 3996);
+        assert_eq!(p.peek(), Class::Line);
+        // Whole periods change nothing.
+        assert_eq!(p.elapse_idle(7 * p.period_bytes()), 0);
+        assert_eq!(p.peek(), Class::Line);
+        // Past the 21 line slots and into the page slot.
+        assert_eq!(p.elapse_idle(21 * 64 + 1), 4095);
+        assert_eq!(
+            run(&mut p, 22, true, true),
+            pattern(21, 1, Slot::Line, Slot::Page)
+        );
     }
 
     #[test]
