@@ -26,6 +26,24 @@ pub enum Selection {
     LineOnly,
 }
 
+impl Selection {
+    /// The partition a scheme really runs with. A single-granularity scheme
+    /// has nothing to partition (Remote and LC move pages over the whole
+    /// link, §6): its one class gets every slot (ratio 0% or 100%), instead
+    /// of idling through slots reserved for a class it never sends.
+    pub fn effective_partition(self, partition: PartitionConfig) -> PartitionConfig {
+        let ratio = match self {
+            Selection::Selective | Selection::Both => return partition,
+            Selection::PageOnly => 0.0,
+            Selection::LineOnly => 1.0,
+        };
+        PartitionConfig {
+            ratio: farmem_core::Ratio::new(ratio).expect("0 and 1 are ratios"),
+            ..partition
+        }
+    }
+}
+
 /// Compute-engine sizes and knobs. Defaults are the paper's (§4.5 Table 1,
 /// §4.3 threshold 8, §4.1 ratio 25%).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -45,7 +63,8 @@ pub struct EngineConfig {
     pub dirty_throttle: u32,
     pub selection: Selection,
     /// The queue controller's partition; its `page_bytes / line_bytes` is
-    /// also the number of sub-blocks per page (at most 64).
+    /// also the number of sub-blocks per page (at most 64). Ignored for
+    /// single-granularity schemes ([`Selection::effective_partition`]).
     pub partition: PartitionConfig,
 }
 
@@ -328,7 +347,9 @@ impl ComputeEngine {
         config.validate()?;
         Ok(Self {
             lines_per_page: config.lines_per_page()?,
-            partitioner: BandwidthPartitioner::from_config(&config.partition)?,
+            partitioner: BandwidthPartitioner::from_config(
+                &config.selection.effective_partition(config.partition),
+            )?,
             sub_block_queue: VecDeque::with_capacity(config.sub_block_queue.min(4096)),
             page_queue: VecDeque::with_capacity(config.page_queue.min(4096)),
             inflight_lines: HashMap::new(),
@@ -398,9 +419,8 @@ impl ComputeEngine {
         offset: LineOffset,
         prior: Option<PageEntry>,
     ) -> LineDecision {
-        let s = &mut self.stats;
         if prior.is_some_and(|e| e.dirty.contains(offset)) {
-            s.lines_held_dirty += 1;
+            self.stats.lines_held_dirty += 1;
             return LineDecision::HeldDirty;
         }
         if self.config.selection == Selection::PageOnly {
@@ -1103,6 +1123,29 @@ mod tests {
         );
         assert_eq!(e.on_dirty_line_evicted(1, 0), Ok(DirtyAction::WriteRemote));
         assert_eq!((sbq(&e), pq(&e)), (vec![(1, 0)], vec![]));
+    }
+
+    #[test]
+    fn single_granularity_schemes_use_the_whole_link() {
+        let mut e = with(|c| c.selection = Selection::PageOnly);
+        for p in 0..3 {
+            miss(&mut e, p, 0);
+        }
+        let got: Vec<_> = (0..4).map(|_| e.issue()).collect();
+        assert_eq!(
+            got,
+            vec![
+                Issue::Page(0),
+                Issue::Page(1),
+                Issue::Page(2),
+                Issue::Idle(Class::Page)
+            ]
+        );
+        let mut e = with(|c| c.selection = Selection::LineOnly);
+        for p in 0..30 {
+            miss(&mut e, p, 0);
+        }
+        assert!((0..30).all(|_| matches!(e.issue(), Issue::Line(..))));
     }
 
     #[test]

@@ -11,6 +11,7 @@ use std::collections::VecDeque;
 use serde::{Deserialize, Serialize};
 
 use super::DaemonError;
+use super::engine::Selection;
 use super::partition::{BandwidthPartitioner, Class, PartitionConfig, Slot};
 
 /// Memory-engine sizes (§4.5 Table 1: "M" rows) and its partition.
@@ -89,9 +90,21 @@ pub struct MemoryEngine<T> {
 
 impl<T> MemoryEngine<T> {
     pub fn new(config: MemoryEngineConfig) -> Result<Self, DaemonError> {
+        Self::with_selection(config, Selection::Selective)
+    }
+
+    /// A memory engine for the scheme `selection`: single-granularity
+    /// schemes serve their one class in every slot
+    /// ([`Selection::effective_partition`]).
+    pub fn with_selection(
+        config: MemoryEngineConfig,
+        selection: Selection,
+    ) -> Result<Self, DaemonError> {
         config.validate()?;
         Ok(Self {
-            partitioner: BandwidthPartitioner::from_config(&config.partition)?,
+            partitioner: BandwidthPartitioner::from_config(
+                &selection.effective_partition(config.partition),
+            )?,
             lines: VecDeque::new(),
             pages: VecDeque::new(),
             stats: MemoryStats::default(),
@@ -245,6 +258,17 @@ mod tests {
             (s.lines_served, s.pages_served, s.idle_line_slots),
             (3, 1, 61)
         );
+    }
+
+    #[test]
+    fn page_only_scheme_serves_pages_in_every_slot() {
+        let mut m =
+            MemoryEngine::with_selection(MemoryEngineConfig::default(), Selection::PageOnly)
+                .unwrap();
+        m.push_page(1u32).unwrap();
+        m.push_page(2).unwrap();
+        assert_eq!(m.serve(), Served::Page(1));
+        assert_eq!(m.serve(), Served::Page(2));
     }
 
     #[test]

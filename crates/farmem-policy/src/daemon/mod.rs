@@ -60,6 +60,11 @@
 //!   paper does not spell this out; it is needed for correctness.
 //! - **Throttled pages that arrive** are discarded and re-requested (queued
 //!   again, state scheduled). Their pending line requests stay valid.
+//! - **Single-granularity schemes (§6).** Remote and LC move only pages and
+//!   are described without partitioning, so [`Selection::PageOnly`] and
+//!   [`Selection::LineOnly`] give their one class every slot
+//!   ([`Selection::effective_partition`]); build memory engines for them
+//!   with [`MemoryEngine::with_selection`].
 //! - **Masks are 64 bits (§4.5)**, so a page holds at most 64 sub-blocks: 64 B
 //!   lines in 4 KB pages, or e.g. 4 KB demand pages in a 64 KB cluster.
 //!
