@@ -27,6 +27,9 @@ pub fn check_models(cfg: &Config) -> Result<(), String> {
     Ok(())
 }
 
+/// Lines before the MRU one a level remembers the slots of.
+const RECENT: usize = 3;
+
 /// One set-associative, write-back CPU cache level. Replacement is
 /// farmem-policy's [`SetAssocLru`]; dirty bits live here, by slot.
 #[derive(Debug, Clone)]
@@ -41,6 +44,9 @@ pub struct CacheLevel {
     /// access needs no search and changes no order (most accesses repeat a line).
     last_line: u64,
     last_slot: usize,
+    /// The lines accessed before the last one, with their slots (all
+    /// resident: `forget` drops lines that leave).
+    recent: [(u64, usize); RECENT],
     /// The victim slot the last missing lookup chose, valid for a fill of
     /// that line while the policy's generation is unchanged: saves a second
     /// search of the set.
@@ -61,6 +67,7 @@ impl CacheLevel {
             writebacks: 0,
             last_line: u64::MAX,
             last_slot: 0,
+            recent: [(u64::MAX, 0); RECENT],
             hint: (u64::MAX, 0, 0),
         }
     }
@@ -73,19 +80,56 @@ impl CacheLevel {
             self.hits += 1;
             return true;
         }
-        match self.policy.probe(line) {
-            Probe::Hit(s) => {
-                self.last_line = line;
-                self.last_slot = s;
-                self.policy.touch_slot(s);
-                self.dirty[s] |= write;
-                self.hits += 1;
-                true
+        // Lines a few accesses back (interleaved arrays): known slot, one touch.
+        for k in 0..RECENT {
+            if self.recent[k].0 == line {
+                let s = self.recent[k].1;
+                self.recent[k] = (self.last_line, self.last_slot);
+                return self.hit(line, s, write);
             }
-            Probe::Miss { victim } => {
+        }
+        match self.policy.find(line) {
+            Some(s) => {
+                self.remember();
+                self.hit(line, s, write)
+            }
+            None => {
+                let victim = self.policy.victim_slot(line);
                 self.hint = (line, victim, self.policy.generation());
                 self.misses += 1;
                 false
+            }
+        }
+    }
+
+    #[inline]
+    fn hit(&mut self, line: u64, s: usize, write: bool) -> bool {
+        self.last_line = line;
+        self.last_slot = s;
+        self.policy.touch_slot(s);
+        self.dirty[s] |= write;
+        self.hits += 1;
+        true
+    }
+
+    /// Pushes the current MRU line into the recent ring before it changes.
+    #[inline]
+    fn remember(&mut self) {
+        if self.last_line != u64::MAX {
+            self.recent.copy_within(0..RECENT - 1, 1);
+            self.recent[0] = (self.last_line, self.last_slot);
+        }
+    }
+
+    /// Forgets `line` as MRU or recent (it left the cache).
+    #[inline]
+    fn forget(&mut self, line: u64) {
+        if line == self.last_line {
+            self.last_line = u64::MAX;
+        }
+        for r in &mut self.recent {
+            if r.0 == line {
+                r.0 = u64::MAX;
             }
         }
     }
@@ -100,6 +144,10 @@ impl CacheLevel {
         } else {
             self.policy.fill(line)
         };
+        if let Some(v) = victim {
+            self.forget(v);
+        }
+        self.remember();
         self.last_line = line;
         self.last_slot = slot;
         let was_dirty = std::mem::replace(&mut self.dirty[slot], dirty);
@@ -117,6 +165,7 @@ impl CacheLevel {
     pub fn write_in(&mut self, line: u64) -> Option<u64> {
         match self.policy.probe(line) {
             Probe::Hit(s) => {
+                // (`recent` keeps valid: the line stays in its slot.)
                 // Not an access: recency is unchanged (a writeback from above).
                 self.dirty[s] = true;
                 None
@@ -131,9 +180,7 @@ impl CacheLevel {
     /// Drops a line; true if it was dirty.
     #[inline]
     pub fn invalidate(&mut self, line: u64) -> bool {
-        if line == self.last_line {
-            self.last_line = u64::MAX;
-        }
+        self.forget(line);
         match self.policy.invalidate(line) {
             Some(s) => std::mem::replace(&mut self.dirty[s], false),
             None => false,

@@ -402,10 +402,17 @@ impl<R: Read> TraceReader<R> {
     }
 
     /// Makes `n` bytes available unless the input ends first.
+    #[inline(always)]
     fn fill(&mut self, n: usize) -> Result<(), TraceError> {
         if self.end - self.pos >= n || self.eof {
             return Ok(());
         }
+        self.refill(n)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn refill(&mut self, n: usize) -> Result<(), TraceError> {
         self.buf.copy_within(self.pos..self.end, 0);
         self.base += self.pos as u64;
         self.end -= self.pos;

@@ -92,6 +92,25 @@ impl SetAssocLru {
             .map(|w| base + w)
     }
 
+    /// The slot a fill of `block` would use now: the first invalid one in
+    /// its set, else the least recently used.
+    #[inline]
+    pub fn victim_slot(&self, block: BlockId) -> usize {
+        let base = self.set_base(block);
+        let mut victim = base;
+        let mut oldest = u64::MAX;
+        for (w, &(t, stamp)) in self.slots[base..base + self.ways].iter().enumerate() {
+            if t == INVALID {
+                return base + w;
+            }
+            if stamp < oldest {
+                oldest = stamp;
+                victim = base + w;
+            }
+        }
+        victim
+    }
+
     /// One pass over the set: the slot holding `block`, or the slot a fill
     /// would use (the first invalid one, else the least recently used).
     #[inline]
