@@ -14,7 +14,8 @@ pub enum DirtyMode {
     /// the changed 64 B lines through the cache-line log.
     #[default]
     Line,
-    /// Kona-VM baseline: write whole dirty pages.
+    /// Kona-VM baseline: write whole dirty pages (all 64 lines, through the
+    /// same log, so only the tracking granularity differs).
     Page,
 }
 

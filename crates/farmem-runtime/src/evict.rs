@@ -194,55 +194,41 @@ fn revert(sh: &Shared, v: Victim, keep: bool) {
     }
 }
 
-/// Appends the page's dirty lines (line mode) to the segment.
+/// Appends the page's dirty lines to the segment: those that differ from
+/// the snapshot (line mode), or all 64 (page mode: the same log carries
+/// whole pages, so the two modes differ only in tracking granularity).
 fn diff_into(sh: &Shared, mut v: Victim, seg: &mut Segment) {
     let t = Instant::now();
-    match sh.cfg.dirty {
-        DirtyMode::Line => {
-            // SAFETY: the page is mapped (Busy pages are unmapped only by
-            // their owner, us) and write-protected, so nothing writes it.
-            let data = unsafe { std::slice::from_raw_parts(v.page as *const u8, PAGE as usize) };
-            let mut mask = 0u64;
-            for (i, cur) in data.chunks_exact(LINE).enumerate() {
-                let changed = v.force >> i & 1 == 1
-                    || match &v.snapshot {
-                        Some(s) => s.0[i * LINE..(i + 1) * LINE] != *cur,
-                        // No diff base: every line may be dirty.
-                        None => true,
-                    };
-                if changed {
-                    mask |= 1 << i;
-                    let mut line = [0u8; 64];
-                    line.copy_from_slice(cur);
-                    seg.lines.push((v.remote + (i * LINE) as u64, line));
-                }
-            }
-            v.shipped = mask;
+    let whole = sh.cfg.dirty == DirtyMode::Page;
+    // SAFETY: the page is mapped (Busy pages are unmapped only by their
+    // owner, us) and write-protected, so nothing writes it.
+    let data = unsafe { std::slice::from_raw_parts(v.page as *const u8, PAGE as usize) };
+    let mut mask = 0u64;
+    for (i, cur) in data.chunks_exact(LINE).enumerate() {
+        let changed = whole
+            || v.force >> i & 1 == 1
+            || match &v.snapshot {
+                Some(s) => s.0[i * LINE..(i + 1) * LINE] != *cur,
+                // No diff base: every line may be dirty.
+                None => true,
+            };
+        if changed {
+            mask |= 1 << i;
+            let mut line = [0u8; 64];
+            line.copy_from_slice(cur);
+            seg.lines.push((v.remote + (i * LINE) as u64, line));
         }
-        DirtyMode::Page => v.shipped = u64::MAX,
     }
+    v.shipped = mask;
     seg.pages.push(v);
     sh.m.st_diff.since(t);
 }
 
 fn send_once(sh: &Shared, seg: &Segment) -> Result<(), StoreError> {
-    match sh.cfg.dirty {
-        DirtyMode::Line => {
-            if seg.lines.is_empty() {
-                Ok(())
-            } else {
-                sh.store.write_lines(&seg.lines)
-            }
-        }
-        DirtyMode::Page => {
-            for v in &seg.pages {
-                // SAFETY: as in diff_into, the page is mapped and protected.
-                let data =
-                    unsafe { std::slice::from_raw_parts(v.page as *const u8, PAGE as usize) };
-                sh.store.write(v.remote, data)?;
-            }
-            Ok(())
-        }
+    if seg.lines.is_empty() {
+        Ok(())
+    } else {
+        sh.store.write_lines(&seg.lines)
     }
 }
 
@@ -274,14 +260,8 @@ fn ship(sh: &Shared, seg: &mut Segment) -> Result<(), (usize, StoreError)> {
     match result {
         Ok(()) => {
             sh.m.log_batches.inc();
-            let bytes = match sh.cfg.dirty {
-                DirtyMode::Line => {
-                    sh.m.dirty_lines_shipped.add(seg.lines.len() as u64);
-                    (seg.lines.len() * LINE) as u64
-                }
-                DirtyMode::Page => seg.pages.len() as u64 * PAGE,
-            };
-            sh.m.bytes_written_back.add(bytes);
+            sh.m.dirty_lines_shipped.add(seg.lines.len() as u64);
+            sh.m.bytes_written_back.add((seg.lines.len() * LINE) as u64);
             seg.lines.clear();
             if keep {
                 for v in seg.pages.drain(..) {

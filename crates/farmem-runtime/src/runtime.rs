@@ -122,9 +122,6 @@ pub(crate) struct Shared {
     pub pool: Mutex<Vec<Box<PageBuf>>>,
 }
 
-/// Page buffers kept for reuse (16 MiB).
-const POOL_MAX: usize = 4096;
-
 impl Shared {
     /// A page buffer with unspecified contents.
     pub(crate) fn get_buf(&self) -> Box<PageBuf> {
@@ -134,7 +131,9 @@ impl Shared {
     pub(crate) fn put_buf(&self, b: Option<Box<PageBuf>>) {
         if let Some(b) = b {
             let mut pool = self.pool.lock();
-            if pool.len() < POOL_MAX {
+            // Snapshots never outnumber resident pages, so keeping up to
+            // that many costs no memory beyond the peak already reached.
+            if (pool.len() as u64) < self.limit {
                 pool.push(b);
             }
         }
