@@ -110,11 +110,11 @@ pub fn simulate(cfg: &Config, scheme: &str, input: &Input) -> Result<SimResult, 
         Input::Trace(path) => {
             let mut reader = TraceReader::open(path)?;
             let footprint = if reader.header().complete {
-                reader.header().footprint_pages
+                reader.header().footprint_bytes()
             } else {
-                farmem_workloads::trace::scan_summary(path)?.footprint_pages
+                farmem_workloads::trace::scan_summary(path)?.footprint_bytes()
             };
-            farmem_workloads::Sink::begin(&mut engine, footprint * farmem_core::PAGE_SIZE);
+            farmem_workloads::Sink::begin(&mut engine, footprint);
             reader.replay(&mut engine)?;
         }
         Input::Multi(inputs) => {

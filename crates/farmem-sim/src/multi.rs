@@ -78,11 +78,11 @@ impl Lane {
             Input::Trace(path) => {
                 let r = TraceReader::open(path)?;
                 let fp = if r.header().complete {
-                    r.header().footprint_pages
+                    r.header().footprint_bytes()
                 } else {
-                    farmem_workloads::trace::scan_summary(path)?.footprint_pages
+                    farmem_workloads::trace::scan_summary(path)?.footprint_bytes()
                 };
-                (Source::Trace(Box::new(r)), fp * farmem_core::PAGE_SIZE)
+                (Source::Trace(Box::new(r)), fp)
             }
             Input::Workload { name, scale, seed } => {
                 let (tx, rx) = sync_channel(4);

@@ -4,7 +4,8 @@
 //! header (128 B): magic "FMTRACE\0", u32 version, u32 header length,
 //!   u64 accesses, u64 instructions, u64 footprint pages, u64 page records,
 //!   u32 threads, u32 flags (bit 0: summary complete), 64 B workload name,
-//!   8 B reserved; all little-endian
+//!   u64 declared footprint (bytes the workload's arrays span; 0 if unknown);
+//!   all little-endian
 //! records, each starting with a tag byte:
 //!   bits 0-1  0 load, 1 store, 2 page content, 3 thread switch
 //!   access:   bits 2-4 size code (0..=6: 1 << code bytes; 7: varint size follows)
@@ -82,6 +83,20 @@ pub struct TraceHeader {
     pub threads: u32,
     /// False when the writer did not finish (the counts are then zero).
     pub complete: bool,
+    /// Bytes the workload declared at `begin` (its arrays); 0 if unknown.
+    pub declared_footprint: u64,
+}
+
+impl TraceHeader {
+    /// The footprint to size local memory by: what the workload declared,
+    /// else the pages it touched.
+    pub fn footprint_bytes(&self) -> u64 {
+        if self.declared_footprint > 0 {
+            self.declared_footprint
+        } else {
+            self.footprint_pages * PAGE_SIZE
+        }
+    }
 }
 
 impl TraceHeader {
@@ -100,6 +115,7 @@ impl TraceHeader {
         let name = self.workload.as_bytes();
         let n = name.len().min(NAME_LEN);
         h[56..56 + n].copy_from_slice(&name[..n]);
+        h[120..128].copy_from_slice(&self.declared_footprint.to_le_bytes());
         h
     }
 
@@ -127,6 +143,7 @@ impl TraceHeader {
             page_records: u64_at(40),
             threads: u32_at(48),
             complete: u32_at(52) & FLAG_COMPLETE != 0,
+            declared_footprint: u64_at(120),
         })
     }
 }
@@ -266,6 +283,10 @@ impl<W: Write + Seek> TraceWriter<W> {
 }
 
 impl<W: Write + Seek> Sink for TraceWriter<W> {
+    fn begin(&mut self, footprint: u64) {
+        self.header.declared_footprint = footprint;
+    }
+
     #[inline]
     fn access(&mut self, a: Access) {
         if a.thread != self.thread {

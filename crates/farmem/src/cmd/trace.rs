@@ -97,6 +97,12 @@ fn info(file: &Path, scan: bool, json: bool) -> Outcome {
             farmem_core::ByteSize(footprint),
             h.footprint_pages
         );
+        if h.declared_footprint > 0 {
+            println!(
+                "declared     {} (the workload's arrays; sizes local memory)",
+                farmem_core::ByteSize(h.declared_footprint)
+            );
+        }
         println!("page records {}", h.page_records);
         println!(
             "file         {} ({:.2} B/access)",
