@@ -146,7 +146,8 @@ impl Shared {
         self.table.lock().nodes.get(&node).map(|n| n.addr.clone())
     }
 
-    fn push_grants(&self, grants: &[Grant]) -> Result<(), (u32, NetError)> {
+    /// Tells memory nodes about grants; `fresh` ones are zeroed there first.
+    fn push_grants(&self, grants: &[Grant], fresh: bool) -> Result<(), (u32, NetError)> {
         for g in grants {
             let addr = self.node_addr(g.node).unwrap_or_default();
             self.push(
@@ -156,6 +157,7 @@ impl Shared {
                     owner: &g.owner,
                     base: g.base,
                     len: g.len,
+                    fresh,
                 },
             )
             .map_err(|e| (g.node, e))?;
@@ -291,7 +293,7 @@ impl Shared {
                     thread::spawn(move || {
                         // Give the node a moment to read our reply first.
                         thread::sleep(Duration::from_millis(20));
-                        if let Err((node, e)) = me.push_grants(&grants) {
+                        if let Err((node, e)) = me.push_grants(&grants, false) {
                             tracing::warn!("cannot re-send grants to node {node}: {e}");
                         }
                     });
@@ -335,7 +337,7 @@ impl Shared {
                     self.save(&t);
                     grants
                 };
-                if let Err((node, e)) = self.push_grants(&grants) {
+                if let Err((node, e)) = self.push_grants(&grants, true) {
                     let mut t = self.table.lock();
                     for g in &grants {
                         let _ = t.tree.release(&g.owner, g.base, g.len);

@@ -250,7 +250,12 @@ impl Service for Shared {
                 }
                 .encode(id, out);
             }
-            Msg::Grant { owner, base, len } => {
+            Msg::Grant {
+                owner,
+                base,
+                len,
+                fresh,
+            } => {
                 if peer.role != Role::Controller {
                     return Err(self.refuse_role(peer, "grant memory"));
                 }
@@ -273,6 +278,10 @@ impl Service for Shared {
                 for gb in overlapping {
                     grants.remove(&gb);
                 }
+                if fresh {
+                    // Range checked above.
+                    let _ = self.store.zero(base - node_base, len);
+                }
                 grants.insert(
                     base,
                     GrantEntry {
@@ -287,7 +296,18 @@ impl Service for Shared {
                 if peer.role != Role::Controller {
                     return Err(self.refuse_role(peer, "revoke memory"));
                 }
+                let node_base = self.base.load(Ordering::Acquire);
+                let offset = base.checked_sub(node_base).ok_or_else(|| {
+                    Refusal::new(
+                        ErrorCode::OutOfRange,
+                        format!("revoke [{base:#x}, +{len}) is not on this node"),
+                    )
+                })?;
                 let mut grants = self.grants.write();
+                // Nobody owns the range any more: give its memory back.
+                self.store
+                    .zero(offset, len)
+                    .map_err(|e| Refusal::new(ErrorCode::OutOfRange, e.to_string()))?;
                 let end = base.saturating_add(len);
                 let overlapping: Vec<u64> = grants
                     .range(..end)

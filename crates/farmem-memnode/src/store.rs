@@ -107,6 +107,23 @@ impl ChunkStore {
     }
 }
 
+impl ChunkStore {
+    /// Makes a range read as zeros again, freeing every chunk it covers whole.
+    pub fn zero(&self, offset: u64, len: u64) -> Result<(), OutOfRange> {
+        self.check(offset, len)?;
+        for (chunk, at, n, _) in Self::pieces(offset, len) {
+            let mut slot = self.chunks[chunk].write();
+            let whole = at == 0 && n == slot.as_ref().map_or(CHUNK as usize, |d| d.len());
+            if whole {
+                *slot = None;
+            } else if let Some(data) = slot.as_mut() {
+                data[at..at + n].fill(0);
+            }
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -130,6 +147,14 @@ mod tests {
         s.read(at, &mut back).unwrap();
         assert_eq!(back, data);
         assert_eq!(s.resident_bytes(), 2 * CHUNK);
+        // zeroing frees whole chunks and clears partial ones
+        s.zero(CHUNK, CHUNK).unwrap();
+        s.zero(at, 100).unwrap();
+        s.read(at, &mut back).unwrap();
+        assert!(back[..100].iter().all(|&b| b == 0));
+        assert_eq!(&back[100..5000], &data[100..5000]);
+        assert!(back[5000..].iter().all(|&b| b == 0));
+        assert_eq!(s.resident_bytes(), CHUNK);
         // the short last chunk
         s.write(3 * CHUNK + 90, &[9; 10]).unwrap();
         assert!(s.write(3 * CHUNK + 91, &[9; 10]).is_err());

@@ -19,6 +19,7 @@
 pub mod bench;
 pub mod config;
 mod evict;
+pub mod remote;
 mod runtime;
 mod slab;
 pub mod stats;

@@ -264,11 +264,14 @@ pub enum Msg<'a> {
         node: u32,
         used: u64,
     },
-    /// Controller → memory node: `owner` may now access the range.
+    /// Controller → memory node: `owner` may now access the range. `fresh`
+    /// grants (new allocations) are zeroed first, so no owner ever reads a
+    /// previous owner's bytes; re-sent grants (after a reconnect) are not.
     Grant {
         owner: &'a str,
         base: u64,
         len: u64,
+        fresh: bool,
     },
     /// Controller → memory node: the range is no longer anyone's.
     Revoke {
@@ -390,9 +393,15 @@ impl<'a> Msg<'a> {
                 b.extend_from_slice(&node.to_le_bytes());
                 b.extend_from_slice(&used.to_le_bytes());
             }
-            Msg::Grant { owner, base, len } => {
+            Msg::Grant {
+                owner,
+                base,
+                len,
+                fresh,
+            } => {
                 b.extend_from_slice(&base.to_le_bytes());
                 b.extend_from_slice(&len.to_le_bytes());
+                b.push(u8::from(*fresh));
                 put_str(b, owner);
             }
             Msg::NodesOk { nodes } => {
@@ -489,10 +498,21 @@ impl<'a> Msg<'a> {
             Op::Grant => {
                 let base = r.u64()?;
                 let len = r.u64()?;
+                let fresh = match r.u8()? {
+                    0 => false,
+                    1 => true,
+                    v => {
+                        return Err(WireError::BadValue {
+                            what: "fresh flag",
+                            value: v.into(),
+                        });
+                    }
+                };
                 Msg::Grant {
                     owner: r.str("owner")?,
                     base,
                     len,
+                    fresh,
                 }
             }
             Op::Revoke => Msg::Revoke {
@@ -645,6 +665,7 @@ mod tests {
                 owner: "cn-0",
                 base: 5,
                 len: 6,
+                fresh: true,
             },
             Msg::Revoke { base: 5, len: 6 },
             Msg::ListNodes,

@@ -1,0 +1,84 @@
+//! The runtime's store and slab source over a farmem rack: a controller that
+//! grants extents and the memory nodes that hold them, reached through
+//! [`farmem_net::Cluster`].
+
+use farmem_net::{ClientConfig, Cluster, NetError};
+use farmem_wire::Placement;
+
+use crate::store::{RemoteStore, SlabSource, StoreError};
+
+/// Remote memory on a rack.
+#[derive(Debug)]
+pub struct RackStore {
+    cluster: Cluster,
+    placement: Placement,
+}
+
+impl RackStore {
+    /// Connects to the controller at `controller`; memory node connections
+    /// open as slabs on them are granted (`conns_per_node` each).
+    pub fn connect(
+        controller: &str,
+        cfg: ClientConfig,
+        conns_per_node: usize,
+    ) -> Result<Self, StoreError> {
+        let cluster = Cluster::connect(controller, cfg, conns_per_node).map_err(store_error)?;
+        Ok(Self {
+            cluster,
+            placement: Placement::Default,
+        })
+    }
+
+    /// Wraps an existing cluster client.
+    pub fn new(cluster: Cluster) -> Self {
+        Self {
+            cluster,
+            placement: Placement::Default,
+        }
+    }
+
+    pub fn cluster(&self) -> &Cluster {
+        &self.cluster
+    }
+
+    /// Gives every extent back to the controller.
+    pub fn release_all(&self) -> Result<(), StoreError> {
+        for e in self.cluster.extents() {
+            self.cluster.release(e.base, e.len).map_err(store_error)?;
+        }
+        Ok(())
+    }
+}
+
+impl RemoteStore for RackStore {
+    fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), StoreError> {
+        self.cluster.read(addr, buf).map_err(store_error)
+    }
+
+    fn write(&self, addr: u64, data: &[u8]) -> Result<(), StoreError> {
+        self.cluster.write(addr, data).map_err(store_error)
+    }
+
+    fn write_lines(&self, lines: &[(u64, [u8; 64])]) -> Result<(), StoreError> {
+        self.cluster.write_lines(lines).map_err(store_error)
+    }
+}
+
+impl SlabSource for RackStore {
+    fn allocate(&self, size: u64) -> Result<Vec<(u64, u64)>, StoreError> {
+        let extents = self
+            .cluster
+            .allocate(size, self.placement)
+            .map_err(store_error)?;
+        Ok(extents.into_iter().map(|e| (e.base, e.len)).collect())
+    }
+}
+
+/// Maps transport errors onto the runtime's, keeping the cause's message
+/// (which node, which range, what the node said).
+fn store_error(e: NetError) -> StoreError {
+    match e {
+        NetError::Timeout(_) => StoreError::Timeout,
+        e => StoreError::Other(Box::new(e)),
+    }
+}
