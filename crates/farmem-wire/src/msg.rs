@@ -735,11 +735,11 @@ mod tests {
     proptest! {
         #[test]
         fn decoder_never_panics_on_arbitrary_bytes(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
-            if bytes.len() >= HEADER_LEN {
-                if let Ok(h) = decode_header(bytes[..HEADER_LEN].try_into().unwrap(), DEFAULT_MAX_FRAME) {
-                    let end = (HEADER_LEN + h.body_len as usize).min(bytes.len());
-                    let _ = Msg::decode(h.op, &bytes[HEADER_LEN..end]);
-                }
+            if bytes.len() >= HEADER_LEN
+                && let Ok(h) = decode_header(bytes[..HEADER_LEN].try_into().unwrap(), DEFAULT_MAX_FRAME)
+            {
+                let end = (HEADER_LEN + h.body_len as usize).min(bytes.len());
+                let _ = Msg::decode(h.op, &bytes[HEADER_LEN..end]);
             }
             if let Some((&op, body)) = bytes.split_first() {
                 let _ = Msg::decode(op, body);
