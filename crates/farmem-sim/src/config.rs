@@ -293,8 +293,11 @@ impl Config {
         if !(c.freq_ghz > 0.0 && c.width > 0.0) {
             return Err("core.freq_ghz and core.width must be positive".into());
         }
-        if c.rob == 0 || c.mlp == 0 {
-            return Err("core.rob and core.mlp must be at least 1".into());
+        if c.rob == 0 || c.rob > 1 << 20 || c.mlp == 0 || c.mlp > 4096 {
+            return Err(format!(
+                "core.rob must be 1..=1048576 and core.mlp 1..=4096, got {} and {}",
+                c.rob, c.mlp
+            ));
         }
         for (name, cache) in [("l1d", &self.l1d), ("l2", &self.l2), ("llc", &self.llc)] {
             if cache.ways == 0 || cache.size.0 < 64 * cache.ways as u64 {
@@ -303,8 +306,8 @@ impl Config {
                     cache.size, cache.ways
                 ));
             }
-            if cache.size.0 > 1 << 34 {
-                return Err(format!("{name}: size {} is above 16GiB", cache.size));
+            if cache.size.0 > 1 << 30 {
+                return Err(format!("{name}: size {} is above 1GiB", cache.size));
             }
             let lat = cache.latency_ns(c.freq_ghz);
             if !(lat.is_finite() && lat >= 0.0) {
@@ -329,7 +332,12 @@ impl Config {
         nonneg(self.local.latency_ns, "local.latency_ns")?;
         pos(self.link.base_gbps, "link.base_gbps")?;
         nonneg(self.link.switch_ns, "link.switch_ns")?;
-        pos(self.link.interval_ns, "link.interval_ns")?;
+        if !(self.link.interval_ns >= 1000.0 && self.link.interval_ns.is_finite()) {
+            return Err(format!(
+                "link.interval_ns must be at least 1000, got {}",
+                self.link.interval_ns
+            ));
+        }
         pos(self.remote.bw_gbps, "remote.bw_gbps")?;
         nonneg(self.remote.latency_ns, "remote.latency_ns")?;
         if self.remote.nodes == 0 || self.remote.nodes > 4096 {

@@ -230,8 +230,11 @@ impl Engine {
 impl Sink for Engine {
     fn begin(&mut self, footprint: u64) {
         self.declared_footprint = footprint;
+        // More local memory than the footprint changes nothing; the cap
+        // keeps a huge `local.size` from allocating policy state for nothing.
         let bytes = if self.scheme.uses_local_memory() {
-            self.cfg.local.size.resolve(footprint)
+            let cap = footprint.max(farmem_core::PAGE_SIZE);
+            self.cfg.local.size.resolve(footprint).min(cap)
         } else {
             0
         };

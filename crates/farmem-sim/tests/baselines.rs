@@ -245,3 +245,24 @@ fn two_workloads_share_the_link_on_two_cores() {
     // One input per core, or a clear error.
     assert!(simulate(&cfg1, "remote", &both).is_err());
 }
+
+#[test]
+fn absurd_configs_are_errors_not_aborts() {
+    for (k, v) in [
+        ("core.mlp", "4000000000"),
+        ("core.rob", "0"),
+        ("llc.size", "1TiB"),
+        ("link.interval_ns", "0.001"),
+        ("l1d.ways", "0"),
+        ("remote.nodes", "0"),
+        ("local.size", "lots"),
+        ("link.bw_factor", "0"),
+    ] {
+        let mut b = ConfigBuilder::preset("daemon").unwrap();
+        b.set(k, v).unwrap();
+        assert!(b.build().is_err(), "{k}={v} accepted");
+    }
+    // A local memory far larger than the footprint is capped to it.
+    let r = run("remote", &[("local.size", "1TiB")], 4 * PAGE, &scan(4));
+    assert_eq!(r.local_memory_bytes, 4 * PAGE);
+}

@@ -55,7 +55,9 @@ pub const WORKLOADS: &[(&str, &str)] = &[
 pub enum WorkloadError {
     #[error("unknown workload `{name}` (known: {known})")]
     Unknown { name: String, known: String },
-    #[error("bad scale `{input}`: use a factor (0.5, 2) or a footprint (64MiB)")]
+    #[error(
+        "bad scale `{input}`: use a factor up to 256 (0.5, 2) or a footprint up to 16GiB (64MiB)"
+    )]
     BadScale { input: String },
 }
 
@@ -81,13 +83,13 @@ impl FromStr for Scale {
         let t = s.trim();
         if t.chars().any(|c| c.is_ascii_alphabetic()) {
             let b: ByteSize = t.parse().map_err(|_| bad())?;
-            if b.0 == 0 {
+            if b.0 == 0 || b.0 > 16 << 30 {
                 return Err(bad());
             }
             return Ok(Scale::Footprint(b.0));
         }
         match t.parse::<f64>() {
-            Ok(f) if f.is_finite() && f > 0.0 && f <= 1e6 => Ok(Scale::Factor(f)),
+            Ok(f) if f.is_finite() && f > 0.0 && f <= 256.0 => Ok(Scale::Factor(f)),
             _ => Err(bad()),
         }
     }
@@ -245,6 +247,8 @@ mod tests {
         assert!("-1".parse::<Scale>().is_err());
         assert!("0".parse::<Scale>().is_err());
         assert!("lots".parse::<Scale>().is_err());
+        assert!("1000".parse::<Scale>().is_err());
+        assert!("1TiB".parse::<Scale>().is_err());
         assert!(run_workload("nope", Scale::default(), 0, &mut Vec::new()).is_err());
     }
 }
