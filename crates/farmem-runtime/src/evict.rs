@@ -126,8 +126,14 @@ fn drop_pages(sh: &Shared, mut victims: Vec<Victim>) {
         }
     }
     sh.m.st_unmap.since(t);
-    for mut v in victims {
-        sh.put_buf(v.snapshot.take());
+    // Snapshots go back to the pool in one go: a fault handler may be
+    // waiting on the pool's lock for its next buffer.
+    let spare: Vec<Box<PageBuf>> = victims
+        .iter_mut()
+        .filter_map(|v| v.snapshot.take())
+        .collect();
+    sh.put_bufs(spare);
+    for v in victims {
         let mut m = v.region.pages[v.idx].lock();
         m.state = State::Absent;
         sh.put_buf(m.snapshot.take());
@@ -327,7 +333,11 @@ pub(crate) fn evictor(sh: Arc<Shared>, ship_tx: Sender<Segment>, free_rx: Receiv
         {
             let mut kick = sh.evict_kick.lock();
             while !*kick && !sh.shutdown.load(Ordering::SeqCst) && !over(&sh, sh.high) {
-                sh.evict_cv.wait_for(&mut kick, Duration::from_millis(10));
+                sh.evict_cv.wait_for(&mut kick, Duration::from_millis(1));
+                if !*kick {
+                    // Idle: allocate snapshot buffers here, not on the fault path.
+                    sh.refill_pool();
+                }
             }
             *kick = false;
         }

@@ -122,10 +122,34 @@ pub(crate) struct Shared {
     pub pool: Mutex<Vec<Box<PageBuf>>>,
 }
 
+/// Snapshot buffers kept ready while the evictor is idle (4 MiB).
+const POOL_LOW: u64 = 1024;
+
 impl Shared {
     /// A page buffer with unspecified contents.
     pub(crate) fn get_buf(&self) -> Box<PageBuf> {
         self.pool.lock().pop().unwrap_or_else(PageBuf::zeroed)
+    }
+
+    /// Tops the snapshot pool up ahead of first writes (line mode), within
+    /// the cache size, so the fault path rarely allocates.
+    pub(crate) fn refill_pool(&self) {
+        if self.cfg.dirty != DirtyMode::Line {
+            return;
+        }
+        let have = self.pool.lock().len() as u64;
+        let resident = self.resident.load(Ordering::Relaxed);
+        let want = POOL_LOW.min(self.limit.saturating_sub(resident));
+        if have < want / 2 {
+            let fresh = (have..want).map(|_| PageBuf::zeroed()).collect();
+            self.put_bufs(fresh);
+        }
+    }
+
+    pub(crate) fn put_bufs(&self, bufs: Vec<Box<PageBuf>>) {
+        let mut pool = self.pool.lock();
+        let room = (self.limit as usize).saturating_sub(pool.len());
+        pool.extend(bufs.into_iter().take(room));
     }
 
     pub(crate) fn put_buf(&self, b: Option<Box<PageBuf>>) {
@@ -350,8 +374,9 @@ impl Shared {
             if self.cfg.dirty == DirtyMode::Line {
                 // The fetched bytes are the diff base: keep the buffer itself
                 // and take a fresh one for the next fetch, instead of copying.
-                let fresh = self.get_buf();
-                m.snapshot = Some(std::mem::replace(buf, fresh));
+                let mut snap = self.get_buf();
+                snap.0.copy_from_slice(&buf.0);
+                m.snapshot = Some(snap);
                 self.m.snapshots.inc();
             }
         } else {
