@@ -700,6 +700,42 @@ mod tests {
     }
 
     #[test]
+    fn varints_of_every_length_round_trip() {
+        let mut vals = vec![
+            0u64,
+            1,
+            127,
+            128,
+            300,
+            16_383,
+            16_384,
+            u32::MAX as u64,
+            u64::MAX,
+        ];
+        for shift in 0..64 {
+            vals.push(1u64 << shift);
+            vals.push((1u64 << shift) - 1);
+        }
+        let mut w =
+            TraceWriter::new(Cursor::new(Vec::new()), Path::new("mem"), "v", false).unwrap();
+        let mut expect = Vec::new();
+        let mut addr = 0u64;
+        for (i, &v) in vals.iter().enumerate() {
+            addr = addr.wrapping_add(v);
+            let a = Access::load(addr, 8, (v % (1 << 32)) as u32).on_thread((i % 3) as u16);
+            w.access(a);
+            expect.push(a);
+        }
+        let (_, out) = w.finish_into().unwrap();
+        let mut r = TraceReader::new(Cursor::new(out.into_inner()), Path::new("mem")).unwrap();
+        let mut got = Vec::new();
+        while let Some(TraceRecord::Access(a)) = r.next_record().unwrap() {
+            got.push(a);
+        }
+        assert_eq!(got, expect);
+    }
+
+    #[test]
     fn corrupt_input_is_a_typed_error() {
         let mut w =
             TraceWriter::new(Cursor::new(Vec::new()), Path::new("mem"), "x", false).unwrap();
