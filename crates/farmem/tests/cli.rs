@@ -51,6 +51,50 @@ fn bench_wire_prints_one_json_object_with_every_key() {
 }
 
 #[test]
+fn runtime_benches_report_both_modes_over_a_local_rack() {
+    if !std::path::Path::new("/proc/sys/vm/unprivileged_userfaultfd").exists() {
+        eprintln!("skipping: no userfaultfd");
+        return;
+    }
+    let out = farmem()
+        .args(["bench", "kona", "--region", "16MiB", "--json"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    for mode in ["line", "page"] {
+        assert_eq!(v[mode]["faults"].as_u64(), Some(4096), "{v}");
+        assert!(v[mode]["pages_evicted"].as_u64().unwrap() > 0, "{v}");
+    }
+    // One line per page written in line mode, whole pages in page mode.
+    assert!(v["writeback_reduction"].as_f64().unwrap() > 8.0, "{v}");
+    let out = farmem()
+        .args([
+            "bench", "fault", "--pages", "200", "--reads", "200", "--json",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    for key in [
+        "fault_us_p50",
+        "fault_us_p99",
+        "wire_read4k_us_p50",
+        "fault_ratio",
+    ] {
+        assert!(v[key].as_f64().is_some_and(|x| x > 0.0), "{key} in {v}");
+    }
+}
+
+#[test]
 fn demo_verifies_what_it_wrote() {
     let out = farmem()
         .args(["demo", "--json", "--size", "256MiB"])

@@ -2,6 +2,7 @@
 //! its baseline in the same run, and prints ratios.
 
 mod delay;
+mod runtime;
 mod wire;
 
 use super::Outcome;
@@ -12,11 +13,17 @@ pub enum Bench {
     Wire(wire::Args),
     /// Latency and bandwidth under injected egress delay (ThymesisFlow Figs. 2–3).
     Delay(delay::Args),
+    /// Kona's microbenchmark: cache-line vs page dirty tracking, side by side.
+    Kona(runtime::KonaArgs),
+    /// Latency of a remote page fault beside a bare 4 KiB read.
+    Fault(runtime::FaultArgs),
 }
 
 pub fn run(b: Bench) -> Outcome {
     match b {
         Bench::Wire(a) => wire::run(a),
         Bench::Delay(a) => delay::run(a),
+        Bench::Kona(a) => runtime::kona(a),
+        Bench::Fault(a) => runtime::fault(a),
     }
 }

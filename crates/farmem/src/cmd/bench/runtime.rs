@@ -1,0 +1,192 @@
+//! `farmem bench kona` and `farmem bench fault`: the compute-node runtime
+//! against a rack (a local one by default), or against in-process memory.
+
+use std::sync::Arc;
+
+use anyhow::Context;
+use farmem_core::{ByteSize, Ratio};
+use farmem_net::ClientConfig;
+use farmem_runtime::bench::{FaultOpts, KonaOpts};
+use farmem_runtime::remote::RackStore;
+use farmem_runtime::{Config, MemStore, RemoteStore, SlabSource, WaitMode};
+use farmem_wire::Role;
+
+use crate::cmd::Outcome;
+use crate::cmd::local::LocalRack;
+
+/// Where the runtime's remote memory lives during a benchmark.
+#[derive(clap::Args)]
+pub struct StoreArgs {
+    /// Use this controller instead of starting a local rack of child processes.
+    #[arg(long)]
+    controller: Option<String>,
+    /// Keep remote memory in this process (no network): isolates the runtime's own cost.
+    #[arg(long, conflicts_with = "controller")]
+    in_process: bool,
+    /// How the fault monitor waits: poll, spin, or hybrid:MICROS.
+    #[arg(long, default_value = "poll", value_parser = parse_wait)]
+    wait: WaitMode,
+}
+
+fn parse_wait(s: &str) -> Result<WaitMode, String> {
+    match s {
+        "poll" => Ok(WaitMode::Poll),
+        "spin" => Ok(WaitMode::Spin),
+        _ => match s.strip_prefix("hybrid:").map(str::parse) {
+            Some(Ok(spin_us)) => Ok(WaitMode::Hybrid { spin_us }),
+            _ => Err(format!(
+                "`{s}` is not a wait mode (poll, spin, hybrid:MICROS)"
+            )),
+        },
+    }
+}
+
+/// A store for one benchmark run, and the rack behind it if we started one.
+struct Backing {
+    store: Arc<dyn RemoteStore>,
+    slabs: Arc<dyn SlabSource>,
+    what: String,
+    _rack: Option<LocalRack>,
+}
+
+fn backing(args: &StoreArgs, bytes: u64, name: &str) -> anyhow::Result<Backing> {
+    if args.in_process {
+        let mem = Arc::new(MemStore::new(bytes * 2 + (1 << 30)));
+        return Ok(Backing {
+            store: mem.clone(),
+            slabs: mem,
+            what: "in-process memory".into(),
+            _rack: None,
+        });
+    }
+    let (controller, rack) = match &args.controller {
+        Some(c) => (c.clone(), None),
+        None => {
+            let rack = LocalRack::start(2, (bytes * 2).max(8 << 30), 128 << 20)?;
+            (rack.controller.clone(), Some(rack))
+        }
+    };
+    let rack_store = RackStore::connect(&controller, ClientConfig::new(name, Role::Compute), 2)
+        .with_context(|| format!("connecting to the controller at {controller}"))?;
+    let store = Arc::new(rack_store);
+    Ok(Backing {
+        store: store.clone(),
+        slabs: store,
+        what: format!("memory nodes of the controller at {controller} over loopback TCP"),
+        _rack: rack,
+    })
+}
+
+/// Kona's microbenchmark (seed 001 §5.1): cache-line vs page dirty tracking.
+///
+/// Each thread owns a region and writes one cache line in every page while
+/// the runtime evicts concurrently; the same workload runs with dirty=line
+/// (diff against a snapshot, ship changed lines through the log) and
+/// dirty=page (write whole dirty pages), side by side.
+#[derive(clap::Args)]
+pub struct KonaArgs {
+    #[arg(long, default_value_t = 1)]
+    threads: usize,
+    /// Region per thread.
+    #[arg(long, default_value = "1GiB")]
+    region: ByteSize,
+    /// Local cache as a share of all threads' regions.
+    #[arg(long, default_value = "50%")]
+    local: Ratio,
+    #[command(flatten)]
+    store: StoreArgs,
+    /// Print one JSON object on stdout.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn kona(args: KonaArgs) -> Outcome {
+    anyhow::ensure!(args.threads >= 1, "--threads must be at least 1");
+    let total = args.region.bytes() * args.threads as u64;
+    let b = backing(&args.store, total, "bench-kona")?;
+    let opts = KonaOpts {
+        threads: args.threads,
+        region_bytes: args.region.bytes(),
+        local_fraction: args.local.get(),
+        base: Config {
+            wait: args.store.wait,
+            ..Config::default()
+        },
+    };
+    if !args.json {
+        eprintln!(
+            "farmem: bench kona: {} thread(s) × {} on {}, {} local",
+            args.threads, args.region, b.what, args.local
+        );
+    }
+    let report = farmem_runtime::bench::kona(&opts, b.store.clone(), b.slabs.clone())
+        .context("running the benchmark")?;
+    let mut v = serde_json::to_value(&report)?;
+    v["benchmark"] = "kona".into();
+    v["store"] = b.what.clone().into();
+    if args.json {
+        println!("{v}");
+    } else {
+        for (mode, run) in [("line", &report.line), ("page", &report.page)] {
+            println!(
+                "dirty={mode:4}  {:7.2} s  written back {:>10}  pages evicted {:>9}  faults {:>9}",
+                run.seconds,
+                ByteSize(run.bytes_written_back).to_string(),
+                run.pages_evicted,
+                run.faults
+            );
+        }
+        println!(
+            "speedup (page s / line s) {:.2}×   write-back reduction {:.1}×",
+            report.speedup, report.writeback_reduction
+        );
+    }
+    Ok(std::process::ExitCode::SUCCESS)
+}
+
+/// Latency of a remote 4 KiB page fault as the application sees it, beside
+/// a bare 4 KiB read from the same store in the same run.
+#[derive(clap::Args)]
+pub struct FaultArgs {
+    /// Faults to time, each on a fresh page.
+    #[arg(long, default_value_t = 20_000)]
+    pages: usize,
+    /// Bare reads to time for the comparison.
+    #[arg(long, default_value_t = 20_000)]
+    reads: usize,
+    #[command(flatten)]
+    store: StoreArgs,
+    /// Print one JSON object on stdout.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn fault(args: FaultArgs) -> Outcome {
+    anyhow::ensure!(
+        args.pages >= 10 && args.reads >= 10,
+        "--pages and --reads must be at least 10"
+    );
+    let b = backing(&args.store, args.pages as u64 * 4096, "bench-fault")?;
+    let opts = FaultOpts {
+        pages: args.pages,
+        reads: args.reads,
+        base: Config {
+            wait: args.store.wait,
+            ..Config::default()
+        },
+    };
+    let report = farmem_runtime::bench::fault(&opts, b.store.clone(), b.slabs.clone())
+        .context("running the benchmark")?;
+    let mut v = serde_json::to_value(&report)?;
+    v["benchmark"] = "fault".into();
+    v["store"] = b.what.clone().into();
+    if args.json {
+        println!("{v}");
+    } else {
+        println!(
+            "remote fault p50 {:.1} µs  p99 {:.1} µs;  bare 4 KiB read p50 {:.1} µs;  ratio {:.2}",
+            report.fault_us_p50, report.fault_us_p99, report.wire_read4k_us_p50, report.fault_ratio
+        );
+    }
+    Ok(std::process::ExitCode::SUCCESS)
+}
