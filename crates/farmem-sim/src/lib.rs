@@ -115,7 +115,11 @@ pub fn simulate(cfg: &Config, scheme: &str, input: &Input) -> Result<SimResult, 
                 farmem_workloads::trace::scan_summary(path)?.footprint_bytes()
             };
             farmem_workloads::Sink::begin(&mut engine, footprint);
-            reader.replay(&mut engine)?;
+            if cfg.core.count > 1 {
+                multi::run_demux(&mut engine, &mut reader, cfg.core.count as usize)?;
+            } else {
+                reader.replay(&mut engine)?;
+            }
         }
         Input::Multi(inputs) => {
             if inputs.len() != cfg.core.count as usize {

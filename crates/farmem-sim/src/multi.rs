@@ -206,3 +206,64 @@ pub fn run(engine: &mut Engine, inputs: &[Input]) -> Result<(), SimError> {
     }
     Ok(())
 }
+
+/// Records a demultiplexed trace may read ahead of the core furthest behind.
+const READ_AHEAD: usize = 1 << 20;
+
+/// Replays a trace of several threads on several cores (thread `t` on core
+/// `t mod cores`), advancing the core furthest behind in virtual time: the
+/// trace's interleaving only decides the order within a core. Reads ahead at
+/// most [`READ_AHEAD`] records to find the next access of that core.
+pub fn run_demux(
+    engine: &mut Engine,
+    reader: &mut TraceReader,
+    cores: usize,
+) -> Result<(), SimError> {
+    use std::collections::VecDeque;
+    let mut queues: Vec<VecDeque<Access>> = (0..cores).map(|_| VecDeque::new()).collect();
+    let mut buffered = 0usize;
+    let mut eof = false;
+    loop {
+        // The core furthest behind among those that may still have work.
+        let mut next: Option<usize> = None;
+        for (c, q) in queues.iter().enumerate() {
+            if q.is_empty() && eof {
+                continue;
+            }
+            if next.is_none_or(|n| engine.core_time(c) < engine.core_time(n)) {
+                next = Some(c);
+            }
+        }
+        let Some(mut c) = next else { break };
+        // Read until that core has work (or the read-ahead bound is hit).
+        while queues[c].is_empty() && !eof {
+            if buffered >= READ_AHEAD {
+                // Too far ahead: run the most-behind core that has work.
+                match (0..cores)
+                    .filter(|&k| !queues[k].is_empty())
+                    .min_by(|&a, &b| engine.core_time(a).total_cmp(&engine.core_time(b)))
+                {
+                    Some(k) => c = k,
+                    None => break,
+                }
+                break;
+            }
+            match reader.next_record()? {
+                Some(TraceRecord::Access(a)) => {
+                    queues[a.thread as usize % cores].push_back(a);
+                    buffered += 1;
+                }
+                Some(TraceRecord::Page { .. }) => {}
+                None => eof = true,
+            }
+        }
+        for _ in 0..QUANTUM {
+            let Some(a) = queues[c].pop_front() else {
+                break;
+            };
+            buffered -= 1;
+            engine.access(a);
+        }
+    }
+    Ok(())
+}

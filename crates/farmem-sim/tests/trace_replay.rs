@@ -38,3 +38,31 @@ fn trace_of_a_workload_simulates_identically() {
     assert!(err.to_string().contains("bad.fmt"), "{err}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn threads_of_one_trace_run_on_their_cores_in_time_order() {
+    use farmem_workloads::Access;
+    let dir = std::env::temp_dir().join(format!("farmem-sim-demux-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("two.fmt");
+    // Thread 0 misses on every access (page stride); thread 1 only computes
+    // on one line. Written as thread 0's whole run, then thread 1's.
+    let mut w = TraceWriter::create(&path, "two", false).unwrap();
+    farmem_workloads::Sink::begin(&mut w, 2048 * 4096);
+    for i in 0..1000u64 {
+        farmem_workloads::Sink::access(&mut w, Access::load(0x10_0000_0000 + i * 4096, 8, 10));
+    }
+    for _ in 0..1000u64 {
+        farmem_workloads::Sink::access(&mut w, Access::load(0x20_0000_0000, 8, 10).on_thread(1));
+    }
+    w.finish().unwrap();
+    let mut b = farmem_sim::ConfigBuilder::preset("daemon").unwrap();
+    b.set("core.count", "2").unwrap();
+    let r = simulate(&b.build().unwrap(), "remote", &Input::Trace(path)).unwrap();
+    assert_eq!(r.records, 2000);
+    let t0 = r.stats.get("core0.time_ns").unwrap();
+    let t1 = r.stats.get("core1.time_ns").unwrap();
+    // Thread 1 ran beside thread 0, not after it: it finishes far earlier.
+    assert!(t1 < t0 / 10.0, "core1 {t1} core0 {t0}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
