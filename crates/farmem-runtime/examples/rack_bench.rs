@@ -71,6 +71,10 @@ fn main() {
                     "{m}: {:.2} s, {} B written back, {} evicted, {} faults",
                     x.seconds, x.bytes_written_back, x.pages_evicted, x.faults
                 );
+                println!(
+                    "  fault latency {:?}\n  stages {:?}",
+                    x.stats.fault_latency, x.stats.stages
+                );
             }
             println!(
                 "speedup {:.2}, writeback_reduction {:.1}",
