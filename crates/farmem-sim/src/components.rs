@@ -315,6 +315,8 @@ pub trait Link: Send {
     fn report(&self, prefix: &str, sim_time_ns: f64, out: &mut Stats);
 }
 
+const MAX_BINS: usize = 1 << 24;
+
 /// FIFO serialization at `bw` plus a fixed switch latency per traversal;
 /// busy time is also binned per sampling interval.
 #[derive(Debug, Clone)]
@@ -346,6 +348,10 @@ impl FifoLink {
     fn bin(&mut self, d: usize, mut start: f64, end: f64) {
         while start < end {
             let i = (start / self.interval) as usize;
+            if i >= MAX_BINS {
+                // Past 16 M intervals the peak is already well sampled.
+                return;
+            }
             let stop = ((i + 1) as f64 * self.interval).min(end);
             if self.bins[d].len() <= i {
                 self.bins[d].resize(i + 1, 0.0);
