@@ -18,7 +18,9 @@ pub fn read_frame(
     r.read_exact(&mut header).map_err(eof_is_disconnect)?;
     let h = decode_header(&header, max_frame)?;
     body.clear();
-    // read_to_end fills spare capacity without zeroing it first.
+    // Exactly the body: read_to_end then fills spare capacity without
+    // zeroing it and without growing the buffer.
+    body.reserve_exact(h.body_len as usize);
     let got = r
         .take(u64::from(h.body_len))
         .read_to_end(body)
