@@ -199,7 +199,10 @@ fn another_client_cannot_touch_my_extents() {
     // The next owner of that memory finds it zeroed, not the last owner's bytes.
     let heir = client(&rack, "cn-c");
     let inherited = heir.allocate(256 << 20, Placement::Default).unwrap();
-    assert!(inherited.iter().any(|e| e.base == extents[0].base), "{inherited:?}");
+    assert!(
+        inherited.iter().any(|e| e.base == extents[0].base),
+        "{inherited:?}"
+    );
     heir.read(extents[0].base, &mut buf).unwrap();
     assert_eq!(buf, [0u8; 4096]);
     let b2 = client(&rack, "cn-a");
