@@ -182,8 +182,11 @@ pub fn print_table(results: &[SimResult]) {
     }
 }
 
-fn short(s: &str) -> &str {
-    s.rsplit('/').next().unwrap_or(s)
+fn short(s: &str) -> String {
+    s.split('+')
+        .map(|p| p.rsplit('/').next().unwrap_or(p))
+        .collect::<Vec<_>>()
+        .join("+")
 }
 
 fn list() {

@@ -125,6 +125,16 @@ fn gen_trace(
     json: bool,
 ) -> Outcome {
     let scale: Scale = scale.parse().context("--scale")?;
+    if !farmem_workloads::WORKLOADS.iter().any(|w| w.0 == workload) {
+        anyhow::bail!(
+            "unknown workload `{workload}` (known: {})",
+            farmem_workloads::WORKLOADS
+                .iter()
+                .map(|w| w.0)
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
     let started = std::time::Instant::now();
     let mut w = TraceWriter::create(out, workload, contents)?;
     farmem_workloads::run_workload(workload, scale, seed, &mut w)?;
