@@ -111,6 +111,44 @@ fn demo_verifies_what_it_wrote() {
 }
 
 #[test]
+fn trace_capture_converts_an_unmodified_program() {
+    if Command::new("valgrind").arg("--version").output().is_err() {
+        eprintln!("skipping: valgrind is not installed");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("farmem-capture-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let trace = dir.join("true.trace");
+    let out = farmem()
+        .args(["trace", "capture", "--out"])
+        .arg(&trace)
+        .args(["--", "/bin/true"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("=="), "valgrind chatter leaked: {stderr}");
+    let info = farmem()
+        .args(["trace", "info", "--json"])
+        .arg(&trace)
+        .output()
+        .unwrap();
+    assert!(
+        info.status.success(),
+        "{}",
+        String::from_utf8_lossy(&info.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&info.stdout).unwrap();
+    assert!(v["accesses"].as_u64().unwrap() > 1000, "{v}");
+    assert_eq!(v["complete"], true);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn bad_sizes_are_named_in_the_error() {
     let out = farmem()
         .args(["memnode", "--capacity", "12 parsecs"])

@@ -169,6 +169,12 @@ fn report_written(
     Ok(std::process::ExitCode::SUCCESS)
 }
 
+fn is_valgrind_chatter(line: &str) -> bool {
+    line.strip_prefix("==")
+        .and_then(|rest| rest.split_once("=="))
+        .is_some_and(|(pid, _)| !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()))
+}
+
 fn capture(out: &Path, cmd: &[String], json: bool) -> Outcome {
     let started = std::time::Instant::now();
     let name = Path::new(&cmd[0])
@@ -190,7 +196,11 @@ fn capture(out: &Path, cmd: &[String], json: bool) -> Outcome {
         BufReader::with_capacity(1 << 20, stderr),
         &mut w,
         |line| {
-            let _ = writeln!(err, "{line}");
+            // Lackey's closing summary ("==PID== …") ignores -q; it is
+            // valgrind's chatter, not the program's stderr.
+            if !is_valgrind_chatter(line) {
+                let _ = writeln!(err, "{line}");
+            }
         },
     )
     .context("reading valgrind's output")?;
