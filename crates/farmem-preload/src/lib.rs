@@ -1,1 +1,47 @@
-//! LD_PRELOAD shim: places large anonymous mappings in far memory.
+//! LD_PRELOAD shim: places large allocations of an unmodified program in
+//! farmem far memory (Kona's AllocLib, seed 001 §4).
+//!
+//! `farmem run` loads `libfarmem_preload.so` with `LD_PRELOAD` and sets:
+//!
+//! | variable | meaning | default |
+//! |---|---|---|
+//! | `FARMEM_CONTROLLER` | controller address (required) | — |
+//! | `FARMEM_LOCAL_MEM` | local cache for far pages | 256MiB |
+//! | `FARMEM_FAR_MEM` | size of the far heap | 8GiB |
+//! | `FARMEM_THRESHOLD` | smallest allocation placed far | 1MiB |
+//! | `FARMEM_DIRTY` | `line` or `page` | line |
+//! | `FARMEM_POLICY` | replacement policy name | runtime default |
+//! | `FARMEM_STATS_JSON` | file that gets one JSON line of stats per process that used far memory | — |
+//! | `FARMEM_NAME` | client name shown to the controller | farmem-run |
+//!
+//! `malloc`, `calloc`, `realloc`, `reallocarray`, `posix_memalign`,
+//! `aligned_alloc`, `memalign`, `malloc_usable_size`, `free` and anonymous
+//! private read-write `mmap`/`munmap` at or above the threshold are served
+//! from one far region (a first-fit heap of whole pages); everything else
+//! goes to glibc (`__libc_malloc` …) and the real system calls. The far
+//! runtime starts at the first large allocation. If it cannot start (no
+//! controller, bad variable, no userfaultfd), the shim prints one
+//! `farmem: …` line on stderr and the whole process uses local memory.
+//! `mremap` of a far range fails with `ENOMEM` (glibc's `realloc` then
+//! copies); `madvise(MADV_DONTNEED)` of a far range zeroes it.
+//!
+//! The shim's own Rust code allocates straight from glibc (its global
+//! allocator), and the runtime's threads (named `farmem-…`) and the
+//! thread initialising the runtime always get local memory, so the runtime
+//! never serves its own faults.
+//!
+//! # fork and exec
+//!
+//! The parent is never affected. In a forked child the runtime's threads do
+//! not exist and userfaultfd registrations are not inherited: the child sees
+//! the far pages that were resident at the fork, but **zeros for pages that
+//! were remote**, and its writes never reach far memory. So a child must
+//! `exec` or not touch far memory it inherited. After a fork the child
+//! places every new allocation in local memory. A program started by `exec`
+//! (in the child or anywhere below) loads the shim again and gets a runtime
+//! of its own, on the same controller.
+
+pub mod heap;
+
+#[cfg(not(test))]
+mod shim;
