@@ -45,7 +45,7 @@ fn alloc_test_binary() -> Option<PathBuf> {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../farmem-preload/tests/c/alloc_test.c");
     let out = std::env::temp_dir().join(format!("alloc-test-{}", std::process::id()));
     let status = Command::new("cc")
-        .args(["-O2", "-Wall", "-o"])
+        .args(["-O2", "-Wall", "-pthread", "-o"])
         .arg(&out)
         .arg(&src)
         .status()

@@ -1,11 +1,13 @@
-/* Allocation torture for farmem-preload: large malloc and mmap blocks, many
- * small ones, realloc up and down, calloc zeros, munmap, fork. Prints
- * checksums on stdout; exits non-zero on any mismatch. Output must be the
- * same with and without farmem. Usage: alloc_test [blocks] [MiB per block] */
+/* Allocation torture for farmem-preload: threads allocating at once, large
+ * malloc and mmap blocks, many small ones, realloc up and down, calloc
+ * zeros, munmap, fork+exec. Prints checksums on stdout; exits non-zero on
+ * any mismatch. Output must be the same with and without farmem.
+ * Usage: alloc_test [blocks] [MiB per block] */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -35,11 +37,37 @@ static uint64_t check(const uint64_t *p, size_t words, uint64_t seed, const char
     return sum;
 }
 
+/* Threads allocating, filling, checking and freeing large blocks at once
+ * (the first of them races the runtime's start). */
+static void *worker(void *arg) {
+    uint64_t id = (uintptr_t)arg, sum = 0;
+    size_t words = (3 << 20) / 8;
+    for (int round = 0; round < 6; round++) {
+        uint64_t *p = round % 2 ? calloc(words, 8) : malloc(words * 8);
+        if (!p) { fail("thread alloc", id); return 0; }
+        fill(p, words, 1000 * id + round);
+        sum += check(p, words, 1000 * id + round, "thread block");
+        free(p);
+    }
+    return (void *)(uintptr_t)sum;
+}
+
+static uint64_t threads_phase(void) {
+    enum { T = 4 };
+    pthread_t th[T];
+    uint64_t total = 0;
+    for (uintptr_t i = 0; i < T; i++) pthread_create(&th[i], 0, worker, (void *)i);
+    for (int i = 0; i < T; i++) { void *r; pthread_join(th[i], &r); total += (uintptr_t)r; }
+    return total;
+}
+
 int main(int argc, char **argv) {
     size_t blocks = argc > 1 ? strtoul(argv[1], 0, 10) : 8;
     size_t mib = argc > 2 ? strtoul(argv[2], 0, 10) : 32;
     size_t bytes = mib << 20, words = bytes / 8;
     uint64_t total = 0;
+
+    printf("threads checksum %016llx\n", (unsigned long long)threads_phase());
 
     /* large malloc and mmap blocks, alternating */
     uint64_t **big = calloc(blocks, sizeof *big);
