@@ -43,7 +43,9 @@ fn unavailable() -> Option<String> {
 /// Compiles tests/c/alloc_test.c of farmem-preload; None without a C compiler.
 fn alloc_test_binary() -> Option<PathBuf> {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../farmem-preload/tests/c/alloc_test.c");
-    let out = std::env::temp_dir().join(format!("alloc-test-{}", std::process::id()));
+    static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let out = std::env::temp_dir().join(format!("alloc-test-{}-{n}", std::process::id()));
     let status = Command::new("cc")
         .args(["-O2", "-Wall", "-pthread", "-o"])
         .arg(&out)
@@ -148,4 +150,37 @@ fn missing_command_and_bad_flags_are_clear_errors() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("word"));
     let out = Command::new(farmem()).args(["run"]).output().unwrap();
     assert!(!out.status.success());
+}
+
+#[test]
+fn unreachable_controller_falls_back_to_local_memory() {
+    if let Some(why) = unavailable() {
+        eprintln!("skipping: {why}");
+        return;
+    }
+    let Some(bin) = alloc_test_binary() else {
+        eprintln!("skipping: no C compiler (cc)");
+        return;
+    };
+    let local = Command::new(&bin).args(["2", "4"]).output().unwrap();
+    // Port 1 on loopback: nothing listens, the connection is refused.
+    let far = Command::new(farmem())
+        .args(["run", "--controller", "127.0.0.1:1", "--"])
+        .arg(&bin)
+        .args(["2", "4"])
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_file(&bin);
+    let stderr = String::from_utf8_lossy(&far.stderr);
+    assert_eq!(far.status.code(), Some(0), "{stderr}");
+    assert_eq!(far.stdout, local.stdout, "{stderr}");
+    assert!(
+        stderr.contains("farmem: connecting to controller 127.0.0.1:1")
+            && stderr.contains("running on local memory only"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.lines().all(|l| l.starts_with("farmem: ")),
+        "{stderr}"
+    );
 }

@@ -137,7 +137,7 @@ pub fn run(args: Args) -> Outcome {
     let get = |k: &str| total.get(k).and_then(Value::as_u64).unwrap_or(0);
     if processes.is_empty() {
         eprintln!(
-            "farmem: `{shown}` exited {code} after {seconds:.2} s; it made no allocation of {} or more, so nothing went to far memory",
+            "farmem: `{shown}` exited {code} after {seconds:.2} s; nothing went to far memory (no allocation of {} or more, or the runtime could not start)",
             args.threshold
         );
     } else {
