@@ -138,6 +138,10 @@ fn exit_codes_and_signals_pass_through() {
     );
     let out = run("kill -TERM $$");
     assert_eq!(out.status.code(), Some(128 + libc::SIGTERM));
+    // SIGTERM to farmem itself reaches the program, and farmem still
+    // reports the program's fate and stops its rack.
+    let out = run("kill -TERM $PPID; exec sleep 30");
+    assert_eq!(out.status.code(), Some(128 + libc::SIGTERM));
 }
 
 #[test]

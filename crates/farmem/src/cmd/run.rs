@@ -4,6 +4,7 @@
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::Instant;
 
 use anyhow::{Context, bail};
@@ -117,9 +118,22 @@ pub fn run(args: Args) -> Outcome {
     };
     let shown = args.command[0].to_string_lossy().into_owned();
     let start = Instant::now();
-    let status = cmd
-        .status()
-        .with_context(|| format!("starting `{shown}`"))?;
+    let mut child = cmd.spawn().with_context(|| format!("starting `{shown}`"))?;
+    // Stay alive until the program ends so the rack is stopped cleanly:
+    // Ctrl-C reaches the program from the terminal, SIGTERM and SIGHUP sent
+    // to farmem are passed on to it. (Caught signals revert to their
+    // defaults in the program at exec.)
+    CHILD.store(child.id() as i32, Ordering::SeqCst);
+    // SAFETY: installs async-signal-safe handlers (an atomic load and kill).
+    unsafe {
+        libc::signal(libc::SIGINT, ignore as *const () as libc::sighandler_t);
+        libc::signal(libc::SIGTERM, forward as *const () as libc::sighandler_t);
+        libc::signal(libc::SIGHUP, forward as *const () as libc::sighandler_t);
+    }
+    let status = child
+        .wait()
+        .with_context(|| format!("waiting for `{shown}`"))?;
+    CHILD.store(0, Ordering::SeqCst);
     let seconds = start.elapsed().as_secs_f64();
     drop(rack);
 
@@ -179,6 +193,19 @@ pub fn run(args: Args) -> Outcome {
             .with_context(|| format!("writing --stats-json {}", path.display()))?;
     }
     Ok(ExitCode::from(code.clamp(0, 255) as u8))
+}
+
+/// The running program, for signal forwarding (0: none).
+static CHILD: AtomicI32 = AtomicI32::new(0);
+
+extern "C" fn ignore(_sig: libc::c_int) {}
+
+extern "C" fn forward(sig: libc::c_int) {
+    let pid = CHILD.load(Ordering::SeqCst);
+    if pid > 0 {
+        // SAFETY: kill(2) is async-signal-safe.
+        unsafe { libc::kill(pid, sig) };
+    }
 }
 
 /// `libfarmem_preload.so` beside the farmem binary (cargo puts both in
