@@ -44,7 +44,7 @@ pub struct Args {
     /// Dirty tracking: `line` (Kona) or `page`.
     #[arg(long, default_value = "line")]
     dirty: String,
-    /// Replacement policy of the local cache (as `farmem sim --policy`).
+    /// Replacement policy of the local cache: lru, fifo, 4-way, clock, kona-pc, filter.
     #[arg(long)]
     policy: Option<String>,
     /// Smallest allocation placed in far memory.
