@@ -3,6 +3,7 @@
 
 use std::path::Path;
 
+use farmem_codec::CodecKind;
 use farmem_core::{ByteSize, Ratio};
 use serde::{Deserialize, Deserializer, Serialize};
 
@@ -24,6 +25,28 @@ pub struct Config {
     pub local: LocalConfig,
     pub link: LinkConfig,
     pub remote: RemoteConfig,
+    /// DaeMon's engines (schemes `lc`, …); defaulted so older config files
+    /// without the section still load.
+    #[serde(default)]
+    pub daemon: DaemonSimConfig,
+}
+
+/// Settings of the DaeMon schemes (seed 000).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DaemonSimConfig {
+    /// Page codec on the link (§4.4): `lz` (ratio-optimized), `fpc-bdi`,
+    /// `fve` (latency-optimized), `none`.
+    #[serde(default)]
+    pub codec: CodecKind,
+}
+
+impl Default for DaemonSimConfig {
+    fn default() -> Self {
+        Self {
+            codec: CodecKind::Lz,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -408,6 +431,20 @@ mod tests {
         let mut b4 = b;
         b4.set("core.mlp", "lots").unwrap();
         assert!(b4.build().is_err());
+    }
+
+    #[test]
+    fn codec_is_settable_and_checked() {
+        let mut b = ConfigBuilder::preset("daemon").unwrap();
+        assert_eq!(b.build().unwrap().daemon.codec, CodecKind::Lz);
+        b.set("daemon.codec", "fpc-bdi").unwrap();
+        assert_eq!(b.build().unwrap().daemon.codec, CodecKind::FpcBdi);
+        b.set("daemon.codec", "zstd").unwrap();
+        assert!(b.build().is_err());
+        // A config without the section gets the default codec.
+        let mut t = ConfigBuilder::preset("unimem").unwrap();
+        t.tree.remove("daemon");
+        assert_eq!(t.build().unwrap().daemon.codec, CodecKind::Lz);
     }
 
     #[test]

@@ -61,7 +61,9 @@ pub struct Engine {
 }
 
 impl Engine {
-    pub fn new(cfg: &Config, scheme: Box<dyn Scheme>) -> Self {
+    pub fn new(cfg: &Config, mut scheme: Box<dyn Scheme>) -> Self {
+        scheme.configure(cfg);
+        let wants_contents = scheme.wants_contents();
         let f = cfg.core.freq_ghz;
         let n = cfg.core.count as usize;
         let mlp = cfg.core.mlp as usize;
@@ -85,7 +87,7 @@ impl Engine {
             miss_latency_sum: 0.0,
             miss_accesses: 0,
             declared_footprint: 0,
-            wants_contents: false,
+            wants_contents,
         }
     }
 
@@ -220,8 +222,8 @@ impl Engine {
         }
     }
 
-    /// Asks for page contents (for schemes that compress; none of the
-    /// baselines does).
+    /// Asks for page contents (schemes that compress ask by themselves,
+    /// through [`Scheme::wants_contents`]).
     pub fn set_wants_contents(&mut self, yes: bool) {
         self.wants_contents = yes;
     }
@@ -248,5 +250,9 @@ impl Sink for Engine {
 
     fn wants_contents(&self) -> bool {
         self.wants_contents
+    }
+
+    fn page(&mut self, addr: u64, data: &[u8]) {
+        self.scheme.page_contents(addr, data);
     }
 }

@@ -70,23 +70,52 @@ impl Machine {
     /// Returns when the data arrives at the compute node.
     #[inline]
     pub fn remote_read(&mut self, node: u16, now: Time, bytes: u64) -> Time {
+        self.remote_read_encoded(node, now, bytes, bytes, 0.0)
+    }
+
+    /// Like [`Machine::remote_read`] for data encoded at the node (link
+    /// compression): the node's DRAM reads `dram_bytes`, an encoder spends
+    /// `encode_ns`, and `wire_bytes` go down the link. Byte counters count
+    /// what crosses the link.
+    #[inline]
+    pub fn remote_read_encoded(
+        &mut self,
+        node: u16,
+        now: Time,
+        dram_bytes: u64,
+        wire_bytes: u64,
+        encode_ns: f64,
+    ) -> Time {
         let n = node as usize;
         let at_node = self.links[n].send(Dir::Up, now, self.header);
-        let ready = self.nodes[n].access(at_node, bytes, self.translation);
-        self.counters.remote_bytes_read += bytes;
+        let ready = self.nodes[n].access(at_node, dram_bytes, self.translation) + encode_ns;
+        self.counters.remote_bytes_read += wire_bytes;
         self.counters.remote_reads += 1;
-        self.links[n].send(Dir::Down, ready, bytes + self.header)
+        self.links[n].send(Dir::Down, ready, wire_bytes + self.header)
     }
 
     /// Writes `bytes` back to memory node `node` at `now`; returns when they
     /// are in its DRAM (nobody waits for it: writebacks leave the critical path).
     #[inline]
     pub fn remote_write(&mut self, node: u16, now: Time, bytes: u64) -> Time {
+        self.remote_write_encoded(node, now, bytes, bytes)
+    }
+
+    /// Like [`Machine::remote_write`] for data encoded before the link:
+    /// `wire_bytes` cross it, the node's DRAM writes `dram_bytes`.
+    #[inline]
+    pub fn remote_write_encoded(
+        &mut self,
+        node: u16,
+        now: Time,
+        dram_bytes: u64,
+        wire_bytes: u64,
+    ) -> Time {
         let n = node as usize;
-        let at_node = self.links[n].send(Dir::Up, now, bytes + self.header);
-        self.counters.remote_bytes_written += bytes;
+        let at_node = self.links[n].send(Dir::Up, now, wire_bytes + self.header);
+        self.counters.remote_bytes_written += wire_bytes;
         self.counters.remote_writes += 1;
-        self.nodes[n].access(at_node, bytes, self.translation)
+        self.nodes[n].access(at_node, dram_bytes, self.translation)
     }
 
     /// If page `id` is in local memory, touches it and returns when its data

@@ -253,7 +253,15 @@ pub fn run_demux(
                     queues[a.thread as usize % cores].push_back(a);
                     buffered += 1;
                 }
-                Some(TraceRecord::Page { .. }) => {}
+                Some(TraceRecord::Page { addr, data }) => {
+                    if engine.wants_contents() {
+                        // A zero page is recorded without its bytes.
+                        match data {
+                            Some(d) => engine.page(addr, d),
+                            None => engine.page(addr, &[0u8; farmem_core::PAGE_SIZE as usize]),
+                        }
+                    }
+                }
                 None => eof = true,
             }
         }

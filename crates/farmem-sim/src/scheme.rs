@@ -3,8 +3,12 @@
 //! (DaeMon's engines, UniMem's caches) is a new implementation plus one
 //! line in [`SCHEMES`].
 
+use std::collections::HashMap;
+
+use farmem_codec::CodecKind;
 use farmem_core::{CACHE_LINE, PAGE_SIZE};
 
+use crate::config::Config;
 use crate::machine::Machine;
 use crate::stats::Stats;
 use crate::{LINES_PER_PAGE, SimError, Time};
@@ -24,6 +28,14 @@ pub trait Scheme: Send {
     fn write_back(&mut self, m: &mut Machine, now: Time, line: u64);
     /// Scheme-specific statistics.
     fn report(&self, _out: &mut Stats) {}
+    /// Reads the scheme's settings (called once, before any access).
+    fn configure(&mut self, _cfg: &Config) {}
+    /// Whether the scheme needs the trace's page contents.
+    fn wants_contents(&self) -> bool {
+        false
+    }
+    /// The initial content of the page at `addr` (only if wanted).
+    fn page_contents(&mut self, _addr: u64, _data: &[u8]) {}
 }
 
 /// Every scheme: name, description, constructor.
@@ -51,6 +63,11 @@ pub const SCHEMES: &[(&str, &str, SchemeCtor)] = &[
         "cache-line+page",
         "both the line and its page are requested; the first to arrive serves",
         || Box::new(PageMoves::new(PageMode::Both)),
+    ),
+    (
+        "lc",
+        "remote with pages compressed on the link (DaeMon LC; codec: daemon.codec)",
+        || Box::new(LinkCompression::default()),
     ),
 ];
 
@@ -224,5 +241,148 @@ impl Scheme for PageMoves {
         out.put(n, "free_page_bytes", self.free_page_bytes as f64);
         out.put(n, "line_requests", self.line_requests as f64);
         out.put(n, "line_arrived_first", self.line_first as f64);
+    }
+}
+
+/// DaeMon's LC (§4.4): Remote, but every page crossing the link is
+/// compressed, so it occupies the link for its compressed size, and pays
+/// the codec's compression and decompression latency.
+///
+/// Sizes come from the trace's page-content records (initial contents).
+/// A page without a record is treated as incompressible (sent raw): we
+/// cannot invent its bytes, and a constant ratio would be fiction. Stores
+/// are not reflected in the bytes (traces carry only initial contents), so
+/// a dirty page is written back at its initial compressed size. A page
+/// whose compressed form is not smaller than the page is sent raw, as
+/// hardware with a raw/compressed flag would do.
+pub struct LinkCompression {
+    codec: CodecKind,
+    /// One (de)compression of a page, ns.
+    codec_ns: f64,
+    /// Compressed length of each page that has contents, by page number.
+    sizes: HashMap<u64, u32>,
+    pages_with_contents: u64,
+    pages_sent: u64,
+    pages_sent_compressed: u64,
+    raw_bytes: u64,
+    wire_bytes: u64,
+}
+
+impl Default for LinkCompression {
+    fn default() -> Self {
+        Self {
+            codec: CodecKind::Lz,
+            codec_ns: 0.0,
+            sizes: HashMap::new(),
+            pages_with_contents: 0,
+            pages_sent: 0,
+            pages_sent_compressed: 0,
+            raw_bytes: 0,
+            wire_bytes: 0,
+        }
+    }
+}
+
+impl LinkCompression {
+    /// Bytes page `page` takes on the link, and whether they are compressed.
+    fn wire(&mut self, page: u64) -> (u64, bool) {
+        self.pages_sent += 1;
+        self.raw_bytes += PAGE_SIZE;
+        let (bytes, compressed) = match self.sizes.get(&page) {
+            Some(&len) if (len as u64) < PAGE_SIZE => (len as u64, true),
+            _ => (PAGE_SIZE, false),
+        };
+        self.pages_sent_compressed += compressed as u64;
+        self.wire_bytes += bytes;
+        (bytes, compressed)
+    }
+
+    fn decode_ns(&self, compressed: bool) -> f64 {
+        if compressed { self.codec_ns } else { 0.0 }
+    }
+}
+
+impl Scheme for LinkCompression {
+    fn name(&self) -> &'static str {
+        "lc"
+    }
+
+    fn configure(&mut self, cfg: &Config) {
+        self.codec = cfg.daemon.codec;
+        self.codec_ns = self
+            .codec
+            .codec()
+            .latency_ns(PAGE_SIZE as usize, cfg.core.freq_ghz);
+    }
+
+    fn wants_contents(&self) -> bool {
+        true
+    }
+
+    fn page_contents(&mut self, addr: u64, data: &[u8]) {
+        let len = self.codec.codec().compressed_len(data);
+        let len = u32::try_from(len).unwrap_or(u32::MAX);
+        if self.sizes.insert(addr / PAGE_SIZE, len).is_none() {
+            self.pages_with_contents += 1;
+        }
+    }
+
+    #[inline]
+    fn read_line(&mut self, m: &mut Machine, now: Time, line: u64, _write: bool) -> Time {
+        let page = line / LINES_PER_PAGE;
+        let id = m.pages.id(page);
+        let node = m.node_of(id);
+        if let Some(ready) = m.local_lookup(id, now) {
+            m.counters.local_hits += 1;
+            return m.local_dram.access(now.max(ready), CACHE_LINE, false);
+        }
+        m.counters.local_misses += 1;
+        let (bytes, compressed) = self.wire(page);
+        // The memory node's engine always runs the compressor (it learns
+        // whether the page shrinks only by trying); only a compressed page
+        // needs decompressing.
+        let arrival = m.remote_read_encoded(node, now, PAGE_SIZE, bytes, self.codec_ns)
+            + self.decode_ns(compressed);
+        m.local_dram.occupy(arrival, PAGE_SIZE);
+        if let Some((v, true)) = m.install_page(id, now, arrival) {
+            let vpage = m.pages.pages[v as usize].page;
+            let (vbytes, _) = self.wire(vpage);
+            // Compressed at the compute node before the link; nobody waits
+            // for the memory node's decompression.
+            m.remote_write_encoded(m.node_of(v), now + self.codec_ns, PAGE_SIZE, vbytes);
+        }
+        arrival
+    }
+
+    fn write_back(&mut self, m: &mut Machine, now: Time, line: u64) {
+        let id = m.pages.id(line / LINES_PER_PAGE);
+        let p = &mut m.pages.pages[id as usize];
+        if p.resident {
+            p.dirty = true;
+            m.local_dram.occupy(now, CACHE_LINE);
+        } else {
+            // Lines are not compressed (§4.4 compresses pages only).
+            let node = p.node;
+            m.remote_write(node, now, CACHE_LINE);
+        }
+    }
+
+    fn report(&self, out: &mut Stats) {
+        let n = self.name();
+        out.put(n, "pages_with_contents", self.pages_with_contents as f64);
+        out.put(n, "pages_sent", self.pages_sent as f64);
+        out.put(
+            n,
+            "pages_sent_compressed",
+            self.pages_sent_compressed as f64,
+        );
+        out.put(n, "raw_bytes", self.raw_bytes as f64);
+        out.put(n, "wire_bytes", self.wire_bytes as f64);
+        out.put(
+            n,
+            "compression_ratio",
+            self.raw_bytes as f64 / self.wire_bytes.max(1) as f64,
+        );
+        out.put(n, "codec_ns", self.codec_ns);
     }
 }

@@ -1,0 +1,139 @@
+//! Exact behaviour of the DaeMon schemes on crafted traces with page contents.
+
+use std::path::{Path, PathBuf};
+
+use farmem_codec::CodecKind;
+use farmem_sim::{ConfigBuilder, Input, SimResult, simulate};
+use farmem_workloads::{Access, Sink, TraceWriter};
+
+const PAGE: u64 = 4096;
+const BASE: u64 = 0x10_0000_0000;
+const HEADER: u64 = 16;
+
+/// A trace file scanning every line of `pages`, whose contents are given
+/// (`None`: no content record for that page).
+fn trace(name: &str, pages: &[Option<Vec<u8>>]) -> PathBuf {
+    let path = std::env::temp_dir().join(format!(
+        "farmem-sim-daemon-{}-{name}.trace",
+        std::process::id()
+    ));
+    let mut w = TraceWriter::create(&path, name, true).unwrap();
+    w.begin(pages.len() as u64 * PAGE);
+    for (i, c) in pages.iter().enumerate() {
+        if let Some(c) = c {
+            w.page(BASE + i as u64 * PAGE, c);
+        }
+    }
+    for i in 0..pages.len() as u64 * 64 {
+        w.access(Access::load(BASE + i * 64, 8, 0));
+    }
+    w.finish().unwrap();
+    path
+}
+
+fn run(scheme: &str, sets: &[(&str, &str)], path: &Path) -> SimResult {
+    let mut b = ConfigBuilder::preset("daemon").unwrap();
+    for (k, v) in sets {
+        b.set(k, v).unwrap();
+    }
+    simulate(
+        &b.build().unwrap(),
+        scheme,
+        &Input::Trace(path.to_path_buf()),
+    )
+    .unwrap()
+}
+
+fn stat(r: &SimResult, key: &str) -> f64 {
+    r.stats.get(key).unwrap_or_else(|| panic!("no stat {key}"))
+}
+
+/// Deterministic incompressible bytes (xorshift).
+fn noise(seed: u64) -> Vec<u8> {
+    let mut x = seed | 1;
+    (0..PAGE)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+#[test]
+fn lc_moves_zero_pages_at_their_compressed_size() {
+    let n = 200;
+    let path = trace("zeros", &vec![Some(vec![0u8; PAGE as usize]); n as usize]);
+    for (codec, kind) in [
+        ("lz", CodecKind::Lz),
+        ("fpc-bdi", CodecKind::FpcBdi),
+        ("fve", CodecKind::Fve),
+    ] {
+        let zero = kind.codec().compressed_len(&[0u8; PAGE as usize]) as u64;
+        assert!(zero < PAGE, "{codec}: {zero}");
+        let sets = [("local.size", "0"), ("daemon.codec", codec)];
+        let lc = run("lc", &sets, &path);
+        assert_eq!(lc.remote_bytes_read, n * zero, "{codec}");
+        assert_eq!(stat(&lc, "link0.down.bytes") as u64, n * (zero + HEADER));
+        assert_eq!(stat(&lc, "lc.pages_with_contents") as u64, n);
+        assert_eq!(stat(&lc, "lc.pages_sent_compressed") as u64, n);
+        assert_eq!(stat(&lc, "local.misses") as u64, n);
+        let remote = run("remote", &sets, &path);
+        assert_eq!(remote.remote_bytes_read, n * PAGE);
+        assert_eq!(
+            stat(&remote, "link0.down.bytes") as u64,
+            n * (PAGE + HEADER)
+        );
+        assert_eq!(lc.llc_misses, remote.llc_misses);
+    }
+    std::fs::remove_file(path).ok();
+}
+
+#[test]
+fn lc_sends_random_and_unknown_pages_raw() {
+    let n = 50u64;
+    // Random pages, then pages with no content record.
+    let mut pages: Vec<Option<Vec<u8>>> = (0..n).map(|i| Some(noise(i + 7))).collect();
+    pages.extend((0..n).map(|_| None));
+    let path = trace("noise", &pages);
+    let lz = CodecKind::Lz.codec();
+    assert!(lz.compressed_len(&noise(7)) as u64 >= PAGE);
+    let lc = run("lc", &[("local.size", "0")], &path);
+    let remote = run("remote", &[("local.size", "0")], &path);
+    assert_eq!(lc.remote_bytes_read, 2 * n * PAGE);
+    assert_eq!(remote.remote_bytes_read, 2 * n * PAGE);
+    assert_eq!(stat(&lc, "lc.pages_with_contents") as u64, n);
+    assert_eq!(stat(&lc, "lc.pages_sent_compressed") as u64, 0);
+    // Same link time as remote, plus only the compressor's latency.
+    let busy = |r: &SimResult| stat(r, "link0.down.busy_ns");
+    assert!((busy(&lc) - busy(&remote)).abs() < 1e-6);
+    assert!(lc.sim_time_ns >= remote.sim_time_ns);
+    std::fs::remove_file(path).ok();
+}
+
+#[test]
+fn lc_charges_codec_latency_per_page() {
+    // One page, one access: the miss costs remote's plus compress + decompress.
+    let path = trace("one", &[Some(vec![0u8; PAGE as usize])]);
+    let sets = [("daemon.codec", "lz")];
+    let mut b = ConfigBuilder::preset("daemon").unwrap();
+    b.set("daemon.codec", "lz").unwrap();
+    let freq = b.build().unwrap().core.freq_ghz;
+    let codec_ns = CodecKind::Lz.codec().latency_ns(PAGE as usize, freq);
+    assert!(codec_ns > 0.0);
+    let lc = run("lc", &sets, &path);
+    assert_eq!(stat(&lc, "lc.codec_ns"), codec_ns);
+    // Versus remote: the codec twice, minus the link time the compression
+    // saves (link bandwidth 17 GB/s × 1/4 = 4.25 bytes/ns).
+    let remote = run("remote", &[], &path);
+    let zero = CodecKind::Lz.codec().compressed_len(&[0u8; PAGE as usize]) as f64;
+    let expect = 2.0 * codec_ns - (PAGE as f64 - zero) / 4.25;
+    let got = lc.sim_time_ns - remote.sim_time_ns;
+    assert!((got - expect).abs() < 1e-6, "{got} vs {expect}");
+    // With `none` the codec adds nothing and the page is sent raw.
+    let none = run("lc", &[("daemon.codec", "none")], &path);
+    assert_eq!(none.remote_bytes_read, PAGE);
+    assert_eq!(stat(&none, "lc.codec_ns"), 0.0);
+    std::fs::remove_file(path).ok();
+}
