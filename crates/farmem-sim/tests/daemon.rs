@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 
 use farmem_codec::CodecKind;
 use farmem_sim::{ConfigBuilder, Input, SimResult, simulate};
-use farmem_workloads::{Access, Sink, TraceWriter};
+use farmem_workloads::{Access, Scale, Sink, TraceWriter};
 
 const PAGE: u64 = 4096;
 const BASE: u64 = 0x10_0000_0000;
@@ -13,6 +13,14 @@ const HEADER: u64 = 16;
 /// A trace file scanning every line of `pages`, whose contents are given
 /// (`None`: no content record for that page).
 fn trace(name: &str, pages: &[Option<Vec<u8>>]) -> PathBuf {
+    let acc: Vec<Access> = (0..pages.len() as u64 * 64)
+        .map(|i| Access::load(BASE + i * 64, 8, 0))
+        .collect();
+    trace_of(name, pages, &acc)
+}
+
+/// A trace file of `acc` over `pages` (contents as in [`trace`]).
+fn trace_of(name: &str, pages: &[Option<Vec<u8>>], acc: &[Access]) -> PathBuf {
     let path = std::env::temp_dir().join(format!(
         "farmem-sim-daemon-{}-{name}.trace",
         std::process::id()
@@ -24,8 +32,8 @@ fn trace(name: &str, pages: &[Option<Vec<u8>>]) -> PathBuf {
             w.page(BASE + i as u64 * PAGE, c);
         }
     }
-    for i in 0..pages.len() as u64 * 64 {
-        w.access(Access::load(BASE + i * 64, 8, 0));
+    for &a in acc {
+        w.access(a);
     }
     w.finish().unwrap();
     path
@@ -136,4 +144,96 @@ fn lc_charges_codec_latency_per_page() {
     assert_eq!(none.remote_bytes_read, PAGE);
     assert_eq!(stat(&none, "lc.codec_ns"), 0.0);
     std::fs::remove_file(path).ok();
+}
+
+#[test]
+fn bp_sends_line_and_page_with_the_partitions_idle_slots() {
+    let zero = Some(vec![0u8; PAGE as usize]);
+    let path = trace_of("bp1", &[zero], &[Access::load(BASE, 8, 0)]);
+    let bp = run("bp", &[], &path);
+    // Both granularities: the line, then the page.
+    assert_eq!(bp.remote_bytes_read, 64 + PAGE);
+    // At 25%, 21 line slots precede each page slot: one carries the line,
+    // 20 hold the link idle for 64 B each.
+    assert_eq!(stat(&bp, "bp.idle_slots") as u64, 20);
+    assert_eq!(
+        stat(&bp, "link0.down.bytes") as u64,
+        (64 + HEADER) + 20 * 64 + (PAGE + HEADER)
+    );
+    // The demand line is served by the line, exactly as cache-line only.
+    let cl = run("cache-line", &[], &path);
+    assert_eq!(bp.sim_time_ns, cl.sim_time_ns);
+    // The page arrives after the last access: nothing applies it.
+    assert_eq!(stat(&bp, "bp.pages_installed") as u64, 0);
+    std::fs::remove_file(path).ok();
+}
+
+#[test]
+fn pq_drops_a_line_whose_page_is_already_on_its_way_and_bp_does_not() {
+    let zero = Some(vec![0u8; PAGE as usize]);
+    // Two independent loads to lines 0 and 1 of one page, back to back.
+    let acc = [Access::load(BASE, 8, 0), Access::load(BASE + 64, 8, 0)];
+    let path = trace_of("pq2", &[zero], &acc);
+    let bp = run("bp", &[], &path);
+    assert_eq!(stat(&bp, "bp.lines_sent") as u64, 2);
+    assert_eq!(stat(&bp, "bp.lines_dropped") as u64, 0);
+    assert_eq!(bp.remote_bytes_read, 2 * 64 + PAGE);
+    let pq = run("pq", &[], &path);
+    assert_eq!(stat(&pq, "pq.lines_sent") as u64, 1);
+    assert_eq!(stat(&pq, "pq.lines_dropped") as u64, 1);
+    assert_eq!(stat(&pq, "pq.pages_scheduled") as u64, 1);
+    assert_eq!(pq.remote_bytes_read, 64 + PAGE);
+    assert_eq!(stat(&pq, "local.misses") as u64, 2);
+    // The dropped line waits for its page: pq finishes no earlier than bp.
+    assert!(pq.sim_time_ns >= bp.sim_time_ns);
+    std::fs::remove_file(path).ok();
+}
+
+#[test]
+fn daemon_compresses_the_page_and_not_the_line() {
+    let zero = vec![0u8; PAGE as usize];
+    let path = trace_of("d1", &[Some(zero.clone())], &[Access::load(BASE, 8, 0)]);
+    let clen = CodecKind::Lz.codec().compressed_len(&zero) as u64;
+    let d = run("daemon", &[], &path);
+    assert_eq!(d.remote_bytes_read, 64 + clen);
+    assert_eq!(stat(&d, "daemon.wire_bytes") as u64, clen);
+    assert_eq!(stat(&d, "daemon.raw_bytes") as u64, PAGE);
+    let pq = run("pq", &[], &path);
+    assert_eq!(pq.remote_bytes_read, 64 + PAGE);
+    // The critical line is not delayed by the codec.
+    assert_eq!(d.sim_time_ns, pq.sim_time_ns);
+    std::fs::remove_file(path).ok();
+}
+
+#[test]
+fn daemon_schemes_run_real_workloads() {
+    let mut b = ConfigBuilder::preset("daemon").unwrap();
+    for (k, v) in [
+        ("llc.size", "256KiB"),
+        ("l2.size", "32KiB"),
+        ("l1d.size", "8KiB"),
+    ] {
+        b.set(k, v).unwrap();
+    }
+    let cfg = b.build().unwrap();
+    for w in ["stream", "pr"] {
+        let input = Input::Workload {
+            name: w.into(),
+            scale: Scale::Factor(1.0 / 16.0),
+            seed: 1,
+        };
+        let remote = simulate(&cfg, "remote", &input).unwrap();
+        for s in ["lc", "bp", "pq", "daemon"] {
+            let r = simulate(&cfg, s, &input).unwrap();
+            println!(
+                "{w:<8} {s:<7} time {:>12.0} vs remote {:.3}  hit {:.3}  read {}",
+                r.sim_time_ns,
+                remote.sim_time_ns / r.sim_time_ns,
+                r.local_hit_ratio,
+                r.remote_bytes_read
+            );
+            assert_eq!(r.records, remote.records);
+            assert!(r.sim_time_ns > 0.0 && r.local_hit_ratio <= 1.0);
+        }
+    }
 }
