@@ -5,6 +5,7 @@ use std::path::Path;
 
 use farmem_codec::CodecKind;
 use farmem_core::{ByteSize, Ratio};
+use farmem_policy::daemon::EngineConfig;
 use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::SimError;
@@ -39,12 +40,17 @@ pub struct DaemonSimConfig {
     /// `fve` (latency-optimized), `none`.
     #[serde(default)]
     pub codec: CodecKind,
+    /// The compute engine's sizes, throttle and partition (`bp`, `pq`,
+    /// `daemon`); its `selection` is the scheme's, whatever is set here.
+    #[serde(default)]
+    pub compute: EngineConfig,
 }
 
 impl Default for DaemonSimConfig {
     fn default() -> Self {
         Self {
             codec: CodecKind::Lz,
+            compute: EngineConfig::default(),
         }
     }
 }
@@ -379,6 +385,17 @@ impl Config {
                 ));
             }
         }
+        let dc = &self.daemon.compute;
+        dc.validate().map_err(|e| format!("daemon.compute: {e}"))?;
+        // The engine's sub-blocks are the simulator's lines and pages.
+        if dc.partition.line_bytes != farmem_core::CACHE_LINE
+            || dc.partition.page_bytes != farmem_core::PAGE_SIZE
+        {
+            return Err(format!(
+                "daemon.compute.partition: the simulator moves 64 B lines and 4 KiB pages, got {} and {}",
+                dc.partition.line_bytes, dc.partition.page_bytes
+            ));
+        }
         crate::components::check_models(self)?;
         Ok(())
     }
@@ -445,6 +462,15 @@ mod tests {
         let mut t = ConfigBuilder::preset("unimem").unwrap();
         t.tree.remove("daemon");
         assert_eq!(t.build().unwrap().daemon.codec, CodecKind::Lz);
+        // Engine knobs.
+        let mut e = ConfigBuilder::preset("daemon").unwrap();
+        e.set("daemon.compute.partition.ratio", "50%").unwrap();
+        e.set("daemon.compute.dirty_throttle", "4").unwrap();
+        let c = e.build().unwrap();
+        assert_eq!(c.daemon.compute.partition.ratio.get(), 0.5);
+        assert_eq!(c.daemon.compute.dirty_throttle, 4);
+        e.set("daemon.compute.page_queue", "0").unwrap();
+        assert!(e.build().is_err());
     }
 
     #[test]

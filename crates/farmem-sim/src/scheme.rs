@@ -570,6 +570,14 @@ impl Scheme for Daemon {
         if let Some(lc) = &mut self.lc {
             lc.configure(cfg);
         }
+        let config = EngineConfig {
+            selection: self.engine.config().selection,
+            ..cfg.daemon.compute
+        };
+        // Config::validate checked it; keep the paper's engine otherwise.
+        if let Ok(engine) = ComputeEngine::new(config) {
+            self.engine = engine;
+        }
     }
 
     fn wants_contents(&self) -> bool {

@@ -237,3 +237,17 @@ fn daemon_schemes_run_real_workloads() {
         }
     }
 }
+
+#[test]
+fn bp_ratio_is_settable() {
+    let zero = Some(vec![0u8; PAGE as usize]);
+    let path = trace_of("bp50", &[zero], &[Access::load(BASE, 8, 0)]);
+    // At 50%, 64 line slots per page: the line, then 63 idle ones.
+    let bp = run("bp", &[("daemon.compute.partition.ratio", "50%")], &path);
+    assert_eq!(stat(&bp, "bp.idle_slots") as u64, 63);
+    assert_eq!(
+        stat(&bp, "link0.down.bytes") as u64,
+        (64 + HEADER) + 63 * 64 + (PAGE + HEADER)
+    );
+    std::fs::remove_file(path).ok();
+}
