@@ -695,3 +695,68 @@ impl Scheme for Daemon {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn machine() -> Machine {
+        let cfg = Config::preset("daemon").unwrap();
+        Machine::new(&cfg, 64 * PAGE_SIZE)
+    }
+
+    #[test]
+    fn daemon_holds_dirty_lines_then_throttles_and_rerequests() {
+        let mut m = machine();
+        let mut s = Daemon::new(DaemonMode::Pq);
+        let page = 0x1234u64;
+        let line = |o: u64| page * LINES_PER_PAGE + o;
+        // A miss sends line 0 and the page.
+        let first = s.read_line(&mut m, 0.0, line(0), false);
+        let page_at = s.page_at[&page];
+        assert!(first < page_at);
+        // A dirty line of the inflight page is held, not written.
+        s.write_back(&mut m, 1.0, line(5));
+        assert_eq!(m.counters.remote_bytes_written, 0);
+        assert!(s.engine.dirty_held(page, 5));
+        // A miss to it is served from the dirty buffer at once.
+        assert_eq!(s.read_line(&mut m, 2.0, line(5), false), 2.0);
+        // Up to 8 held lines; the 9th flushes all 9 and throttles the page.
+        for o in 6..14 {
+            s.write_back(&mut m, 3.0, line(o));
+        }
+        assert_eq!(m.counters.remote_bytes_written, 9 * CACHE_LINE);
+        assert_eq!(s.engine.stats().throttles, 1);
+        // The throttled page is discarded on arrival and requested again.
+        let reads = m.counters.remote_bytes_read;
+        s.drain(&mut m, page_at);
+        assert_eq!(s.engine.stats().pages_discarded, 1);
+        assert_eq!(m.counters.remote_bytes_read, reads + PAGE_SIZE);
+        let again = s.page_at[&page];
+        assert!(again > page_at);
+        let id = m.pages.id(page) as usize;
+        assert!(!m.pages.pages[id].resident);
+        // Its second arrival installs it.
+        s.drain(&mut m, again);
+        assert_eq!(s.engine.stats().pages_installed, 1);
+        assert!(m.pages.pages[id].resident);
+    }
+
+    #[test]
+    fn held_dirty_lines_merge_into_the_arriving_page() {
+        let mut m = machine();
+        let mut s = Daemon::new(DaemonMode::Daemon);
+        let page = 7u64;
+        s.read_line(&mut m, 0.0, page * LINES_PER_PAGE, false);
+        let page_at = s.page_at[&page];
+        s.write_back(&mut m, 1.0, page * LINES_PER_PAGE + 3);
+        assert_eq!(m.counters.remote_bytes_written, 0);
+        s.drain(&mut m, page_at);
+        assert_eq!(s.engine.stats().pages_installed, 1);
+        let id = m.pages.id(page) as usize;
+        // The page holds the newest data of line 3, so it is dirty.
+        assert!(m.pages.pages[id].resident && m.pages.pages[id].dirty);
+        // No contents for page 7: sent raw, `daemon` charges it 4 KiB.
+        assert_eq!(m.counters.remote_bytes_read, CACHE_LINE + PAGE_SIZE);
+    }
+}
