@@ -434,6 +434,12 @@ type Arrival = Reverse<(u64, u8, u64, u8)>;
 /// the next miss or writeback. A page is only resident once it arrived, so
 /// misses to an inflight page go through the selection unit (§4.2).
 ///
+/// Consequence of issuing at once: the page queue is empty after every
+/// miss, so §4.2's "send the line while its page still waits in the page
+/// queue" never applies and PQ drops every line of an inflight page; queues
+/// only build up under an event-driven queue controller (issue when the
+/// link frees), the next step.
+///
 /// Not modelled yet: the memory engine's partitioned memory bus (the node's
 /// DRAM is a FIFO as for every scheme), and the idle slot's link when
 /// pages sit on several memory nodes (it is charged to the missing page's).
