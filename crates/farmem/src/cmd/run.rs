@@ -118,17 +118,22 @@ pub fn run(args: Args) -> Outcome {
     };
     let shown = args.command[0].to_string_lossy().into_owned();
     let start = Instant::now();
-    let mut child = cmd.spawn().with_context(|| format!("starting `{shown}`"))?;
     // Stay alive until the program ends so the rack is stopped cleanly:
     // Ctrl-C reaches the program from the terminal, SIGTERM and SIGHUP sent
-    // to farmem are passed on to it. (Caught signals revert to their
-    // defaults in the program at exec.)
-    CHILD.store(child.id() as i32, Ordering::SeqCst);
-    // SAFETY: installs async-signal-safe handlers (an atomic load and kill).
+    // to farmem are passed on to it (held until it has a pid). Caught
+    // signals revert to their defaults in the program at exec.
+    // SAFETY: installs async-signal-safe handlers (atomics and kill).
     unsafe {
         libc::signal(libc::SIGINT, ignore as *const () as libc::sighandler_t);
         libc::signal(libc::SIGTERM, forward as *const () as libc::sighandler_t);
         libc::signal(libc::SIGHUP, forward as *const () as libc::sighandler_t);
+    }
+    let mut child = cmd.spawn().with_context(|| format!("starting `{shown}`"))?;
+    CHILD.store(child.id() as i32, Ordering::SeqCst);
+    let pending = PENDING.swap(0, Ordering::SeqCst);
+    if pending != 0 {
+        // SAFETY: kill(2) on our own child.
+        unsafe { libc::kill(child.id() as i32, pending) };
     }
     let status = child
         .wait()
@@ -197,6 +202,8 @@ pub fn run(args: Args) -> Outcome {
 
 /// The running program, for signal forwarding (0: none).
 static CHILD: AtomicI32 = AtomicI32::new(0);
+/// A signal to forward that arrived before the program had a pid.
+static PENDING: AtomicI32 = AtomicI32::new(0);
 
 extern "C" fn ignore(_sig: libc::c_int) {}
 
@@ -205,6 +212,8 @@ extern "C" fn forward(sig: libc::c_int) {
     if pid > 0 {
         // SAFETY: kill(2) is async-signal-safe.
         unsafe { libc::kill(pid, sig) };
+    } else {
+        PENDING.store(sig, Ordering::SeqCst);
     }
 }
 
