@@ -1,20 +1,26 @@
-//! Least recently used.
+//! Least recently used, and its sibling FIFO: one slab-linked list in
+//! admission or recency order; the only difference is whether a hit moves
+//! the block to the front.
 
 use super::ReplacementPolicy;
 use super::block_map::{BlockMap, block_map};
 use crate::list::{Ends, Handle, IndexList};
 use crate::{BlockId, Nanos};
 
-/// LRU over a slab-linked list: O(1) touch, insert and evict.
+/// One ordered list over a slab: O(1) touch, insert, evict and remove.
+/// `PROMOTE_ON_HIT` makes it LRU; without it, FIFO.
 #[derive(Debug, Clone)]
-pub struct Lru {
+pub struct OrderedList<const PROMOTE_ON_HIT: bool> {
     capacity: usize,
     index: BlockMap<Handle>,
     slab: IndexList<BlockId>,
     order: Ends,
 }
 
-impl Lru {
+/// Least recently used.
+pub type Lru = OrderedList<true>;
+
+impl<const PROMOTE_ON_HIT: bool> OrderedList<PROMOTE_ON_HIT> {
     pub fn new(capacity: usize) -> Self {
         Self {
             capacity,
@@ -24,15 +30,15 @@ impl Lru {
         }
     }
 
-    /// Blocks from most to least recently used.
+    /// Blocks from the front (most recent use, or newest admission) to the back.
     pub fn order(&self) -> Vec<BlockId> {
         self.slab.iter(&self.order).collect()
     }
 }
 
-impl ReplacementPolicy for Lru {
+impl<const PROMOTE_ON_HIT: bool> ReplacementPolicy for OrderedList<PROMOTE_ON_HIT> {
     fn name(&self) -> &'static str {
-        "lru"
+        if PROMOTE_ON_HIT { "lru" } else { "fifo" }
     }
     fn capacity(&self) -> usize {
         self.capacity
@@ -44,7 +50,7 @@ impl ReplacementPolicy for Lru {
         self.index.contains_key(&block)
     }
     fn touch(&mut self, block: BlockId, _now: Nanos) {
-        if let Some(&h) = self.index.get(&block) {
+        if PROMOTE_ON_HIT && let Some(&h) = self.index.get(&block) {
             self.slab.promote(&mut self.order, h);
         }
     }
