@@ -94,6 +94,22 @@ impl Machine {
         self.links[n].send(Dir::Down, ready, wire_bytes + self.header)
     }
 
+    /// A dirty line leaves the LLC. With its page resident, inclusive local
+    /// memory absorbs it (the page turns dirty); otherwise the page's memory
+    /// node is returned and the scheme decides how the line travels.
+    #[inline]
+    pub fn absorb_dirty_line(&mut self, now: Time, line: u64) -> Option<u16> {
+        let id = self.pages.id(line / crate::LINES_PER_PAGE);
+        let p = &mut self.pages.pages[id as usize];
+        if p.resident {
+            p.dirty = true;
+            self.local_dram.occupy(now, farmem_core::CACHE_LINE);
+            None
+        } else {
+            Some(p.node)
+        }
+    }
+
     /// Writes `bytes` back to memory node `node` at `now`; returns when they
     /// are in its DRAM (nobody waits for it: writebacks leave the critical path).
     #[inline]

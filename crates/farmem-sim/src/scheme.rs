@@ -246,14 +246,7 @@ impl Scheme for PageMoves {
     }
 
     fn write_back(&mut self, m: &mut Machine, now: Time, line: u64) {
-        let id = m.pages.id(line / LINES_PER_PAGE);
-        let p = &mut m.pages.pages[id as usize];
-        if p.resident {
-            // Inclusive local memory: the line lands in its page.
-            p.dirty = true;
-            m.local_dram.occupy(now, CACHE_LINE);
-        } else {
-            let node = p.node;
+        if let Some(node) = m.absorb_dirty_line(now, line) {
             m.remote_write(node, now, CACHE_LINE);
         }
     }
@@ -377,14 +370,8 @@ impl Scheme for LinkCompression {
     }
 
     fn write_back(&mut self, m: &mut Machine, now: Time, line: u64) {
-        let id = m.pages.id(line / LINES_PER_PAGE);
-        let p = &mut m.pages.pages[id as usize];
-        if p.resident {
-            p.dirty = true;
-            m.local_dram.occupy(now, CACHE_LINE);
-        } else {
-            // Lines are not compressed (§4.4 compresses pages only).
-            let node = p.node;
+        // Lines are not compressed (§4.4 compresses pages only).
+        if let Some(node) = m.absorb_dirty_line(now, line) {
             m.remote_write(node, now, CACHE_LINE);
         }
     }
@@ -652,15 +639,10 @@ impl Scheme for Daemon {
 
     fn write_back(&mut self, m: &mut Machine, now: Time, line: u64) {
         self.drain(m, now);
-        let page = line / LINES_PER_PAGE;
-        let id = m.pages.id(page);
-        let p = &mut m.pages.pages[id as usize];
-        if p.resident {
-            p.dirty = true;
-            m.local_dram.occupy(now, CACHE_LINE);
+        let Some(node) = m.absorb_dirty_line(now, line) else {
             return;
-        }
-        let node = p.node;
+        };
+        let page = line / LINES_PER_PAGE;
         let offset = (line % LINES_PER_PAGE) as u8;
         match self.engine.on_dirty_line_evicted(page, offset) {
             Ok(DirtyAction::Hold | DirtyAction::Replace) => {}
