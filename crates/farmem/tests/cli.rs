@@ -7,6 +7,17 @@ fn farmem() -> Command {
     Command::new(env!("CARGO_BIN_EXE_farmem"))
 }
 
+/// Runs `farmem ARGS`, requires success, and parses its one JSON object.
+fn json_of(args: &[&str]) -> serde_json::Value {
+    let out = farmem().args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "farmem {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
 #[test]
 fn bench_wire_prints_one_json_object_with_every_key() {
     let out = farmem()
@@ -56,34 +67,16 @@ fn runtime_benches_report_both_modes_over_a_local_rack() {
         eprintln!("skipping: no userfaultfd");
         return;
     }
-    let out = farmem()
-        .args(["bench", "kona", "--region", "16MiB", "--json"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = json_of(&["bench", "kona", "--region", "16MiB", "--json"]);
     for mode in ["line", "page"] {
         assert_eq!(v[mode]["faults"].as_u64(), Some(4096), "{v}");
         assert!(v[mode]["pages_evicted"].as_u64().unwrap() > 0, "{v}");
     }
     // One line per page written in line mode, whole pages in page mode.
     assert!(v["writeback_reduction"].as_f64().unwrap() > 8.0, "{v}");
-    let out = farmem()
-        .args([
-            "bench", "fault", "--pages", "200", "--reads", "200", "--json",
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = json_of(&[
+        "bench", "fault", "--pages", "200", "--reads", "200", "--json",
+    ]);
     for key in [
         "fault_us_p50",
         "fault_us_p99",
@@ -96,16 +89,7 @@ fn runtime_benches_report_both_modes_over_a_local_rack() {
 
 #[test]
 fn demo_verifies_what_it_wrote() {
-    let out = farmem()
-        .args(["demo", "--json", "--size", "256MiB"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = json_of(&["demo", "--json", "--size", "256MiB"]);
     assert_eq!(v["mismatched_chunks"], 0);
     assert_eq!(v["chunks_verified"], 64);
 }
@@ -132,17 +116,7 @@ fn trace_capture_converts_an_unmodified_program() {
     );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!stderr.contains("=="), "valgrind chatter leaked: {stderr}");
-    let info = farmem()
-        .args(["trace", "info", "--json"])
-        .arg(&trace)
-        .output()
-        .unwrap();
-    assert!(
-        info.status.success(),
-        "{}",
-        String::from_utf8_lossy(&info.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&info.stdout).unwrap();
+    let v = json_of(&["trace", "info", "--json", trace.to_str().unwrap()]);
     assert!(v["accesses"].as_u64().unwrap() > 1000, "{v}");
     assert_eq!(v["complete"], true);
     let _ = std::fs::remove_dir_all(&dir);
