@@ -2,17 +2,10 @@
 
 use std::sync::Arc;
 
-use farmem_runtime::{Config, DirtyMode, MemStore, PAGE, RemoteStore, Runtime, uffd};
+use farmem_runtime::{Config, DirtyMode, MemStore, PAGE, RemoteStore, Runtime};
 
-fn skip() -> bool {
-    match uffd::available() {
-        Ok(()) => false,
-        Err(why) => {
-            eprintln!("skipping: {why}");
-            true
-        }
-    }
-}
+mod common;
+use common::skip;
 
 fn cfg(local_pages: u64, dirty: DirtyMode) -> Config {
     Config {

@@ -3,17 +3,10 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use farmem_runtime::{Config, FaultOp, MemStore, PAGE, Runtime, RuntimeError, uffd};
+use farmem_runtime::{Config, FaultOp, MemStore, PAGE, Runtime, RuntimeError};
 
-fn skip() -> bool {
-    match uffd::available() {
-        Ok(()) => false,
-        Err(why) => {
-            eprintln!("skipping: {why}");
-            true
-        }
-    }
-}
+mod common;
+use common::skip;
 
 fn cfg(local_pages: u64) -> Config {
     Config {

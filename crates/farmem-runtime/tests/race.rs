@@ -3,17 +3,10 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-use farmem_runtime::{Config, DirtyMode, MemStore, PAGE, Runtime, uffd};
+use farmem_runtime::{Config, DirtyMode, MemStore, PAGE, Runtime};
 
-fn skip() -> bool {
-    match uffd::available() {
-        Ok(()) => false,
-        Err(why) => {
-            eprintln!("skipping: {why}");
-            true
-        }
-    }
-}
+mod common;
+use common::skip;
 
 const HOT: usize = 8;
 const COLD: usize = 2048;

@@ -13,23 +13,16 @@ use farmem_controller::{Controller, ControllerConfig};
 use farmem_memnode::{MemNode, MemNodeConfig};
 use farmem_net::ClientConfig;
 use farmem_runtime::remote::RackStore;
-use farmem_runtime::{Config, DirtyMode, PAGE, Runtime, uffd};
+use farmem_runtime::{Config, DirtyMode, PAGE, Runtime};
 use farmem_wire::Role;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
+mod common;
+use common::skip;
+
 const REGION: u64 = 256 << 20;
 const LOCAL: u64 = 16 << 20;
-
-fn skip() -> bool {
-    match uffd::available() {
-        Ok(()) => false,
-        Err(why) => {
-            eprintln!("skipping: {why}");
-            true
-        }
-    }
-}
 
 struct Rack {
     controller: Controller,

@@ -8,22 +8,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-use farmem_runtime::{Config, DirtyMode, MemStore, PAGE, Region, Runtime, uffd};
+use farmem_runtime::{Config, DirtyMode, MemStore, PAGE, Region, Runtime};
+
+mod common;
+use common::skip;
 
 const REGION: u64 = 1 << 30;
 const LOCAL: u64 = 64 << 20;
 const THREADS: usize = 2;
 const OPS_PER_THREAD: usize = 100_000;
-
-fn skip() -> bool {
-    match uffd::available() {
-        Ok(()) => false,
-        Err(why) => {
-            eprintln!("skipping: {why}");
-            true
-        }
-    }
-}
 
 /// Ordinary memory holding what the region should contain. Threads own
 /// disjoint 64 B lines (line % THREADS), so they never touch the same bytes.
