@@ -195,7 +195,7 @@ fn list() {
         println!("  {n:<12} {d}");
     }
     println!("schemes:");
-    for (n, d, _) in farmem_sim::scheme::SCHEMES {
+    for (n, d, _) in farmem_sim::scheme::all() {
         println!("  {n:<16} {d}");
     }
     println!("presets:");

@@ -1,10 +1,11 @@
-//! Paper evaluations rebuilt from simulator runs. So far: the direction of
-//! DaeMon's Figure 3 (§2.2), the data-movement baselines side by side.
+//! The direction of DaeMon's Figure 3 (§2.2): the data-movement baselines
+//! side by side.
 
 use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+use super::{Check, geomean};
 use crate::SimResult;
 
 /// The schemes Figure 3 compares (DaeMon itself comes with its engines).
@@ -15,15 +16,6 @@ pub const FIG3_SCHEMES: &[&str] = &[
     "page-free",
     "cache-line+page",
 ];
-
-/// One claim of the paper and whether the runs reproduce its direction.
-#[derive(Debug, Clone, Serialize)]
-pub struct Check {
-    pub claim: &'static str,
-    pub paper: &'static str,
-    pub measured: f64,
-    pub pass: bool,
-}
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Fig3 {
@@ -38,13 +30,6 @@ impl Fig3 {
     pub fn pass(&self) -> bool {
         self.checks.iter().all(|c| c.pass)
     }
-}
-
-fn geomean(v: &[f64]) -> f64 {
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    (v.iter().map(|x| x.ln()).sum::<f64>() / v.len() as f64).exp()
 }
 
 /// Summarizes runs of [`FIG3_SCHEMES`] over some workloads.

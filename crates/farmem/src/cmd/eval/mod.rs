@@ -1,0 +1,96 @@
+//! `farmem eval`: rebuild a paper's evaluation from simulator runs. One
+//! module per evaluation; they share the flags below.
+
+mod daemon;
+mod fig3;
+mod unimem;
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use farmem_sim::Input;
+use farmem_workloads::Scale;
+
+use super::Outcome;
+
+/// Every evaluation: name, what it reproduces, entry point.
+const EVALS: &[(&str, &str, fn(Args) -> Outcome)] = &[
+    (
+        "daemon-fig3",
+        "DaeMon Fig. 3: local, remote, cache-line, page-free, cache-line+page",
+        fig3::run,
+    ),
+    (
+        "daemon",
+        "DaeMon §6: schemes x bandwidth x switch latency, sensitivity studies",
+        daemon::run,
+    ),
+    (
+        "unimem",
+        "UniMem §4: AMAT and data amplification of the local-cache systems",
+        unimem::run,
+    ),
+];
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Which evaluation (`--list` shows them).
+    #[arg(default_value = "daemon-fig3")]
+    pub name: String,
+    /// Workloads, comma-separated (each evaluation has its paper's default).
+    #[arg(long)]
+    pub workloads: Option<String>,
+    /// Workload size: a factor of the default (0.5, 2) or a footprint (256MiB).
+    #[arg(long, default_value = "1")]
+    pub scale: String,
+    /// A smaller grid that finishes in minutes (for CI and a first look).
+    #[arg(long)]
+    pub quick: bool,
+    /// Directory for CSV, JSON and figures (created if missing).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    #[arg(long, default_value = "daemon")]
+    pub preset: String,
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Override a config key for every run (`link.switch_ns=400`).
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub set: Vec<String>,
+    #[arg(long)]
+    pub list: bool,
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(args: Args) -> Outcome {
+    if args.list {
+        for (n, d, _) in EVALS {
+            println!("{n:<14} {d}");
+        }
+        return Ok(std::process::ExitCode::SUCCESS);
+    }
+    let Some(eval) = EVALS.iter().find(|e| e.0 == args.name) else {
+        anyhow::bail!("unknown evaluation `{}` (`farmem eval --list`)", args.name);
+    };
+    (eval.2)(args)
+}
+
+/// Parses `--workloads` and `--scale` into simulator inputs.
+fn inputs(workloads: &str, scale: &str) -> anyhow::Result<Vec<Input>> {
+    let scale: Scale = scale.parse().context("--scale")?;
+    workloads
+        .split(',')
+        .map(str::trim)
+        .filter(|w| !w.is_empty())
+        .map(|w| {
+            if !farmem_workloads::WORKLOADS.iter().any(|x| x.0 == w) {
+                anyhow::bail!("unknown workload `{w}`");
+            }
+            Ok(Input::Workload {
+                name: w.to_string(),
+                scale,
+                seed: 1,
+            })
+        })
+        .collect()
+}
