@@ -30,6 +30,9 @@ pub struct Config {
     /// without the section still load.
     #[serde(default)]
     pub daemon: DaemonSimConfig,
+    /// UniMem's and Kona's local caches (schemes `kona` … `unimem`).
+    #[serde(default)]
+    pub unimem: crate::scheme::unimem::UniMemConfig,
 }
 
 /// Settings of the DaeMon schemes (seed 000).
@@ -396,6 +399,7 @@ impl Config {
                 dc.partition.line_bytes, dc.partition.page_bytes
             ));
         }
+        self.unimem.validate()?;
         crate::components::check_models(self)?;
         Ok(())
     }

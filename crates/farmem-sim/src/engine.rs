@@ -101,6 +101,10 @@ impl Engine {
         self.scheme.name()
     }
 
+    pub fn scheme(&self) -> &dyn Scheme {
+        &*self.scheme
+    }
+
     /// One access through the caches at `t`; returns its completion time
     /// and the level that served it (0 L1, 1 L2, 2 LLC, 3 beyond).
     #[inline]

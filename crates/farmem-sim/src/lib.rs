@@ -211,7 +211,10 @@ fn result(engine: &mut Engine, cfg: &Config, workload: &str, wall: f64) -> SimRe
         sim_time_ns: tot.sim_time_ns,
         ipc: tot.instructions as f64 / (t * cfg.core.freq_ghz),
         amat_ns: tot.latency_sum / tot.records.max(1) as f64,
-        amat_miss_ns: tot.llc_miss_latency_sum / tot.llc_miss_accesses.max(1) as f64,
+        amat_miss_ns: engine
+            .scheme()
+            .amat_miss_ns()
+            .unwrap_or(tot.llc_miss_latency_sum / tot.llc_miss_accesses.max(1) as f64),
         llc_misses: tot.llc_miss_accesses,
         local_hit_ratio: if served == 0 {
             1.0

@@ -28,6 +28,12 @@ pub trait Scheme: Send {
     fn write_back(&mut self, m: &mut Machine, now: Time, line: u64);
     /// Scheme-specific statistics.
     fn report(&self, _out: &mut Stats) {}
+    /// The scheme's own mean latency of an LLC miss, when it prices misses
+    /// itself (UniMem's model: CPU cache time excluded); `None` keeps the
+    /// engine's measure, from issue to completion.
+    fn amat_miss_ns(&self) -> Option<f64> {
+        None
+    }
     /// Reads the scheme's settings (called once, before any access).
     fn configure(&mut self, _cfg: &Config) {}
     /// Whether the scheme needs the trace's page contents.
