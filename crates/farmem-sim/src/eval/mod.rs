@@ -4,6 +4,7 @@
 
 pub mod daemon;
 pub mod fig3;
+pub mod figure;
 pub mod unimem;
 
 use serde::Serialize;
