@@ -17,10 +17,19 @@
 //! `malloc`, `calloc`, `realloc`, `reallocarray`, `posix_memalign`,
 //! `aligned_alloc`, `memalign`, `malloc_usable_size`, `free` and anonymous
 //! private read-write `mmap`/`munmap` at or above the threshold are served
-//! from one far region (a first-fit heap of whole pages); everything else
-//! goes to glibc (`__libc_malloc` …) and the real system calls. The far
-//! runtime starts at the first large allocation. If it cannot start (no
-//! controller, bad variable, no userfaultfd), the shim prints one
+//! from one far region (a first-fit heap of whole pages). Smaller blocks go
+//! to the allocator the program would have had without us (found with
+//! `dlsym(RTLD_NEXT)`: glibc's, or jemalloc for Debian's redis-server), so
+//! its own extensions (`mallctl`, its `malloc_usable_size`) only ever see
+//! its own blocks; when that allocator maps its arenas with `mmap`, the
+//! arenas go far, and a `free` of a small block inside one goes back to it.
+//! Fixed mappings over far memory (allocators decommit that way) are
+//! emulated: read-write zeroes the range, `PROT_NONE` leaves it.
+//!
+//! The runtime starts when the library is loaded (if `FARMEM_CONTROLLER` is
+//! set), before any allocator holds a lock: starting it from inside an
+//! allocator's `mmap` would deadlock on that allocator. If it cannot start
+//! (no controller, bad variable, no userfaultfd), the shim prints one
 //! `farmem: …` line on stderr and the whole process uses local memory.
 //! `mremap` of a far range fails with `ENOMEM` (glibc's `realloc` then
 //! copies); `madvise(MADV_DONTNEED)` of a far range zeroes it.

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU8, AtomicUsize, Ordering};
 use farmem_runtime::remote::RackStore;
 use farmem_runtime::{Config, Runtime};
 
-use crate::heap::{Heap, PAGE};
+use crate::heap::{Heap, Kind, PAGE};
 
 unsafe extern "C" {
     fn __libc_malloc(size: usize) -> *mut c_void;
@@ -77,6 +77,128 @@ unsafe impl GlobalAlloc for Glibc {
 #[global_allocator]
 static ALLOC: Glibc = Glibc;
 
+/// The allocator the program has without us: glibc's, or one it links
+/// (Debian's redis-server links jemalloc). Blocks below the threshold go
+/// there, so its own extensions (mallctl, nallocx, its malloc_usable_size)
+/// only ever see its own blocks.
+struct Next {
+    malloc: unsafe extern "C" fn(usize) -> *mut c_void,
+    calloc: unsafe extern "C" fn(usize, usize) -> *mut c_void,
+    realloc: unsafe extern "C" fn(*mut c_void, usize) -> *mut c_void,
+    free: unsafe extern "C" fn(*mut c_void),
+    memalign: unsafe extern "C" fn(usize, usize) -> *mut c_void,
+    usable: Option<unsafe extern "C" fn(*mut c_void) -> usize>,
+}
+
+const NEXT_UNRESOLVED: u8 = 0;
+const NEXT_RESOLVING: u8 = 1;
+const NEXT_READY: u8 = 2;
+static NEXT_STATE: AtomicU8 = AtomicU8::new(NEXT_UNRESOLVED);
+static NEXT_PTR: AtomicPtr<Next> = AtomicPtr::new(std::ptr::null_mut());
+
+/// The next allocator, or None while it is being looked up (dlsym may
+/// allocate): those few blocks come from [`boot_alloc`].
+fn next() -> Option<&'static Next> {
+    if NEXT_STATE.load(Ordering::Acquire) == NEXT_READY {
+        // SAFETY: set once to a leaked, never-freed table before READY.
+        return Some(unsafe { &*NEXT_PTR.load(Ordering::Acquire) });
+    }
+    if NEXT_STATE
+        .compare_exchange(
+            NEXT_UNRESOLVED,
+            NEXT_RESOLVING,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        )
+        .is_err()
+    {
+        return None;
+    }
+    fn sym(name: &CStr) -> usize {
+        // SAFETY: RTLD_NEXT lookup of a C function by name.
+        unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) as usize }
+    }
+    /// The function `name` of the next library as an `F`, else `fallback`.
+    ///
+    /// # Safety
+    /// `F` is a function pointer type matching the C function `name`.
+    unsafe fn resolve<F: Copy>(names: &[&CStr], fallback: F) -> F {
+        match names.iter().map(|n| sym(n)).find(|&f| f != 0) {
+            // SAFETY: per the contract, a non-null symbol of that type.
+            Some(f) => unsafe { std::mem::transmute_copy::<usize, F>(&f) },
+            None => fallback,
+        }
+    }
+    type UsableFn = unsafe extern "C" fn(*mut c_void) -> usize;
+    // SAFETY: each name is the C function with the type it is resolved to.
+    let table = unsafe {
+        Next {
+            malloc: resolve(&[c"malloc"], __libc_malloc as _),
+            calloc: resolve(&[c"calloc"], __libc_calloc as _),
+            realloc: resolve(&[c"realloc"], __libc_realloc as _),
+            free: resolve(&[c"free"], __libc_free as _),
+            memalign: resolve(&[c"memalign", c"aligned_alloc"], __libc_memalign as _),
+            usable: resolve::<Option<UsableFn>>(&[c"malloc_usable_size"], None),
+        }
+    };
+    // The table is built by value first: Box::new allocates through the
+    // shim's own glibc allocator, never through `malloc` here.
+    NEXT_PTR.store(Box::into_raw(Box::new(table)), Ordering::Release);
+    NEXT_STATE.store(NEXT_READY, Ordering::Release);
+    next()
+}
+
+/// A bump arena for the allocations made while the next allocator is being
+/// looked up. Its blocks are never freed; a 16-byte header holds the size.
+struct BootArena {
+    bytes: UnsafeCell<[u8; BOOT_BYTES]>,
+    used: AtomicUsize,
+}
+
+const BOOT_BYTES: usize = 256 << 10;
+
+// SAFETY: disjoint ranges are handed out by an atomic bump pointer.
+unsafe impl Sync for BootArena {}
+
+static BOOT: BootArena = BootArena {
+    bytes: UnsafeCell::new([0; BOOT_BYTES]),
+    used: AtomicUsize::new(0),
+};
+
+fn boot_alloc(size: usize, align: usize) -> *mut c_void {
+    let align = align.max(MIN_ALIGN);
+    let base = BOOT.bytes.get() as usize;
+    let mut used = BOOT.used.load(Ordering::Relaxed);
+    loop {
+        let start = (base + used + MIN_ALIGN).next_multiple_of(align);
+        let Some(end) = start.checked_add(size).filter(|&e| e <= base + BOOT_BYTES) else {
+            set_errno(libc::ENOMEM);
+            return std::ptr::null_mut();
+        };
+        match BOOT
+            .used
+            .compare_exchange_weak(used, end - base, Ordering::AcqRel, Ordering::Relaxed)
+        {
+            Ok(_) => {
+                // SAFETY: [start - 16, end) lies in our arena and is ours now.
+                unsafe { *((start - MIN_ALIGN) as *mut usize) = size };
+                return start as *mut c_void;
+            }
+            Err(u) => used = u,
+        }
+    }
+}
+
+fn in_boot(p: *const c_void) -> bool {
+    let base = BOOT.bytes.get() as usize;
+    (base..base + BOOT_BYTES).contains(&(p as usize))
+}
+
+fn boot_len(p: *const c_void) -> usize {
+    // SAFETY: p came from boot_alloc, which wrote its size just below it.
+    unsafe { *((p as usize - MIN_ALIGN) as *const usize) }
+}
+
 const UNINIT: u8 = 0;
 const INITING: u8 = 1;
 const READY: u8 = 2;
@@ -92,7 +214,6 @@ static HEAP_END: AtomicUsize = AtomicUsize::new(0);
 static THRESHOLD: AtomicUsize = AtomicUsize::new(0);
 static RUNTIME: AtomicPtr<Runtime> = AtomicPtr::new(std::ptr::null_mut());
 static INIT_PID: AtomicUsize = AtomicUsize::new(0);
-static REAL_USABLE: AtomicUsize = AtomicUsize::new(0);
 
 /// The heap's book-keeping under a spin lock (no allocation, no futex
 /// state that a fork could leave inconsistent: the fork handlers hold it).
@@ -331,6 +452,18 @@ fn init() -> Result<(), String> {
     Ok(())
 }
 
+/// Starts the runtime when the library is loaded, before the program runs
+/// and before any allocator holds a lock, if `farmem run` asked for it.
+extern "C" fn start_at_load() {
+    if getenv(c"FARMEM_CONTROLLER").is_some_and(|c| !c.is_empty()) {
+        ensure_init();
+    }
+}
+
+#[used]
+#[unsafe(link_section = ".init_array")]
+static START_AT_LOAD: extern "C" fn() = start_at_load;
+
 extern "C" fn fork_prepare() {
     lock_heap();
 }
@@ -362,6 +495,10 @@ fn write_stats() {
     // SAFETY: the runtime is leaked, so it lives until the process ends.
     let rt = unsafe { &*rt };
     let (in_use, peak) = with_heap(|h| h.usage()).unwrap_or((0, 0));
+    if peak == 0 {
+        // Nothing went far (a shell, an exec'd helper): nothing to report.
+        return;
+    }
     let line = serde_json::json!({
         "pid": pid,
         "far_bytes_in_use": in_use,
@@ -385,11 +522,21 @@ fn write_stats() {
 
 /// A far range of at least `size` bytes, zeroed if asked; None when the
 /// request belongs in local memory.
-fn far_alloc(size: usize, zero: bool) -> Option<*mut c_void> {
-    if size < threshold() || local_only() || !ensure_init() {
+fn far_alloc(size: usize, zero: bool, kind: Kind) -> Option<*mut c_void> {
+    if size < threshold() || local_only() {
         return None;
     }
-    let g = with_heap(|h| h.alloc(size)).flatten()?;
+    // An mmap may come from inside the program's allocator, holding its
+    // locks: starting the runtime there would allocate and deadlock. The
+    // runtime starts in the constructor below (or at a malloc).
+    let ready = match kind {
+        Kind::Block => ensure_init(),
+        Kind::Mapping => STATE.load(Ordering::Acquire) == READY,
+    };
+    if !ready {
+        return None;
+    }
+    let g = with_heap(|h| h.alloc(size, kind)).flatten()?;
     if zero && g.stale > 0 {
         // SAFETY: the range was just granted to us and is mapped.
         unsafe { std::ptr::write_bytes(g.addr as *mut u8, 0, g.stale) };
@@ -401,8 +548,53 @@ fn far_free(p: *mut c_void) {
     with_heap(|h| h.free(p as usize));
 }
 
-fn far_len(p: *const c_void) -> usize {
-    with_heap(|h| h.len_of(p as usize)).flatten().unwrap_or(0)
+/// The length of the far malloc-family block at `p`, if it is one (a
+/// pointer into a far mapping belongs to whoever mapped it).
+fn far_block(p: *const c_void) -> Option<usize> {
+    if !is_far(p) {
+        return None;
+    }
+    with_heap(|h| h.block_len(p as usize)).flatten()
+}
+
+fn local_malloc(size: usize) -> *mut c_void {
+    match next() {
+        // SAFETY: the next allocator's malloc.
+        Some(n) => unsafe { (n.malloc)(size) },
+        None => boot_alloc(size, MIN_ALIGN),
+    }
+}
+
+/// # Safety
+/// `p` is a live local block (the next allocator's or the boot arena's).
+unsafe fn local_free(p: *mut c_void) {
+    if in_boot(p) {
+        return;
+    }
+    if let Some(n) = next() {
+        // SAFETY: p is the next allocator's.
+        unsafe { (n.free)(p) }
+    }
+}
+
+/// # Safety
+/// As `local_free`.
+unsafe fn local_realloc(p: *mut c_void, size: usize) -> *mut c_void {
+    if in_boot(p) {
+        let q = local_malloc(size);
+        if !q.is_null() {
+            // SAFETY: both blocks hold at least the copied length.
+            unsafe {
+                std::ptr::copy_nonoverlapping(p as *const u8, q as *mut u8, boot_len(p).min(size))
+            };
+        }
+        return q;
+    }
+    match next() {
+        // SAFETY: p is the next allocator's.
+        Some(n) => unsafe { (n.realloc)(p, size) },
+        None => std::ptr::null_mut(),
+    }
 }
 
 fn set_errno(e: c_int) {
@@ -412,11 +604,10 @@ fn set_errno(e: c_int) {
 
 #[unsafe(no_mangle)]
 pub extern "C" fn malloc(size: usize) -> *mut c_void {
-    if let Some(p) = far_alloc(size, false) {
+    if let Some(p) = far_alloc(size, false, Kind::Block) {
         return p;
     }
-    // SAFETY: plain glibc call.
-    unsafe { __libc_malloc(size) }
+    local_malloc(size)
 }
 
 #[unsafe(no_mangle)]
@@ -425,11 +616,15 @@ pub extern "C" fn calloc(n: usize, size: usize) -> *mut c_void {
         set_errno(libc::ENOMEM);
         return std::ptr::null_mut();
     };
-    if let Some(p) = far_alloc(total, true) {
+    if let Some(p) = far_alloc(total, true, Kind::Block) {
         return p;
     }
-    // SAFETY: plain glibc call.
-    unsafe { __libc_calloc(n, size) }
+    match next() {
+        // SAFETY: the next allocator's calloc.
+        Some(next) => unsafe { (next.calloc)(n, size) },
+        // The arena is static and never reused: already zero.
+        None => boot_alloc(total, MIN_ALIGN),
+    }
 }
 
 /// # Safety
@@ -439,11 +634,11 @@ pub unsafe extern "C" fn free(p: *mut c_void) {
     if p.is_null() {
         return;
     }
-    if is_far(p) {
+    if far_block(p).is_some() {
         far_free(p);
     } else {
-        // SAFETY: a local pointer, from glibc.
-        unsafe { __libc_free(p) }
+        // SAFETY: not ours, so a local block.
+        unsafe { local_free(p) }
     }
 }
 
@@ -454,29 +649,28 @@ pub unsafe extern "C" fn realloc(p: *mut c_void, size: usize) -> *mut c_void {
     if p.is_null() {
         return malloc(size);
     }
-    if !is_far(p) {
+    let Some(old) = far_block(p) else {
         if size < threshold() || local_only() {
-            // SAFETY: a local pointer, from glibc.
-            return unsafe { __libc_realloc(p, size) };
+            // SAFETY: not ours, so a local block.
+            return unsafe { local_realloc(p, size) };
         }
         // Growing a local block past the threshold: move it far.
-        let Some(q) = far_alloc(size, false) else {
+        let Some(q) = far_alloc(size, false, Kind::Block) else {
             // SAFETY: as above.
-            return unsafe { __libc_realloc(p, size) };
+            return unsafe { local_realloc(p, size) };
         };
         // SAFETY: p is a live local block of `old` usable bytes, q has size bytes.
         unsafe {
             let old = usable_local(p);
             std::ptr::copy_nonoverlapping(p as *const u8, q as *mut u8, old.min(size));
-            __libc_free(p);
+            local_free(p);
         }
         return q;
-    }
+    };
     if size == 0 {
         far_free(p);
         return std::ptr::null_mut();
     }
-    let old = far_len(p);
     if size <= old && size >= threshold() && !FORKED.load(Ordering::Relaxed) {
         with_heap(|h| h.shrink(p as usize, size));
         return p;
@@ -507,12 +701,15 @@ pub unsafe extern "C" fn reallocarray(p: *mut c_void, n: usize, size: usize) -> 
 
 fn aligned(align: usize, size: usize) -> *mut c_void {
     if align <= PAGE
-        && let Some(p) = far_alloc(size, false)
+        && let Some(p) = far_alloc(size, false, Kind::Block)
     {
         return p;
     }
-    // SAFETY: plain glibc call.
-    unsafe { __libc_memalign(align, size) }
+    match next() {
+        // SAFETY: the next allocator's memalign (or aligned_alloc).
+        Some(n) => unsafe { (n.memalign)(align, size) },
+        None => boot_alloc(size, align),
+    }
 }
 
 /// # Safety
@@ -545,22 +742,16 @@ pub extern "C" fn memalign(align: usize, size: usize) -> *mut c_void {
     aligned(align, size)
 }
 
-type UsableFn = unsafe extern "C" fn(*mut c_void) -> usize;
-
-/// glibc's own `malloc_usable_size`, for local blocks.
+/// The usable size of a local block.
 fn usable_local(p: *mut c_void) -> usize {
-    let mut f = REAL_USABLE.load(Ordering::Acquire);
-    if f == 0 {
-        let _busy = Busy::enter();
-        // SAFETY: RTLD_NEXT lookup of a C function by name.
-        f = unsafe { libc::dlsym(libc::RTLD_NEXT, c"malloc_usable_size".as_ptr()) } as usize;
-        REAL_USABLE.store(f, Ordering::Release);
+    if in_boot(p) {
+        return boot_len(p);
     }
-    if f == 0 {
-        return 0;
+    match next().and_then(|n| n.usable) {
+        // SAFETY: p is the next allocator's block.
+        Some(f) => unsafe { f(p) },
+        None => 0,
     }
-    // SAFETY: f is glibc's malloc_usable_size, with that signature.
-    unsafe { std::mem::transmute::<usize, UsableFn>(f)(p) }
 }
 
 /// # Safety
@@ -569,8 +760,8 @@ fn usable_local(p: *mut c_void) -> usize {
 pub unsafe extern "C" fn malloc_usable_size(p: *mut c_void) -> usize {
     if p.is_null() {
         0
-    } else if is_far(p) {
-        far_len(p)
+    } else if let Some(len) = far_block(p) {
+        len
     } else {
         usable_local(p)
     }
@@ -602,12 +793,40 @@ pub unsafe extern "C" fn mmap(
     off: libc::off_t,
 ) -> *mut c_void {
     if far_mapping(addr, prot, flags)
-        && let Some(p) = far_alloc(len, true)
+        && let Some(p) = far_alloc(len, true, Kind::Mapping)
     {
         return p;
     }
+    if is_far(addr) && !runtime_thread() {
+        return remap_far(addr, len, prot, flags);
+    }
     // SAFETY: the caller's arguments, passed to the system call unchanged.
     unsafe { libc::syscall(libc::SYS_mmap, addr, len, prot, flags, fd, off) as *mut c_void }
+}
+
+/// A fixed mapping over far memory (allocators decommit and recommit that
+/// way). The runtime keeps owning the range: a fresh anonymous read-write
+/// mapping reads as zero, so the range is zeroed; an inaccessible one is
+/// left as it is, since the program cannot look. Anything else would hide
+/// far pages behind a mapping the runtime does not know, so it is refused.
+fn remap_far(addr: *mut c_void, len: usize, prot: c_int, flags: c_int) -> *mut c_void {
+    let anon_private = libc::MAP_ANONYMOUS | libc::MAP_PRIVATE;
+    let end = addr as usize + len;
+    if flags & libc::MAP_FIXED == 0
+        || flags & anon_private != anon_private
+        || end > HEAP_END.load(Ordering::Acquire)
+    {
+        set_errno(libc::ENOMEM);
+        return libc::MAP_FAILED;
+    }
+    if prot == libc::PROT_READ | libc::PROT_WRITE {
+        // SAFETY: inside the far heap, which stays mapped for the process.
+        unsafe { std::ptr::write_bytes(addr as *mut u8, 0, len) };
+    } else if prot != libc::PROT_NONE {
+        set_errno(libc::ENOMEM);
+        return libc::MAP_FAILED;
+    }
+    addr
 }
 
 /// # Safety

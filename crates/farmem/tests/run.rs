@@ -188,3 +188,243 @@ fn unreachable_controller_falls_back_to_local_memory() {
         "{stderr}"
     );
 }
+
+/// The path of `program`, or None (a skip) when it is not installed.
+/// scripts/test installs the programs these tests drive and sets
+/// FARMEM_TEST_REQUIRE_PROGRAMS, so there a missing one fails instead.
+fn installed(program: &str) -> Option<PathBuf> {
+    let found = std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|d| d.join(program))
+            .find(|p| p.is_file())
+    });
+    if found.is_none() {
+        assert!(
+            std::env::var_os("FARMEM_TEST_REQUIRE_PROGRAMS").is_none(),
+            "{program} is not installed (scripts/test installs it)"
+        );
+        eprintln!("skipping: {program} is not installed");
+    }
+    found
+}
+
+/// A loopback TCP port nobody listens on right now.
+fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().port()
+}
+
+/// The value stored under key `i`: pseudo-random bytes, so a page mixed up
+/// with another (or left zero) cannot match.
+fn redis_value(i: u64, out: &mut Vec<u8>) {
+    out.clear();
+    let mut x = i.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    while out.len() < 1000 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        // Printable, so a failing comparison prints readably.
+        out.extend(x.to_le_bytes().iter().map(|b| b'a' + b % 26));
+    }
+    out.truncate(1000);
+}
+
+/// Minimal RESP over one pipelined connection: enough for SET and GET.
+struct Redis {
+    w: std::io::BufWriter<std::net::TcpStream>,
+    r: std::io::BufReader<std::net::TcpStream>,
+}
+
+impl Redis {
+    fn connect(port: u16, within: std::time::Duration) -> Self {
+        let deadline = std::time::Instant::now() + within;
+        loop {
+            match std::net::TcpStream::connect(("127.0.0.1", port)) {
+                Ok(s) => {
+                    let mut c = Self {
+                        w: std::io::BufWriter::new(s.try_clone().unwrap()),
+                        r: std::io::BufReader::new(s),
+                    };
+                    c.send(&[b"PING"]);
+                    if c.line() == "+PONG" {
+                        return c;
+                    }
+                }
+                Err(_) if std::time::Instant::now() < deadline => {}
+                Err(e) => panic!("redis-server did not come up on port {port}: {e}"),
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    }
+
+    fn send(&mut self, args: &[&[u8]]) {
+        use std::io::Write;
+        write!(self.w, "*{}\r\n", args.len()).unwrap();
+        for a in args {
+            write!(self.w, "${}\r\n", a.len()).unwrap();
+            self.w.write_all(a).unwrap();
+            self.w.write_all(b"\r\n").unwrap();
+        }
+    }
+
+    fn line(&mut self) -> String {
+        use std::io::{BufRead, Write};
+        self.w.flush().unwrap();
+        let mut s = String::new();
+        self.r.read_line(&mut s).unwrap();
+        s.trim_end().to_string()
+    }
+
+    /// Reads a bulk-string reply into `out`.
+    fn bulk(&mut self, out: &mut Vec<u8>) {
+        use std::io::Read;
+        let head = self.line();
+        let len: usize = head
+            .strip_prefix('$')
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("expected a bulk string, got {head:?}"));
+        out.resize(len + 2, 0);
+        self.r.read_exact(out).unwrap();
+        out.truncate(len);
+    }
+}
+
+#[test]
+fn redis_server_keeps_every_value_under_a_small_local_limit() {
+    if let Some(why) = unavailable() {
+        eprintln!("skipping: {why}");
+        return;
+    }
+    let Some(redis) = installed("redis-server") else {
+        return;
+    };
+    let port = free_port();
+    let stats = std::env::temp_dir().join(format!("farmem-redis-{}.json", std::process::id()));
+    let mut server = Command::new(farmem())
+        .args(["run", "--local-mem", "48MiB", "--stats-json"])
+        .arg(&stats)
+        .arg("--")
+        .arg(redis)
+        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+        .args(["--save", "", "--appendonly", "no", "--loglevel", "warning"])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut c = Redis::connect(port, std::time::Duration::from_secs(60));
+    // 240k values of 1000 bytes: about 300 MiB in redis, six times the limit.
+    const KEYS: u64 = 240_000;
+    const BATCH: u64 = 2_000;
+    let mut value = Vec::new();
+    for start in (0..KEYS).step_by(BATCH as usize) {
+        for i in start..start + BATCH {
+            redis_value(i, &mut value);
+            c.send(&[b"SET", format!("key:{i}").as_bytes(), &value]);
+        }
+        for _ in 0..BATCH {
+            assert_eq!(c.line(), "+OK");
+        }
+    }
+    let mut got = Vec::new();
+    let mut wrong = 0u64;
+    for start in (0..KEYS).step_by(BATCH as usize) {
+        for i in start..start + BATCH {
+            c.send(&[b"GET", format!("key:{i}").as_bytes()]);
+        }
+        for i in start..start + BATCH {
+            c.bulk(&mut got);
+            redis_value(i, &mut value);
+            if got != value {
+                wrong += 1;
+            }
+        }
+    }
+    assert_eq!(wrong, 0, "values read back differently");
+    c.send(&[b"SHUTDOWN", b"NOSAVE"]);
+    let _ = c.line();
+    let status = server.wait().unwrap();
+    assert_eq!(status.code(), Some(0));
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
+    let _ = std::fs::remove_file(&stats);
+    let total = &report["total"];
+    let far_peak = report["processes"][0]["far_bytes_peak"]
+        .as_u64()
+        .unwrap_or(0);
+    // Most of the data set lived in far memory and went through eviction.
+    assert!(far_peak >= 200 << 20, "{report}");
+    assert!(
+        total["bytes_written_back"].as_u64().unwrap() > 100 << 20,
+        "{report}"
+    );
+    assert_eq!(total["writeback_errors"].as_u64(), Some(0), "{report}");
+}
+
+/// Builds, indexes and queries a table several times the local limit, all
+/// in sqlite's page cache (one large allocation, `-pagecache`).
+const SQLITE_SCRIPT: &str = "
+CREATE TABLE t(id INTEGER PRIMARY KEY, k INTEGER, name TEXT, payload TEXT);
+WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 200000)
+INSERT INTO t SELECT x, (x * 7919) % 1000003, printf('name-%07d', (x * 104729) % 200000),
+    printf('%.*c', 200, char(65 + x % 26)) FROM c;
+CREATE INDEX t_k ON t(k);
+CREATE INDEX t_name ON t(name);
+SELECT count(*), sum(k), total(length(payload)) FROM t;
+SELECT id, k, name FROM t WHERE k BETWEEN 5000 AND 5600 ORDER BY k;
+SELECT substr(payload, 1, 1) AS g, count(*), sum(k), min(name) FROM t GROUP BY g ORDER BY g;
+SELECT name, id FROM t ORDER BY name LIMIT 5 OFFSET 100000;
+UPDATE t SET payload = upper(name) WHERE id % 3 = 0;
+SELECT count(*), sum(length(payload)) FROM t WHERE payload LIKE 'NAME-%';
+PRAGMA page_count;
+PRAGMA integrity_check;
+";
+
+#[test]
+fn sqlite_results_match_a_run_without_farmem() {
+    if let Some(why) = unavailable() {
+        eprintln!("skipping: {why}");
+        return;
+    }
+    let Some(sqlite) = installed("sqlite3") else {
+        return;
+    };
+    let run = |far: bool| {
+        use std::io::Write;
+        let mut cmd = if far {
+            let mut c = Command::new(farmem());
+            c.args(["run", "--local-mem", "16MiB", "--"]).arg(&sqlite);
+            c
+        } else {
+            Command::new(&sqlite)
+        };
+        let mut child = cmd
+            .args(["-pagecache", "4400", "40000", ":memory:"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(SQLITE_SCRIPT.as_bytes())
+            .unwrap();
+        child.wait_with_output().unwrap()
+    };
+    let local = run(false);
+    assert!(local.status.success(), "{local:?}");
+    let far = run(true);
+    let stderr = String::from_utf8_lossy(&far.stderr);
+    assert_eq!(far.status.code(), Some(0), "{stderr}");
+    assert_eq!(
+        String::from_utf8_lossy(&far.stdout),
+        String::from_utf8_lossy(&local.stdout)
+    );
+    let out = String::from_utf8_lossy(&local.stdout);
+    // The database really is larger than the local limit (4 KiB pages).
+    let pages: u64 = out.lines().rev().nth(1).unwrap().parse().unwrap();
+    assert!(pages * 4096 > 2 * (16 << 20), "{pages} pages");
+    assert!(out.ends_with("ok\n"));
+    // farmem's summary says the page cache went far.
+    assert!(stderr.contains("far memory used"), "{stderr}");
+}

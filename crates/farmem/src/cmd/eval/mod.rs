@@ -13,8 +13,10 @@ use farmem_workloads::Scale;
 
 use super::Outcome;
 
-/// Every evaluation: name, what it reproduces, entry point.
-const EVALS: &[(&str, &str, fn(Args) -> Outcome)] = &[
+/// An evaluation: name, what it reproduces, entry point.
+type Eval = (&'static str, &'static str, fn(Args) -> Outcome);
+
+const EVALS: &[Eval] = &[
     (
         "daemon-fig3",
         "DaeMon Fig. 3: local, remote, cache-line, page-free, cache-line+page",
