@@ -656,6 +656,76 @@ pub fn ycsb_b<S: Sink + ?Sized>(sink: &mut S, p: &Params) {
     kv(sink, p, 1 << 16, 1024, 1 << 20, 0.95, 100, true)
 }
 
+/// Facebook ETC-like Memcached mix (Atikoglu et al., SIGMETRICS'12, as
+/// UniMem §4.1 runs it through Mutilate): 30:1 get:set, skewed key
+/// popularity (Zipf 0.9, scrambled), values of mixed sizes, mostly small
+/// (slab classes 64 B … 4 KiB, mean ~370 B). The hash bucket holds the
+/// item's location, so a lookup reads buckets and then the value.
+pub fn etc<S: Sink + ?Sized>(sink: &mut S, p: &Params) {
+    // (size, cumulative percent) of the value-size classes.
+    const CLASSES: [(u64, u32); 6] = [
+        (64, 30),
+        (128, 55),
+        (256, 75),
+        (512, 90),
+        (1024, 97),
+        (4096, 100),
+    ];
+    let keys = p.count(1 << 17);
+    let mut rng = SmallRng::seed_from_u64(p.seed ^ 0xe7c);
+    let mut offsets = Vec::with_capacity(keys as usize + 1);
+    let mut total = 0u64;
+    for _ in 0..keys {
+        offsets.push(total);
+        let r = rng.gen_range(0..100u32);
+        let size = CLASSES.iter().find(|c| r < c.1).map_or(64, |c| c.0);
+        total += size;
+    }
+    offsets.push(total);
+    let mut space = Space::default();
+    let nb = (keys * 2).next_power_of_two();
+    let mut buckets = vec![u64::MAX; nb as usize];
+    for k in 0..keys {
+        let mut b = crate::zipf::fnv64(k) & (nb - 1);
+        while buckets[b as usize] != u64::MAX {
+            b = (b + 1) & (nb - 1);
+        }
+        buckets[b as usize] = k;
+    }
+    let buckets_r = space.alloc("buckets", 8, nb);
+    let values_r = space.alloc("values", 8, total / 8);
+    begin(sink, &space);
+    let mut em = Emitter::new(sink);
+    if em.sink.wants_contents() {
+        em.contents(&buckets_r, &buckets);
+    }
+    let z = Zipf::new(keys, 0.9, true);
+    for _ in 0..p.count(2 << 20) {
+        let key = z.sample(&mut rng);
+        let write = rng.gen_range(0..31u32) == 0;
+        let mut b = crate::zipf::fnv64(key) & (nb - 1);
+        loop {
+            em.ld(&buckets_r, b, 12);
+            let k = buckets[b as usize];
+            if k == key || k == u64::MAX {
+                break;
+            }
+            b = (b + 1) & (nb - 1);
+        }
+        let (start, end) = (offsets[key as usize], offsets[key as usize + 1]);
+        let mut off = start;
+        while off < end {
+            let size = (end - off).min(64) as u16;
+            if write {
+                em.st_bytes(&values_r, off, size, 2);
+            } else {
+                em.ld_bytes(&values_r, off, size, 2);
+            }
+            off += 64;
+        }
+    }
+}
+
 /// Linear regression (Metis `linear_regression`): one streaming pass over
 /// (x, y) points accumulating the five sums, then the closed form.
 pub fn linreg<S: Sink + ?Sized>(sink: &mut S, p: &Params) {

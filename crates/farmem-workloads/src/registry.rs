@@ -49,6 +49,10 @@ pub const WORKLOADS: &[(&str, &str)] = &[
         "linreg",
         "linear regression: one streaming pass over points",
     ),
+    (
+        "etc",
+        "Facebook ETC-like mix: 30:1 get:set, Zipf 0.9, values 64 B-4 KiB",
+    ),
 ];
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -132,6 +136,7 @@ fn dispatch<S: Sink + ?Sized>(name: &str, sink: &mut S, p: &Params) -> Result<()
         "ycsb-a" => kernels::ycsb_a(sink, p),
         "ycsb-b" => kernels::ycsb_b(sink, p),
         "linreg" => kernels::linreg(sink, p),
+        "etc" => kernels::etc(sink, p),
         _ => {
             return Err(WorkloadError::Unknown {
                 name: name.to_string(),
@@ -150,6 +155,7 @@ fn default_footprint(name: &str) -> u64 {
         "linreg" => 96 << 20,
         "kv-uniform" => 72 << 20,
         "ycsb-a" | "ycsb-b" => 65 << 20,
+        "etc" => 50 << 20,
         "spmv" => 50 << 20,
         "nw" => 64 << 20,
         "tc" => 3 << 20,
