@@ -310,6 +310,10 @@ pub enum Dir {
 pub trait Link: Send {
     /// Sends `bytes` (payload and header) at `now`; returns the arrival time.
     fn send(&mut self, dir: Dir, now: Time, bytes: u64) -> Time;
+    /// Accounts `bytes` carried from `start` by a transfer the caller
+    /// scheduled itself (DaeMon's partitioned link): utilization and byte
+    /// counters only, the FIFO order is untouched.
+    fn record(&mut self, dir: Dir, start: Time, bytes: u64);
     /// Fraction of `sim_time_ns` the direction was busy.
     fn utilization(&self, dir: Dir, sim_time_ns: f64) -> f64;
     fn report(&self, prefix: &str, sim_time_ns: f64, out: &mut Stats);
@@ -375,6 +379,14 @@ impl Link for FifoLink {
         self.packets[d] += 1;
         self.bin(d, start, end);
         end + self.switch
+    }
+    fn record(&mut self, dir: Dir, start: Time, bytes: u64) {
+        let d = dir as usize;
+        let xfer = bytes as f64 * self.ns_per_byte;
+        self.busy[d] += xfer;
+        self.bytes[d] += bytes;
+        self.packets[d] += 1;
+        self.bin(d, start, start + xfer);
     }
     fn utilization(&self, dir: Dir, t: f64) -> f64 {
         self.busy[dir as usize] / t.max(1e-9)

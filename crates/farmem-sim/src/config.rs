@@ -47,6 +47,23 @@ pub struct DaemonSimConfig {
     /// `daemon`); its `selection` is the scheme's, whatever is set here.
     #[serde(default)]
     pub compute: EngineConfig,
+    /// What an idle partition slot costs (§4.1): `lend` (default) lets the
+    /// other class use it, `hold` keeps the link for the slot's nominal
+    /// transfer (docs/daemon.md: why lend).
+    #[serde(default)]
+    pub idle_slots: IdleSlots,
+}
+
+/// §4.1's "requests may be not issued in all cycles", two readings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum IdleSlots {
+    /// Each class keeps its share even when it has nothing to send.
+    Hold,
+    /// A class with nothing in service lends its share to the other (an
+    /// idle slot costs one controller cycle).
+    #[default]
+    Lend,
 }
 
 impl Default for DaemonSimConfig {
@@ -54,6 +71,7 @@ impl Default for DaemonSimConfig {
         Self {
             codec: CodecKind::Lz,
             compute: EngineConfig::default(),
+            idle_slots: IdleSlots::default(),
         }
     }
 }

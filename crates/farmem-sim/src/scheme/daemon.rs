@@ -3,18 +3,17 @@
 //! `daemon`, §4.1–4.3).
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::{BinaryHeap, HashMap, VecDeque};
 
 use farmem_codec::CodecKind;
 use farmem_core::{CACHE_LINE, PAGE_SIZE};
 use farmem_policy::daemon::{
-    ComputeEngine, DirtyAction, EngineConfig, Issue, LineDecision, PageArrival, PageDecision,
-    Selection,
+    ComputeEngine, DirtyAction, EngineConfig, LineDecision, PageArrival, PageDecision, Selection,
 };
 
 use super::{Scheme, SchemeEntry};
 use crate::components::Dir;
-use crate::config::Config;
+use crate::config::{Config, IdleSlots};
 use crate::machine::Machine;
 use crate::stats::Stats;
 use crate::{LINES_PER_PAGE, Time};
@@ -193,37 +192,116 @@ pub enum DaemonMode {
 /// Non-negative f64 bits order like the numbers.
 type Arrival = Reverse<(u64, u8, u64, u8)>;
 
+/// Index of a traffic class in [`Path`] and [`Timing::share`].
+const LINE: usize = 0;
+const PAGE: usize = 1;
+
+/// The partitioned data path to one memory node (§4.1): the node's memory
+/// bus and the link's data direction, each split into a line share and a
+/// page share. Each share is a FIFO server at its fraction of the
+/// bandwidth (`busy_until` per class), so a page never delays a line and
+/// each class keeps its share whether or not the other uses it (§4.1's
+/// idle slots, in the fluid limit).
+#[derive(Debug, Clone, Copy, Default)]
+struct Path {
+    bus: [Time; 2],
+    link: [Time; 2],
+}
+
+/// Fixed costs of the path, from the config.
+#[derive(Debug, Clone, Copy)]
+struct Timing {
+    link_ns_per_byte: f64,
+    bus_ns_per_byte: f64,
+    switch_ns: f64,
+    header: u64,
+    dram_ns: f64,
+    translation: bool,
+    /// Fraction of each resource reserved for [lines, pages].
+    share: [f64; 2],
+    /// `daemon.idle_slots = lend`: a class may use the other's share while
+    /// the other has nothing in service (§4.1 read as "an idle slot costs
+    /// one controller cycle").
+    lend: bool,
+}
+
+impl Timing {
+    fn new(cfg: &Config, partitioner: &farmem_policy::daemon::BandwidthPartitioner) -> Self {
+        // Reserved share exactly as the partitioner's rounded pattern gives
+        // it (21 lines per page at 25%).
+        let line_share = match partitioner.lines_per_page() {
+            Some(n) => {
+                let l = n * partitioner.slot_bytes(farmem_policy::daemon::Class::Line);
+                l as f64 / partitioner.period_bytes() as f64
+            }
+            None => 1.0,
+        };
+        // A page share of zero would never move a page; 1/64 keeps the
+        // 100%-lines corner finite (it is not a paper configuration).
+        let line_share = line_share.clamp(1.0 / 64.0, 63.0 / 64.0);
+        Self {
+            link_ns_per_byte: 1.0 / (cfg.link.base_gbps * cfg.link.bw_factor),
+            bus_ns_per_byte: 1.0 / cfg.remote.bw_gbps,
+            switch_ns: cfg.link.switch_ns,
+            header: cfg.link.header_bytes as u64,
+            dram_ns: cfg.remote.latency_ns,
+            translation: cfg.remote.translation,
+            share: [line_share, 1.0 - line_share],
+            lend: cfg.daemon.idle_slots == IdleSlots::Lend,
+        }
+    }
+}
+
+/// One FIFO share of a partitioned resource: returns (start, end) of a
+/// transfer of `ns_full` (its time at the whole bandwidth) ready at `t`.
+fn serve(busy: &mut [Time; 2], class: usize, t: Time, ns_full: f64, t_: &Timing) -> (Time, Time) {
+    let start = t.max(busy[class]);
+    // Lending: the other class has nothing in service, so its slots are
+    // free for this transfer.
+    let share = if t_.lend && busy[1 - class] <= start {
+        1.0
+    } else {
+        t_.share[class]
+    };
+    let end = start + ns_full / share;
+    busy[class] = end;
+    (start, end)
+}
+
 /// DaeMon's compute engine (`farmem_policy::daemon::ComputeEngine`) driven
-/// in virtual time. The simulator is not event-driven (a miss returns its
-/// completion time at once), so the queue controller runs synchronously:
-/// a miss is given to the engine, then every queued request is issued at
-/// once in the partitioner's order, its reply charged on the page's link;
-/// an idle slot holds that link for the slot's nominal size (`Issue::Idle`).
-/// Replies are applied to the engine (releasing buffer entries, installing
-/// pages in local memory) when simulated time passes their arrival, before
-/// the next miss or writeback. A page is only resident once it arrived, so
-/// misses to an inflight page go through the selection unit (§4.2).
+/// in virtual time, with the memory engine's partitioned bus (§4.1).
 ///
-/// Consequence of issuing at once: the page queue is empty after every
-/// miss, so §4.2's "send the line while its page still waits in the page
-/// queue" never applies and PQ drops every line of an inflight page; queues
-/// only build up under an event-driven queue controller (issue when the
-/// link frees), the next step.
+/// The simulator is not event-driven (a miss returns its completion time
+/// at once), so the queue controller is modelled by when each request may
+/// leave its queue: a request enters its class's share of the bus and of
+/// the link ([`Path`]); the time it waits there for its share is the time
+/// it spends in the engine's queue. The engine is told a request left its
+/// queue (`pop_line` / `pop_page`) when simulated time passes that moment,
+/// and replies are applied (releasing buffer entries, installing pages)
+/// when time passes their arrival, both before the next miss or
+/// writeback. So a later miss sees its page still in the page queue while
+/// earlier pages hold the page share, and §4.2's "send the line while its
+/// page still waits" applies; full queues and buffers refuse requests as
+/// in hardware (PQ's throttled page migrations, §6.3).
 ///
-/// Not modelled yet: the memory engine's partitioned memory bus (the node's
-/// DRAM is a FIFO as for every scheme), and the idle slot's link when
-/// pages sit on several memory nodes (it is charged to the missing page's).
+/// Dirty writebacks and request packets travel up the link's FIFO
+/// direction, as for every scheme (the paper puts them in neither queue).
 pub struct Daemon {
     mode: DaemonMode,
     engine: ComputeEngine,
     /// Page sizes on the link (`daemon` only).
     lc: Option<LinkCompression>,
+    timing: Option<Timing>,
+    paths: Vec<Path>,
     pending: BinaryHeap<Arrival>,
+    /// When each queued request leaves its queue, in queue order.
+    line_queue: VecDeque<(Time, u64, u8)>,
+    page_queue: VecDeque<(Time, u64)>,
     /// When each inflight page / line arrives.
     page_at: HashMap<u64, Time>,
     line_at: HashMap<(u64, u8), Time>,
-    idle_slots: u64,
     stalls: u64,
+    queue_wait_ns: [f64; 2],
 }
 
 impl Daemon {
@@ -241,12 +319,93 @@ impl Daemon {
             // The paper's defaults always validate.
             engine: ComputeEngine::new(config).expect("default DaeMon engine config is valid"),
             lc: (mode == DaemonMode::Daemon).then(LinkCompression::default),
+            timing: None,
+            paths: Vec::new(),
             pending: BinaryHeap::new(),
+            line_queue: VecDeque::new(),
+            page_queue: VecDeque::new(),
             page_at: HashMap::new(),
             line_at: HashMap::new(),
-            idle_slots: 0,
             stalls: 0,
+            queue_wait_ns: [0.0; 2],
         }
+    }
+
+    fn timing(&mut self, m: &Machine) -> Timing {
+        if let Some(t) = self.timing {
+            return t;
+        }
+        // Not configured (unit tests that skip `configure`): the preset.
+        let cfg = Config::preset("daemon").expect("the daemon preset is valid");
+        let t = Timing::new(&cfg, self.engine.partitioner());
+        self.timing = Some(t);
+        self.paths = vec![Path::default(); m.links.len()];
+        t
+    }
+
+    /// Sends a request of `class` from the compute node at `now`; returns
+    /// when it leaves the engine's queue and when its reply arrives.
+    #[allow(clippy::too_many_arguments)]
+    fn request(
+        &mut self,
+        m: &mut Machine,
+        node: u16,
+        now: Time,
+        class: usize,
+        dram_bytes: u64,
+        wire_bytes: u64,
+        enc: f64,
+        dec: f64,
+    ) -> (Time, Time) {
+        let t = self.timing(m);
+        let n = node as usize;
+        if self.paths.len() <= n {
+            self.paths.resize(n + 1, Path::default());
+        }
+        let at_node = m.links[n].send(Dir::Up, now, t.header);
+        let looked_up = at_node + if t.translation { t.dram_ns } else { 0.0 };
+        let path = &mut self.paths[n];
+        let (bus_start, bus_end) = serve(
+            &mut path.bus,
+            class,
+            looked_up,
+            dram_bytes as f64 * t.bus_ns_per_byte,
+            &t,
+        );
+        let ready = bus_end + t.dram_ns + enc;
+        let bytes = wire_bytes + t.header;
+        let (link_start, link_end) = serve(
+            &mut path.link,
+            class,
+            ready,
+            bytes as f64 * t.link_ns_per_byte,
+            &t,
+        );
+        m.links[n].record(Dir::Down, link_start, bytes);
+        m.counters.remote_bytes_read += wire_bytes;
+        m.counters.remote_reads += 1;
+        let wait = (bus_start - looked_up) + (link_start - ready);
+        self.queue_wait_ns[class] += wait;
+        (now + wait, link_end + t.switch_ns + dec)
+    }
+
+    fn enqueue_line(&mut self, m: &mut Machine, now: Time, page: u64, offset: u8) {
+        let id = m.pages.id(page);
+        let node = m.node_of(id);
+        let (leave, at) = self.request(m, node, now, LINE, CACHE_LINE, CACHE_LINE, 0.0, 0.0);
+        self.line_queue.push_back((leave, page, offset));
+        self.line_at.insert((page, offset), at);
+        self.pending.push(Reverse((at.to_bits(), 0, page, offset)));
+    }
+
+    fn enqueue_page(&mut self, m: &mut Machine, now: Time, page: u64) {
+        let id = m.pages.id(page);
+        let node = m.node_of(id);
+        let (bytes, enc, dec) = self.page_wire(page);
+        let (leave, at) = self.request(m, node, now, PAGE, PAGE_SIZE, bytes, enc, dec);
+        self.page_queue.push_back((leave, page));
+        self.page_at.insert(page, at);
+        self.pending.push(Reverse((at.to_bits(), 1, page, 0)));
     }
 
     /// Wire bytes and the encode / decode latencies of page `page`.
@@ -260,75 +419,78 @@ impl Daemon {
         }
     }
 
-    /// Issues every queued request at `now` (see the type's doc).
-    fn pump(&mut self, m: &mut Machine, now: Time, link_node: u16) {
-        // Each slot either issues or idles, and the partition's period is
-        // at most 64 lines + 1 page, so this bounds the loop generously.
-        let mut budget = 1 << 20;
-        while self.engine.has_work() && budget > 0 {
-            budget -= 1;
-            match self.engine.issue() {
-                Issue::Line(p, o) => {
-                    let id = m.pages.id(p);
-                    let node = m.node_of(id);
-                    let t = m.remote_read(node, now, CACHE_LINE);
-                    self.line_at.insert((p, o), t);
-                    self.pending.push(Reverse((t.to_bits(), 0, p, o)));
+    /// The time of the next event (a request leaving its queue or a reply
+    /// arriving), if any.
+    fn next_event(&self) -> Option<Time> {
+        [
+            self.line_queue.front().map(|e| e.0),
+            self.page_queue.front().map(|e| e.0),
+            self.pending
+                .peek()
+                .map(|Reverse((b, ..))| f64::from_bits(*b)),
+        ]
+        .into_iter()
+        .flatten()
+        .reduce(f64::min)
+    }
+
+    /// Applies every event up to `now`, in time order.
+    fn drain(&mut self, m: &mut Machine, now: Time) {
+        while let Some(t) = self.next_event().filter(|&t| t <= now) {
+            if let Some(&(lt, p, o)) = self.line_queue.front()
+                && lt == t
+            {
+                self.line_queue.pop_front();
+                // The engine took it out itself if its page arrived first.
+                if self.engine.sub_block_queue().next() == Some((p, o)) {
+                    self.engine.pop_line();
                 }
-                Issue::Page(p) => {
-                    let id = m.pages.id(p);
-                    let node = m.node_of(id);
-                    let (bytes, enc, dec) = self.page_wire(p);
-                    let t = m.remote_read_encoded(node, now, PAGE_SIZE, bytes, enc) + dec;
-                    self.page_at.insert(p, t);
-                    self.pending.push(Reverse((t.to_bits(), 1, p, 0)));
-                }
-                Issue::Idle(class) => {
-                    self.idle_slots += 1;
-                    let bytes = self.engine.partitioner().slot_bytes(class);
-                    m.links[link_node as usize].send(Dir::Down, now, bytes);
-                }
+                continue;
             }
+            if let Some(&(pt, p)) = self.page_queue.front()
+                && pt == t
+            {
+                self.page_queue.pop_front();
+                if self.engine.page_queue().next() == Some(p) {
+                    self.engine.pop_page();
+                }
+                continue;
+            }
+            let Some(Reverse((_, kind, p, o))) = self.pending.pop() else {
+                break;
+            };
+            self.arrive(m, t, kind, p, o);
         }
     }
 
-    /// Applies every reply that arrived by `now`.
-    fn drain(&mut self, m: &mut Machine, now: Time) {
-        while let Some(&Reverse((bits, kind, p, o))) = self.pending.peek() {
-            let t = f64::from_bits(bits);
-            if t > now {
-                break;
-            }
-            self.pending.pop();
-            if kind == 0 {
-                self.line_at.remove(&(p, o));
-                // Delivered or ignored, the LLC was filled when the miss
-                // returned; the engine only releases its entry.
-                self.engine.on_line_arrival(p, o);
-                continue;
-            }
-            self.page_at.remove(&p);
-            let id = m.pages.id(p);
-            match self.engine.on_page_arrival(p) {
-                PageArrival::Installed { merge, .. } => {
-                    m.local_dram.occupy(t, PAGE_SIZE);
-                    let victim = m.install_page(id, t, t);
-                    // Held dirty lines are merged into the page.
-                    m.pages.pages[id as usize].dirty = !merge.is_empty();
-                    if let Some((v, true)) = victim {
-                        let vpage = m.pages.pages[v as usize].page;
-                        let (bytes, enc, _) = self.page_wire(vpage);
-                        m.remote_write_encoded(m.node_of(v), t + enc, PAGE_SIZE, bytes);
-                    }
+    fn arrive(&mut self, m: &mut Machine, t: Time, kind: u8, p: u64, o: u8) {
+        if kind == 0 {
+            self.line_at.remove(&(p, o));
+            // Delivered or ignored, the LLC was filled when the miss
+            // returned; the engine only releases its entry.
+            self.engine.on_line_arrival(p, o);
+            return;
+        }
+        self.page_at.remove(&p);
+        let id = m.pages.id(p);
+        match self.engine.on_page_arrival(p) {
+            PageArrival::Installed { merge, .. } => {
+                m.local_dram.occupy(t, PAGE_SIZE);
+                let victim = m.install_page(id, t, t);
+                // Held dirty lines are merged into the page.
+                m.pages.pages[id as usize].dirty = !merge.is_empty();
+                if let Some((v, true)) = victim {
+                    let vpage = m.pages.pages[v as usize].page;
+                    let (bytes, enc, _) = self.page_wire(vpage);
+                    m.remote_write_encoded(m.node_of(v), t + enc, PAGE_SIZE, bytes);
                 }
-                PageArrival::Discarded { rerequested } => {
-                    if rerequested {
-                        let node = m.node_of(id);
-                        self.pump(m, t, node);
-                    }
-                }
-                PageArrival::Unexpected => {}
             }
+            PageArrival::Discarded { rerequested } => {
+                if rerequested {
+                    self.enqueue_page(m, t, p);
+                }
+            }
+            PageArrival::Unexpected => {}
         }
     }
 }
@@ -354,6 +516,8 @@ impl Scheme for Daemon {
         if let Ok(engine) = ComputeEngine::new(config) {
             self.engine = engine;
         }
+        self.timing = Some(Timing::new(cfg, self.engine.partitioner()));
+        self.paths = vec![Path::default(); cfg.remote.nodes as usize];
     }
 
     fn wants_contents(&self) -> bool {
@@ -376,21 +540,27 @@ impl Scheme for Daemon {
             m.counters.local_hits += 1;
             return m.local_dram.access(now.max(ready), CACHE_LINE, false);
         }
-        m.counters.local_misses += 1;
         let mut now = now;
-        // A stalled miss (both buffers full) retries after the next reply.
-        for _ in 0..1024 {
+        // A stalled miss (queues or buffers full) retries after the next
+        // event; the bound only guards against a bug looping forever.
+        for _ in 0..100_000 {
             let Ok(action) = self.engine.on_miss(page, offset, write) else {
                 // Unreachable with 64 lines per page; serve it as a line.
+                m.counters.local_misses += 1;
                 return m.remote_read(node, now, CACHE_LINE);
             };
             if action.line == LineDecision::HeldDirty {
                 // The dirty buffer has the newest copy, at the compute node.
+                m.counters.local_hits += 1;
                 return now;
             }
-            self.pump(m, now, node);
-            let line_t = self.line_at.get(&(page, offset)).copied();
-            let page_t = self.page_at.get(&page).copied();
+            // The critical line's request goes up first.
+            if action.line == LineDecision::Sent {
+                self.enqueue_line(m, now, page, offset);
+            }
+            if action.page == PageDecision::Scheduled {
+                self.enqueue_page(m, now, page);
+            }
             let line_wait = matches!(
                 action.line,
                 LineDecision::Sent | LineDecision::AlreadyInflight
@@ -399,24 +569,40 @@ impl Scheme for Daemon {
                 action.page,
                 PageDecision::Scheduled | PageDecision::AlreadyInflight
             ) || action.line == LineDecision::Dropped;
-            let t = [line_t.filter(|_| line_wait), page_t.filter(|_| page_wait)]
-                .into_iter()
-                .flatten()
-                .reduce(f64::min);
-            if let Some(t) = t {
-                return t;
+            let line_t = self.line_at.get(&(page, offset)).copied();
+            let page_t = self.page_at.get(&page).copied();
+            let line_t = line_t.filter(|_| line_wait);
+            let page_t = page_t.filter(|_| page_wait);
+            // Served by the page (local memory, as `remote` counts a miss to
+            // an arriving page) or by the line (remote memory).
+            match (line_t, page_t) {
+                (Some(l), Some(p)) if p <= l => {
+                    m.counters.local_hits += 1;
+                    return p;
+                }
+                (None, Some(p)) => {
+                    m.counters.local_hits += 1;
+                    return p;
+                }
+                (Some(l), _) => {
+                    m.counters.local_misses += 1;
+                    return l;
+                }
+                (None, None) => {}
             }
             self.stalls += 1;
-            let Some(&Reverse((bits, ..))) = self.pending.peek() else {
+            let Some(next) = self.next_event() else {
                 break;
             };
-            now = now.max(f64::from_bits(bits));
+            now = now.max(next);
             self.drain(m, now);
             if let Some(ready) = m.local_lookup(id, now) {
+                m.counters.local_hits += 1;
                 return m.local_dram.access(now.max(ready), CACHE_LINE, false);
             }
         }
         // Nothing in flight and nothing scheduled: fetch the line directly.
+        m.counters.local_misses += 1;
         m.remote_read(node, now, CACHE_LINE)
     }
 
@@ -445,9 +631,12 @@ impl Scheme for Daemon {
         for (k, v) in [
             ("misses", s.misses),
             ("pages_scheduled", s.pages_scheduled),
+            ("pages_buffer_full", s.pages_buffer_full),
             ("lines_sent", s.lines_sent),
             ("lines_dropped", s.lines_dropped),
+            ("lines_buffer_full", s.lines_buffer_full),
             ("lines_issued", s.lines_issued),
+            ("lines_unqueued", s.lines_unqueued),
             ("pages_issued", s.pages_issued),
             ("lines_delivered", s.lines_delivered),
             ("lines_ignored", s.lines_ignored),
@@ -455,14 +644,23 @@ impl Scheme for Daemon {
             ("pages_discarded", s.pages_discarded),
             ("dirty_held", s.dirty_held),
             ("throttles", s.throttles),
-            ("idle_slots", self.idle_slots),
             ("stalls", self.stalls),
         ] {
             out.put(n, k, v as f64);
         }
+        out.put(n, "line_queue_wait_ns", self.queue_wait_ns[LINE]);
+        out.put(n, "page_queue_wait_ns", self.queue_wait_ns[PAGE]);
+        if let Some(t) = &self.timing {
+            out.put(n, "line_share", t.share[LINE]);
+        }
         if let Some(lc) = &self.lc {
             out.put(n, "wire_bytes", lc.wire_bytes as f64);
             out.put(n, "raw_bytes", lc.raw_bytes as f64);
+            out.put(
+                n,
+                "compression_ratio",
+                lc.raw_bytes as f64 / lc.wire_bytes.max(1) as f64,
+            );
         }
     }
 }
