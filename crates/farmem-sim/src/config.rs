@@ -52,6 +52,15 @@ pub struct DaemonSimConfig {
     /// transfer (docs/daemon.md: why lend).
     #[serde(default)]
     pub idle_slots: IdleSlots,
+    /// The codec streams (§4.4: LZ works on 1 KB at a time, FPC-BDI and
+    /// FVE on a line), so only one unit's latency shows at each end;
+    /// `false` compresses the whole page before sending it.
+    #[serde(default = "yes")]
+    pub codec_pipeline: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// §4.1's "requests may be not issued in all cycles", two readings.
@@ -72,6 +81,7 @@ impl Default for DaemonSimConfig {
             codec: CodecKind::Lz,
             compute: EngineConfig::default(),
             idle_slots: IdleSlots::default(),
+            codec_pipeline: true,
         }
     }
 }

@@ -128,17 +128,22 @@ fn lc_charges_codec_latency_per_page() {
     let mut b = ConfigBuilder::preset("daemon").unwrap();
     b.set("daemon.codec", "lz").unwrap();
     let freq = b.build().unwrap().core.freq_ghz;
-    let codec_ns = CodecKind::Lz.codec().latency_ns(PAGE as usize, freq);
-    assert!(codec_ns > 0.0);
-    let lc = run("lc", &sets, &path);
-    assert_eq!(stat(&lc, "lc.codec_ns"), codec_ns);
-    // Versus remote: the codec twice, minus the link time the compression
-    // saves (link bandwidth 17 GB/s × 1/4 = 4.25 bytes/ns).
     let remote = run("remote", &[], &path);
     let zero = CodecKind::Lz.codec().compressed_len(&[0u8; PAGE as usize]) as f64;
-    let expect = 2.0 * codec_ns - (PAGE as f64 - zero) / 4.25;
-    let got = lc.sim_time_ns - remote.sim_time_ns;
-    assert!((got - expect).abs() < 1e-6, "{got} vs {expect}");
+    // Streaming (default) exposes one 1 KB unit per end (§4.4: 64 cycles);
+    // without, the whole page (256 cycles).
+    for (pipeline, unit) in [("true", 1024), ("false", PAGE as usize)] {
+        let codec_ns = CodecKind::Lz.codec().latency_ns(unit, freq);
+        assert!(codec_ns > 0.0);
+        let lc = run("lc", &[sets[0], ("daemon.codec_pipeline", pipeline)], &path);
+        assert_eq!(stat(&lc, "lc.codec_ns"), codec_ns);
+        // Versus remote: the codec twice, minus the link time the
+        // compression saves (link bandwidth 17 GB/s × 1/4 = 4.25 bytes/ns).
+        let expect = 2.0 * codec_ns - (PAGE as f64 - zero) / 4.25;
+        let got = lc.sim_time_ns - remote.sim_time_ns;
+        assert!((got - expect).abs() < 1e-6, "{got} vs {expect}");
+    }
+    assert_eq!(CodecKind::Lz.codec().latency_ns(1024, freq), 64.0 / freq);
     // With `none` the codec adds nothing and the page is sent raw.
     let none = run("lc", &[("daemon.codec", "none")], &path);
     assert_eq!(none.remote_bytes_read, PAGE);

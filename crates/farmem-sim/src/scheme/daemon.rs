@@ -106,10 +106,18 @@ impl Scheme for LinkCompression {
 
     fn configure(&mut self, cfg: &Config) {
         self.codec = cfg.daemon.codec;
+        // Streaming, the link carries one unit while the next is coded, so
+        // one unit's latency shows at each end (the codec outruns any link
+        // here: 1 KB per 64 cycles).
+        let unit = match (cfg.daemon.codec_pipeline, self.codec) {
+            (false, _) => PAGE_SIZE,
+            (true, CodecKind::Lz) => 1024,
+            (true, _) => CACHE_LINE,
+        };
         self.codec_ns = self
             .codec
             .codec()
-            .latency_ns(PAGE_SIZE as usize, cfg.core.freq_ghz);
+            .latency_ns(unit as usize, cfg.core.freq_ghz);
     }
 
     fn wants_contents(&self) -> bool {
