@@ -229,6 +229,38 @@ mod tests {
     }
 
     #[test]
+    fn dirty_victims_are_reported_for_write_back() {
+        // The owner keeps dirty bits; every victim the policy names is one
+        // it can write back, and the active list is never a victim source
+        // while anything is inactive.
+        let mut q = TwoQ::new(3);
+        let mut dirty = std::collections::HashSet::new();
+        let mut written_back = Vec::new();
+        for (b, write) in [
+            (1, true),
+            (2, false),
+            (1, false),
+            (3, true),
+            (4, false),
+            (5, false),
+        ] {
+            if let Access::Miss { evicted: Some(v) } = q.access(b, 0)
+                && dirty.remove(&v)
+            {
+                written_back.push(v);
+            }
+            if write {
+                dirty.insert(b);
+            }
+        }
+        // 1 was promoted (active, dirty) and survives; 2 (clean) then 3
+        // (dirty) leave from the inactive tail.
+        assert_eq!(lists(&q), (vec![1], vec![5, 4]));
+        assert_eq!(written_back, vec![3]);
+        assert_eq!(dirty.into_iter().collect::<Vec<_>>(), vec![1]);
+    }
+
+    #[test]
     fn removal_rebalances() {
         let mut q = TwoQ::new(4);
         for b in 1..=4 {

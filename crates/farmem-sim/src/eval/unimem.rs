@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use super::Check;
+use super::figure::{BarChart, LineChart, Series};
 
 /// The systems compared (§4.1), in the paper's order.
 pub const SYSTEMS: &[&str] = &["kona", "kona-pc", "srrb-4sc", "unimem-nopromote", "unimem"];
@@ -444,6 +445,137 @@ pub fn summarize(points: &[Point]) -> UniMemEval {
     }
 }
 
+fn row(g: &Grid, outer: &str, w: &str, xs: &[String]) -> Vec<f64> {
+    xs.iter()
+        .map(|x| get(g, outer, w, x).unwrap_or(f64::NAN))
+        .collect()
+}
+
+/// A sweep (metric → workload → x) as one line per workload.
+fn sweep_chart(g: &Grid, metric: &str, title: &str, x_label: &str, xs: &[String]) -> LineChart {
+    LineChart {
+        title: title.into(),
+        x_label: x_label.into(),
+        y_label: metric.into(),
+        x: xs.to_vec(),
+        series: g
+            .get(metric)
+            .into_iter()
+            .flatten()
+            .map(|(w, _)| Series::new(w.clone(), row(g, metric, w, xs)))
+            .collect(),
+        reference: None,
+    }
+}
+
+/// The figures as (file name, SVG): per workload (and the mixed run) AMAT
+/// and data amplification over cache sizes, one line per system (Fig. 9,
+/// 10, 11); the 10% point of every workload as bars; the block-size,
+/// host-share and list-pair sweeps (Fig. 12, 13, 14).
+pub fn figures(e: &UniMemEval) -> Vec<(String, String)> {
+    let pcs: Vec<String> = CACHE_PERCENTS.iter().map(|p| p.to_string()).collect();
+    let x_pct: Vec<String> = pcs.iter().map(|p| format!("{p}%")).collect();
+    let mut workloads: Vec<String> = Vec::new();
+    for m in e.amat_miss_ns.values() {
+        for w in m.keys() {
+            if !workloads.contains(w) {
+                workloads.push(w.clone());
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for w in &workloads {
+        let fig = if w == MIXED { "fig11" } else { "fig09-10" };
+        for (metric, g, label) in [
+            ("amat", &e.amat_miss_ns, "AMAT over LLC misses (ns)"),
+            ("da", &e.data_amplification, "remote bytes / working set"),
+        ] {
+            let c = LineChart {
+                title: format!("{w}: {label} by local cache size"),
+                x_label: "local cache, % of working set".into(),
+                y_label: label.into(),
+                x: x_pct.clone(),
+                series: SYSTEMS
+                    .iter()
+                    .filter(|s| g.get(**s).is_some_and(|m| m.contains_key(w)))
+                    .map(|s| Series::new(*s, row(g, s, w, &pcs)))
+                    .collect(),
+                reference: None,
+            };
+            out.push((format!("{fig}_{metric}_{w}.svg"), c.to_svg()));
+        }
+    }
+    for (metric, g, label) in [
+        ("amat", &e.amat_miss_ns, "AMAT over LLC misses (ns)"),
+        ("da", &e.data_amplification, "remote bytes / working set"),
+    ] {
+        let c = BarChart {
+            title: format!("{label} at 10% local cache"),
+            y_label: label.into(),
+            groups: workloads.clone(),
+            series: SYSTEMS
+                .iter()
+                .map(|s| {
+                    Series::new(
+                        *s,
+                        workloads
+                            .iter()
+                            .map(|w| get(g, s, w, "10").unwrap_or(f64::NAN))
+                            .collect(),
+                    )
+                })
+                .collect(),
+            reference: None,
+        };
+        out.push((format!("at10_{metric}.svg"), c.to_svg()));
+    }
+    let xs = |xs: &[String]| xs.to_vec();
+    let blocks: Vec<String> = BLOCK_SIZES.iter().map(|b| b.to_string()).collect();
+    let hosts: Vec<String> = HOST_SHARES.iter().map(|h| h.to_string()).collect();
+    let pairs: Vec<String> = PAIRS.iter().map(|p| p.to_string()).collect();
+    for (fig, g, what, x_label, x) in [
+        (
+            "fig12",
+            &e.block_size,
+            "block size, unimem-nopromote, 10%",
+            "block bytes",
+            xs(&blocks),
+        ),
+        (
+            "fig13",
+            &e.host_share,
+            "host share, unimem, 10%",
+            "host memory, % of local",
+            xs(&hosts),
+        ),
+        (
+            "fig14",
+            &e.pairs,
+            "list pairs, unimem, 10%",
+            "active/inactive list pairs",
+            xs(&pairs),
+        ),
+    ] {
+        if g.is_empty() {
+            continue;
+        }
+        // Only the x values some workload has (the quick grid has fewer).
+        let x: Vec<String> = x
+            .into_iter()
+            .filter(|v| {
+                g.values()
+                    .flat_map(|m| m.values())
+                    .any(|r| r.contains_key(v))
+            })
+            .collect();
+        for (metric, short) in [("amat_miss_ns", "amat"), ("data_amplification", "da")] {
+            let c = sweep_chart(g, metric, &format!("{metric} by {what}"), x_label, &x);
+            out.push((format!("{fig}_{short}.svg"), c.to_svg()));
+        }
+    }
+    out
+}
+
 /// The points as CSV, one line each.
 pub fn csv(points: &[Point]) -> String {
     let mut s = String::from(
@@ -491,6 +623,8 @@ mod tests {
             // kona 500, kona-pc 400, srrb 486, nopromote 300, unimem 250 (×size factor)
             let base = [500.0, 400.0, 486.0, 300.0, 250.0][i];
             let da = [20.0, 13.0, 20.0, 3.0, 2.5][i];
+            // linreg: flat, only the translation differs.
+            let lin = if *s == "srrb-4sc" { 1000.0 } else { 1014.0 };
             for (j, pc) in CACHE_PERCENTS.iter().enumerate() {
                 let f = 1.0 + j as f64;
                 v.push(pt(
@@ -506,7 +640,7 @@ mod tests {
                     s,
                     "linreg",
                     &pc.to_string(),
-                    1000.0 + j as f64,
+                    lin + j as f64,
                     1.0,
                 ));
             }
@@ -564,6 +698,33 @@ mod tests {
         assert_eq!(srrb.measured, 0.8);
         assert!(!by("linreg").pass);
         assert!(by("unimem AMAT").pass);
+    }
+
+    #[test]
+    fn figures_cover_every_workload_and_sweep() {
+        let mut v = paper_shaped();
+        v.push(pt(Experiment::Pairs, "unimem", "pr", "1", 100.0, 2.0));
+        let figs = figures(&summarize(&v));
+        let names: Vec<&str> = figs.iter().map(|f| f.0.as_str()).collect();
+        for n in [
+            "fig09-10_amat_ycsb-b.svg",
+            "fig09-10_da_linreg.svg",
+            "at10_amat.svg",
+            "fig14_amat.svg",
+            "fig14_da.svg",
+        ] {
+            assert!(names.contains(&n), "{n} missing from {names:?}");
+        }
+        // No block-size or host-share points: no such figures.
+        assert!(
+            !names
+                .iter()
+                .any(|n| n.starts_with("fig12") || n.starts_with("fig13"))
+        );
+        assert!(
+            figs.iter()
+                .all(|f| f.1.starts_with("<svg") || f.1.contains("<svg"))
+        );
     }
 
     #[test]

@@ -274,6 +274,8 @@ pub struct UniMemScheme {
     tiers: Option<Tiers>,
     dirty_blocks: FxHashSet<u64>,
     dirty_pages: FxHashSet<u64>,
+    /// Host pages accessed since the last promotion scan.
+    host_referenced: FxHashSet<u64>,
     n: Counts,
 }
 
@@ -288,6 +290,7 @@ impl UniMemScheme {
             tiers: None,
             dirty_blocks: FxHashSet::default(),
             dirty_pages: FxHashSet::default(),
+            host_referenced: FxHashSet::default(),
             n: Counts::default(),
         };
         s.set_block();
@@ -371,8 +374,10 @@ impl UniMemScheme {
             if let Device::Filter(f) = &mut t.device
                 && f.len() >= f.capacity()
             {
-                // Batched eviction ahead of demand (§3.2).
-                victims = f.evict_batch(f.batch(), now as u64);
+                // Batched eviction ahead of demand (§3.2), at most 1/32 of
+                // the cache so a small cache is not emptied by one batch.
+                let n = f.batch().min((f.capacity() / 32).max(1));
+                victims = f.evict_batch(n, now as u64);
             }
             victims.extend(t.device.policy().insert(block, now as u64));
         }
@@ -397,13 +402,31 @@ impl UniMemScheme {
         }
         t.since_scan = 0;
         let ranked = pr.rank(&*f, pr.pages_of(f.active_blocks()));
-        let limit = (pr.config().batch_pages as usize).min(host.capacity());
-        let pages: Vec<u64> = ranked.iter().take(limit).map(|s| s.page).collect();
-        if pages.is_empty() {
-            return 0.0;
-        }
-        let mut missing = 0u64;
+        let want = ranked.len().min(pr.config().batch_pages as usize);
+        // Room: free host pages, then host pages nobody touched during the
+        // whole last interval (inactive tail first), so a promotion never
+        // displaces a page in use (module docs).
+        let free = host.capacity().saturating_sub(host.len());
         let mut host_victims = Vec::new();
+        if want > free {
+            let mut cold: Vec<u64> = host.inactive();
+            cold.reverse();
+            let mut act = host.active();
+            act.reverse();
+            cold.extend(act);
+            for p in cold
+                .into_iter()
+                .filter(|p| !self.host_referenced.contains(p))
+                .take(want - free)
+            {
+                host.remove(p);
+                host_victims.push(p);
+            }
+        }
+        self.host_referenced.clear();
+        let room = free + host_victims.len();
+        let pages: Vec<u64> = ranked.iter().take(want.min(room)).map(|s| s.page).collect();
+        let mut missing = 0u64;
         let mut dirty_pages = Vec::new();
         for &page in &pages {
             let mut dirty = false;
@@ -438,7 +461,7 @@ impl UniMemScheme {
         m.counters.remote_reads += missing;
         self.n.promotion_fetches += missing;
         self.n.promoted_pages += n_pages;
-        self.n.promotion_batches += 1;
+        self.n.promotion_batches += u64::from(n_pages > 0);
         let cost = self.cfg.promote_batch_ns * n_pages as f64 / batch_pages;
         self.n.promote_ns += cost;
         cost
@@ -477,6 +500,7 @@ impl Scheme for UniMemScheme {
             && h.contains(page)
         {
             h.touch(page, now as u64);
+            self.host_referenced.insert(page);
             self.n.host_hits += 1;
             m.counters.local_hits += 1;
             self.n.latency_sum += self.cfg.host_ns;

@@ -4,7 +4,7 @@ use anyhow::Context;
 use farmem_sim::Input;
 use farmem_sim::eval::unimem::{
     BLOCK_SIZES, CACHE_PERCENTS, Experiment, HOST_SHARES, MIXED, MIXED_INPUTS, PAIRS, Point,
-    SYSTEMS, WORKLOADS, csv, summarize,
+    SYSTEMS, WORKLOADS, csv, figures, summarize,
 };
 use farmem_workloads::Scale;
 
@@ -205,6 +205,11 @@ pub fn run(args: Args) -> Outcome {
         write("unimem.csv", csv(&points))?;
         write("unimem.json", serde_json::to_string_pretty(&e)?)?;
         write("runs.json", serde_json::to_string(&results)?)?;
+        for (name, svg) in figures(&e) {
+            let p = dir.join(&name);
+            farmem_sim::eval::figure::write(&p, &svg)
+                .with_context(|| format!("writing {}", p.display()))?;
+        }
     }
 
     if args.json {
