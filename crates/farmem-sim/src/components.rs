@@ -321,6 +321,18 @@ pub trait Link: Send {
 
 const MAX_BINS: usize = 1 << 24;
 
+/// How much longer a transfer starting at `t` takes on a link carrying
+/// `link.background` traffic of other nodes (alternating periods, quiet
+/// first).
+#[inline]
+pub fn background_slowdown(share: f64, period_ns: f64, t: Time) -> f64 {
+    if share > 0.0 && (t / period_ns) as u64 % 2 == 1 {
+        1.0 / (1.0 - share)
+    } else {
+        1.0
+    }
+}
+
 /// FIFO serialization at `bw` plus a fixed switch latency per traversal;
 /// busy time is also binned per sampling interval.
 #[derive(Debug, Clone)]
@@ -333,11 +345,15 @@ pub struct FifoLink {
     bytes: [u64; 2],
     packets: [u64; 2],
     bins: [Vec<f32>; 2],
+    background: f64,
+    background_period_ns: f64,
 }
 
 impl FifoLink {
     pub fn new(cfg: &LinkConfig) -> Self {
         Self {
+            background: cfg.background,
+            background_period_ns: cfg.background_period_ns,
             ns_per_byte: 1.0 / (cfg.base_gbps * cfg.bw_factor),
             switch: cfg.switch_ns,
             interval: cfg.interval_ns,
@@ -371,7 +387,9 @@ impl Link for FifoLink {
     fn send(&mut self, dir: Dir, now: Time, bytes: u64) -> Time {
         let d = dir as usize;
         let start = now.max(self.busy_until[d]);
-        let xfer = bytes as f64 * self.ns_per_byte;
+        let xfer = bytes as f64
+            * self.ns_per_byte
+            * background_slowdown(self.background, self.background_period_ns, start);
         let end = start + xfer;
         self.busy_until[d] = end;
         self.busy[d] += xfer;

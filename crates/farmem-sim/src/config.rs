@@ -207,6 +207,17 @@ pub struct LinkConfig {
     pub switch_ns: f64,
     pub header_bytes: u32,
     pub interval_ns: f64,
+    /// Other compute nodes' traffic on the link (DaeMon §6.6): this share
+    /// of its bandwidth is taken in every other `background_period_ns`
+    /// (the first period is quiet). 0 = none.
+    #[serde(default)]
+    pub background: f64,
+    #[serde(default = "default_background_period")]
+    pub background_period_ns: f64,
+}
+
+fn default_background_period() -> f64 {
+    1_000_000.0
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -392,6 +403,13 @@ impl Config {
         nonneg(self.local.latency_ns, "local.latency_ns")?;
         pos(self.link.base_gbps, "link.base_gbps")?;
         nonneg(self.link.switch_ns, "link.switch_ns")?;
+        if !(0.0..0.95).contains(&self.link.background) {
+            return Err(format!(
+                "link.background must be in [0, 0.95), got {}",
+                self.link.background
+            ));
+        }
+        pos(self.link.background_period_ns, "link.background_period_ns")?;
         if !(self.link.interval_ns >= 1000.0 && self.link.interval_ns.is_finite()) {
             return Err(format!(
                 "link.interval_ns must be at least 1000, got {}",

@@ -1,2 +1,790 @@
 //! DaeMon's full evaluation (seed 000 §6): the grid of workloads,
 //! bandwidth factors and switch latencies, and the sensitivity studies.
+//! Pure functions over [`SimResult`]s: the CLI plans and runs the
+//! simulations, this module turns them into the paper's numbers, checks
+//! and figures.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use super::figure::{BarChart, LineChart, Series};
+use super::{Check, geomean};
+use crate::SimResult;
+
+/// The schemes of §6 (Local is not simulated: Fig. 8 is over Remote).
+pub const SCHEMES: &[&str] = &["remote", "lc", "bp", "pq", "daemon"];
+/// Bandwidth factors: `--set` value and the JSON key.
+pub const BANDWIDTHS: &[(&str, &str)] = &[("1/2", "0.5"), ("1/4", "0.25"), ("1/8", "0.125")];
+pub const SWITCH_NS: &[&str] = &["100", "400"];
+/// Workloads whose pages have poor spatial locality (§6.1's first class:
+/// kc, tr, pr, nw) and high locality (§6.1's third class; spmv is the
+/// paper's `sp`, stream and linreg are scans).
+pub const LOW_LOCALITY: &[&str] = &["pr", "nw", "kc", "tc"];
+pub const HIGH_LOCALITY: &[&str] = &["spmv", "stream", "linreg"];
+
+/// The paper's headline numbers, for the side-by-side table.
+pub const PAPER: &[(&str, f64)] = &[
+    ("daemon geomean speedup over remote, bw 1/2", 1.85),
+    ("daemon geomean speedup over remote, bw 1/4", 2.36),
+    ("daemon geomean speedup over remote, bw 1/8", 2.97),
+    ("pq geomean speedup over remote, switch 100 ns", 1.60),
+    ("pq geomean speedup over remote, switch 400 ns", 1.51),
+    ("remote local hit ratio (mean)", 0.977),
+    ("daemon local hit ratio below remote (mean, points)", 0.004),
+    ("lz compression ratio (mean)", 4.47),
+    ("partition 25% over 50%, switch 100 ns (daemon)", 1.02),
+    ("partition 25% over 80%, switch 100 ns (daemon)", 1.07),
+    ("lz over fpc-bdi (lc)", 1.54),
+    ("lz over fve (lc)", 1.44),
+    ("daemon over lc under disturbance", 2.85),
+    ("daemon over pq under disturbance", 1.19),
+    ("daemon over remote, several cores", 1.96),
+    ("daemon over remote, several memory nodes", 3.25),
+];
+
+/// A run's speedup over `remote` on the same workload and configuration.
+#[derive(Debug, Clone, Serialize)]
+pub struct Point {
+    pub study: String,
+    pub workload: String,
+    pub scheme: String,
+    /// The `--set` values of the run (scheme knobs included).
+    pub config: BTreeMap<String, String>,
+    pub sim_time_ns: f64,
+    pub speedup_over_remote: f64,
+    pub local_hit_ratio: f64,
+    pub remote_bytes_read: u64,
+}
+
+/// The configuration a run is compared under: its overrides without the
+/// scheme-only knobs (`daemon.*`), which `remote` ignores.
+fn platform(r: &SimResult) -> Vec<(String, String)> {
+    r.overrides
+        .iter()
+        .filter(|(k, _)| !k.starts_with("daemon."))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
+
+/// Pairs every run with `remote`'s on the same workload and platform.
+/// Runs without such a `remote` run are left out.
+pub fn points(study: &str, results: &[SimResult]) -> Vec<Point> {
+    let mut remote: BTreeMap<(String, Vec<(String, String)>), f64> = BTreeMap::new();
+    for r in results.iter().filter(|r| r.scheme == "remote") {
+        remote.insert((r.workload.clone(), platform(r)), r.sim_time_ns);
+    }
+    results
+        .iter()
+        .filter_map(|r| {
+            let base = remote.get(&(r.workload.clone(), platform(r)))?;
+            Some(Point {
+                study: study.to_string(),
+                workload: r.workload.clone(),
+                scheme: r.scheme.clone(),
+                config: r.overrides.clone(),
+                sim_time_ns: r.sim_time_ns,
+                speedup_over_remote: base / r.sim_time_ns.max(1e-9),
+                local_hit_ratio: r.local_hit_ratio,
+                remote_bytes_read: r.remote_bytes_read,
+            })
+        })
+        .collect()
+}
+
+fn mean(v: &[f64]) -> f64 {
+    if v.is_empty() {
+        f64::NAN
+    } else {
+        v.iter().sum::<f64>() / v.len() as f64
+    }
+}
+
+/// Geomean of `speedup_over_remote` over the points `keep` selects,
+/// grouped by `key`.
+fn geo_by<K: Ord>(
+    points: &[Point],
+    keep: impl Fn(&Point) -> bool,
+    key: impl Fn(&Point) -> K,
+) -> BTreeMap<K, f64> {
+    let mut g: BTreeMap<K, Vec<f64>> = BTreeMap::new();
+    for p in points.iter().filter(|p| keep(p)) {
+        g.entry(key(p)).or_default().push(p.speedup_over_remote);
+    }
+    g.into_iter().map(|(k, v)| (k, geomean(&v))).collect()
+}
+
+fn cfg<'a>(p: &'a Point, key: &str) -> &'a str {
+    p.config.get(key).map(String::as_str).unwrap_or("")
+}
+
+/// The JSON key of a `link.bw_factor` value (`1/4` → `0.25`).
+pub fn bw_key(v: &str) -> String {
+    BANDWIDTHS
+        .iter()
+        .find(|(s, _)| *s == v)
+        .map(|(_, k)| k.to_string())
+        .unwrap_or_else(|| v.to_string())
+}
+
+/// Spearman rank correlation (ties get their mean rank); NaN under 3 pairs.
+pub fn spearman(pairs: &[(f64, f64)]) -> f64 {
+    if pairs.len() < 3 {
+        return f64::NAN;
+    }
+    let rank = |v: Vec<f64>| -> Vec<f64> {
+        let mut idx: Vec<usize> = (0..v.len()).collect();
+        idx.sort_by(|&a, &b| v[a].total_cmp(&v[b]));
+        let mut r = vec![0.0; v.len()];
+        let mut i = 0;
+        while i < idx.len() {
+            let mut j = i;
+            while j + 1 < idx.len() && v[idx[j + 1]] == v[idx[i]] {
+                j += 1;
+            }
+            for &k in &idx[i..=j] {
+                r[k] = (i + j) as f64 / 2.0;
+            }
+            i = j + 1;
+        }
+        r
+    };
+    let a = rank(pairs.iter().map(|p| p.0).collect());
+    let b = rank(pairs.iter().map(|p| p.1).collect());
+    let (ma, mb) = (mean(&a), mean(&b));
+    let cov: f64 = a.iter().zip(&b).map(|(x, y)| (x - ma) * (y - mb)).sum();
+    let va: f64 = a.iter().map(|x| (x - ma).powi(2)).sum();
+    let vb: f64 = b.iter().map(|y| (y - mb).powi(2)).sum();
+    if va == 0.0 || vb == 0.0 {
+        return f64::NAN;
+    }
+    cov / (va * vb).sqrt()
+}
+
+/// The worst `daemon` point, for [`DaemonEval::worst_daemon_vs_remote`].
+#[derive(Debug, Clone, Serialize)]
+pub struct Worst {
+    pub study: String,
+    pub workload: String,
+    pub config: BTreeMap<String, String>,
+    pub speedup: f64,
+}
+
+/// Everything `farmem eval daemon` reports.
+#[derive(Debug, Clone, Serialize)]
+pub struct DaemonEval {
+    /// scheme → bandwidth factor ("0.5", "0.25", "0.125") → geomean over
+    /// workloads and switch latencies of the main grid (Fig. 8).
+    pub geomean_speedup_over_remote: BTreeMap<String, BTreeMap<String, f64>>,
+    /// scheme → switch latency (ns) → geomean over workloads and bandwidths.
+    pub geomean_speedup_by_switch: BTreeMap<String, BTreeMap<String, f64>>,
+    /// Smallest remote_time / daemon_time over every workload and
+    /// configuration run with the default DaeMon knobs (every study but
+    /// the partition-ratio and codec sweeps).
+    pub worst_daemon_vs_remote: f64,
+    pub worst_daemon_at: Option<Worst>,
+    /// scheme (remote, pq, daemon, …) → workload → mean over the main grid
+    /// (Fig. 10).
+    pub local_hit_ratio: BTreeMap<String, BTreeMap<String, f64>>,
+    /// workload → LZ compression ratio of the pages `lc` moved.
+    pub compression_ratio: BTreeMap<String, f64>,
+    /// workload → scheme → geomean speedup over the main grid's configs.
+    pub speedup_by_workload: BTreeMap<String, BTreeMap<String, f64>>,
+    /// Sensitivity studies: study → series label → workload → geomean
+    /// speedup over remote (Fig. 11, 12, 13, 15/18, 17).
+    pub studies: BTreeMap<String, BTreeMap<String, BTreeMap<String, f64>>>,
+    /// study → series label → workload → mean local hit ratio (Fig. 14).
+    pub study_hit_ratio: BTreeMap<String, BTreeMap<String, BTreeMap<String, f64>>>,
+    /// Our number beside the paper's: (what, paper, ours).
+    pub versus_paper: Vec<(String, f64, f64)>,
+    pub checks: Vec<Check>,
+}
+
+impl DaemonEval {
+    pub fn pass(&self) -> bool {
+        self.checks.iter().all(|c| c.pass)
+    }
+}
+
+/// A sensitivity study's runs and how to label a point's series.
+pub struct Study<'a> {
+    pub name: &'a str,
+    pub results: &'a [SimResult],
+    /// Series label of a point (e.g. `daemon 50%`); `None` leaves it out.
+    pub label: &'a dyn Fn(&Point) -> Option<String>,
+    /// Whether its `daemon` runs use the default knobs (count for the
+    /// worst case).
+    pub default_knobs: bool,
+}
+
+/// Summarizes the main grid (schemes × workloads × bandwidth × switch) and
+/// the studies.
+pub fn summarize(grid: &[SimResult], studies: &[Study]) -> DaemonEval {
+    let pts = points("grid", grid);
+    let geomean_speedup_over_remote = scheme_map(geo_by(
+        &pts,
+        |_| true,
+        |p| (p.scheme.clone(), bw_key(cfg(p, "link.bw_factor"))),
+    ));
+    let geomean_speedup_by_switch = scheme_map(geo_by(
+        &pts,
+        |_| true,
+        |p| (p.scheme.clone(), cfg(p, "link.switch_ns").to_string()),
+    ));
+    let speedup_by_workload = scheme_map(geo_by(
+        &pts,
+        |_| true,
+        |p| (p.workload.clone(), p.scheme.clone()),
+    ));
+    let mut hits: BTreeMap<(String, String), Vec<f64>> = BTreeMap::new();
+    for p in &pts {
+        hits.entry((p.scheme.clone(), p.workload.clone()))
+            .or_default()
+            .push(p.local_hit_ratio);
+    }
+    let local_hit_ratio = scheme_map(hits.into_iter().map(|(k, v)| (k, mean(&v))).collect());
+    let mut compression_ratio = BTreeMap::new();
+    for r in grid.iter().filter(|r| r.scheme == "lc") {
+        if let Some(c) = r.stats.get("lc.compression_ratio") {
+            compression_ratio.insert(r.workload.clone(), c);
+        }
+    }
+
+    // Worst daemon point over the grid and the default-knob studies.
+    let mut worst: Option<Worst> = None;
+    let mut consider = |p: &Point| {
+        if p.scheme == "daemon"
+            && worst
+                .as_ref()
+                .is_none_or(|w| p.speedup_over_remote < w.speedup)
+        {
+            worst = Some(Worst {
+                study: p.study.clone(),
+                workload: p.workload.clone(),
+                config: p.config.clone(),
+                speedup: p.speedup_over_remote,
+            });
+        }
+    };
+    pts.iter().for_each(&mut consider);
+    let mut study_maps = BTreeMap::new();
+    let mut study_hits = BTreeMap::new();
+    for s in studies {
+        let sp = points(s.name, s.results);
+        if s.default_knobs {
+            sp.iter().for_each(&mut consider);
+        }
+        let labelled: Vec<(String, &Point)> = sp
+            .iter()
+            .filter_map(|p| (s.label)(p).map(|l| (l, p)))
+            .collect();
+        let mut speed: BTreeMap<(String, String), Vec<f64>> = BTreeMap::new();
+        let mut hit: BTreeMap<(String, String), Vec<f64>> = BTreeMap::new();
+        for (l, p) in &labelled {
+            speed
+                .entry((l.clone(), p.workload.clone()))
+                .or_default()
+                .push(p.speedup_over_remote);
+            hit.entry((l.clone(), p.workload.clone()))
+                .or_default()
+                .push(p.local_hit_ratio);
+        }
+        study_maps.insert(
+            s.name.to_string(),
+            scheme_map(speed.into_iter().map(|(k, v)| (k, geomean(&v))).collect()),
+        );
+        study_hits.insert(
+            s.name.to_string(),
+            scheme_map(hit.into_iter().map(|(k, v)| (k, mean(&v))).collect()),
+        );
+    }
+    let worst_daemon_vs_remote = worst.as_ref().map_or(f64::NAN, |w| w.speedup);
+
+    let mut e = DaemonEval {
+        geomean_speedup_over_remote,
+        geomean_speedup_by_switch,
+        worst_daemon_vs_remote,
+        worst_daemon_at: worst,
+        local_hit_ratio,
+        compression_ratio,
+        speedup_by_workload,
+        studies: study_maps,
+        study_hit_ratio: study_hits,
+        versus_paper: Vec::new(),
+        checks: Vec::new(),
+    };
+    e.checks = checks(&e);
+    e.versus_paper = versus_paper(&e);
+    e
+}
+
+/// (a, b) → v into a → b → v.
+fn scheme_map(flat: BTreeMap<(String, String), f64>) -> BTreeMap<String, BTreeMap<String, f64>> {
+    let mut m: BTreeMap<String, BTreeMap<String, f64>> = BTreeMap::new();
+    for ((a, b), v) in flat {
+        m.entry(a).or_default().insert(b, v);
+    }
+    m
+}
+
+fn get2(m: &BTreeMap<String, BTreeMap<String, f64>>, a: &str, b: &str) -> f64 {
+    m.get(a).and_then(|x| x.get(b)).copied().unwrap_or(f64::NAN)
+}
+
+/// Geomean over workloads of one study series.
+fn study_geo(e: &DaemonEval, study: &str, label: &str) -> f64 {
+    let v: Vec<f64> = e
+        .studies
+        .get(study)
+        .and_then(|s| s.get(label))
+        .map(|w| w.values().copied().collect())
+        .unwrap_or_default();
+    geomean(&v)
+}
+
+/// Mean hit ratio of `scheme` over the workloads in `set` that ran.
+fn hit_over(e: &DaemonEval, scheme: &str, set: &[&str]) -> f64 {
+    let v: Vec<f64> = set
+        .iter()
+        .map(|w| get2(&e.local_hit_ratio, scheme, w))
+        .filter(|x| x.is_finite())
+        .collect();
+    mean(&v)
+}
+
+/// The shape §6 claims, on our numbers.
+pub fn checks(e: &DaemonEval) -> Vec<Check> {
+    let g = |bw: &str| get2(&e.geomean_speedup_over_remote, "daemon", bw);
+    let (g2, g4, g8) = (g("0.5"), g("0.25"), g("0.125"));
+    let (r_lo, pq_lo, d_lo) = (
+        hit_over(e, "remote", LOW_LOCALITY),
+        hit_over(e, "pq", LOW_LOCALITY),
+        hit_over(e, "daemon", LOW_LOCALITY),
+    );
+    let lost = r_lo - pq_lo;
+    let recovered = if lost > 0.0 {
+        (d_lo - pq_lo) / lost
+    } else {
+        f64::NAN
+    };
+    let bp_high: Vec<f64> = HIGH_LOCALITY
+        .iter()
+        .map(|w| get2(&e.speedup_by_workload, w, "bp"))
+        .filter(|x| x.is_finite())
+        .collect();
+    let bp_high = geomean(&bp_high);
+    let lc_pairs: Vec<(f64, f64)> = e
+        .compression_ratio
+        .iter()
+        .filter_map(|(w, c)| {
+            let s = get2(&e.speedup_by_workload, w, "lc");
+            s.is_finite().then_some((*c, s))
+        })
+        .collect();
+    let rho = spearman(&lc_pairs);
+    vec![
+        Check {
+            claim: "daemon never more than 2% slower than remote",
+            paper: "never slower",
+            measured: e.worst_daemon_vs_remote,
+            pass: e.worst_daemon_vs_remote >= 0.98,
+        },
+        Check {
+            claim: "daemon's geomean speedup grows as bandwidth shrinks",
+            paper: "1.85 / 2.36 / 2.97",
+            measured: g8 / g2,
+            pass: g2 < g4 && g4 < g8,
+        },
+        Check {
+            claim: "pq lowers the local hit ratio on low-locality workloads",
+            paper: "up to -18.4%",
+            measured: lost,
+            pass: lost > 0.0,
+        },
+        Check {
+            claim: "daemon recovers most of pq's lost local hits",
+            paper: "68.9% of throttled pages",
+            measured: recovered,
+            pass: recovered >= 0.5,
+        },
+        Check {
+            claim: "bp hurts high-locality workloads",
+            paper: "high slowdowns",
+            measured: bp_high,
+            pass: bp_high < 1.0,
+        },
+        Check {
+            claim: "lc's gain follows compression ratio (Spearman)",
+            paper: "sp, sl, hp, pf > dr, rs",
+            measured: rho,
+            pass: rho > 0.5,
+        },
+    ]
+}
+
+fn versus_paper(e: &DaemonEval) -> Vec<(String, f64, f64)> {
+    let ours: Vec<f64> = vec![
+        get2(&e.geomean_speedup_over_remote, "daemon", "0.5"),
+        get2(&e.geomean_speedup_over_remote, "daemon", "0.25"),
+        get2(&e.geomean_speedup_over_remote, "daemon", "0.125"),
+        get2(&e.geomean_speedup_by_switch, "pq", "100"),
+        get2(&e.geomean_speedup_by_switch, "pq", "400"),
+        mean(
+            &e.local_hit_ratio
+                .get("remote")
+                .map(|m| m.values().copied().collect::<Vec<_>>())
+                .unwrap_or_default(),
+        ),
+        {
+            let r = e.local_hit_ratio.get("remote");
+            let d = e.local_hit_ratio.get("daemon");
+            let v: Vec<f64> = r
+                .iter()
+                .flat_map(|r| r.iter())
+                .filter_map(|(w, x)| d.and_then(|d| d.get(w)).map(|y| x - y))
+                .collect();
+            mean(&v)
+        },
+        mean(&e.compression_ratio.values().copied().collect::<Vec<_>>()),
+        study_geo(e, "ratio", "daemon 25% 100ns") / study_geo(e, "ratio", "daemon 50% 100ns"),
+        study_geo(e, "ratio", "daemon 25% 100ns") / study_geo(e, "ratio", "daemon 80% 100ns"),
+        study_geo(e, "codec", "lz") / study_geo(e, "codec", "fpc-bdi"),
+        study_geo(e, "codec", "lz") / study_geo(e, "codec", "fve"),
+        study_geo(e, "disturbance", "daemon") / study_geo(e, "disturbance", "lc"),
+        study_geo(e, "disturbance", "daemon") / study_geo(e, "disturbance", "pq"),
+        {
+            let v: Vec<f64> = ["daemon 2 cores", "daemon 4 cores"]
+                .iter()
+                .map(|l| study_geo(e, "cores", l))
+                .filter(|x| x.is_finite())
+                .collect();
+            geomean(&v)
+        },
+        {
+            let v: Vec<f64> = ["daemon 2 nodes", "daemon 4 nodes"]
+                .iter()
+                .map(|l| study_geo(e, "nodes", l))
+                .filter(|x| x.is_finite())
+                .collect();
+            geomean(&v)
+        },
+    ];
+    PAPER
+        .iter()
+        .zip(ours)
+        .map(|((what, paper), ours)| (what.to_string(), *paper, ours))
+        .collect()
+}
+
+/// One CSV row per point (every study), with a header.
+pub fn csv(points: &[Point]) -> String {
+    let mut out = String::from(
+        "study,workload,scheme,config,sim_time_ns,speedup_over_remote,local_hit_ratio,remote_bytes_read\n",
+    );
+    for p in points {
+        let config: Vec<String> = p.config.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        out.push_str(&format!(
+            "{},{},{},{},{:.1},{:.6},{:.6},{}\n",
+            p.study,
+            p.workload,
+            p.scheme,
+            config.join(";"),
+            p.sim_time_ns,
+            p.speedup_over_remote,
+            p.local_hit_ratio,
+            p.remote_bytes_read
+        ));
+    }
+    out
+}
+
+/// The figures, as (file name, SVG).
+pub fn figures(e: &DaemonEval, grid: &[SimResult]) -> Vec<(String, String)> {
+    let mut figs = Vec::new();
+    let pts = points("grid", grid);
+    let workloads: Vec<String> = e.speedup_by_workload.keys().cloned().collect();
+    // Fig. 8: one chart per network configuration.
+    for (bw, key) in BANDWIDTHS {
+        for sw in SWITCH_NS {
+            let series: Vec<Series> = SCHEMES
+                .iter()
+                .filter(|s| **s != "remote")
+                .map(|s| {
+                    let v = workloads
+                        .iter()
+                        .map(|w| {
+                            pts.iter()
+                                .find(|p| {
+                                    p.scheme == *s
+                                        && &p.workload == w
+                                        && cfg(p, "link.bw_factor") == *bw
+                                        && cfg(p, "link.switch_ns") == *sw
+                                })
+                                .map_or(f64::NAN, |p| p.speedup_over_remote)
+                        })
+                        .collect();
+                    Series::new(*s, v)
+                })
+                .collect();
+            if series.iter().all(|s| s.values.iter().all(|v| v.is_nan())) {
+                continue;
+            }
+            figs.push((
+                format!("fig8_bw{key}_sw{sw}.svg"),
+                BarChart {
+                    title: format!("Fig. 8: speedup over remote, bandwidth {bw}, switch {sw} ns"),
+                    y_label: "speedup over remote".into(),
+                    groups: workloads.clone(),
+                    series,
+                    reference: Some(1.0),
+                }
+                .to_svg(),
+            ));
+        }
+    }
+    // Geomean per bandwidth factor.
+    figs.push((
+        "geomean_by_bandwidth.svg".into(),
+        LineChart {
+            title: "Geomean speedup over remote".into(),
+            x_label: "bandwidth factor".into(),
+            y_label: "speedup".into(),
+            x: BANDWIDTHS.iter().map(|b| b.0.to_string()).collect(),
+            series: e
+                .geomean_speedup_over_remote
+                .iter()
+                .map(|(s, m)| {
+                    Series::new(
+                        s.clone(),
+                        BANDWIDTHS
+                            .iter()
+                            .map(|(_, k)| m.get(*k).copied().unwrap_or(f64::NAN))
+                            .collect(),
+                    )
+                })
+                .collect(),
+            reference: Some(1.0),
+        }
+        .to_svg(),
+    ));
+    // Fig. 10: local hit ratio.
+    figs.push((
+        "fig10_local_hit_ratio.svg".into(),
+        BarChart {
+            title: "Fig. 10: local memory hit ratio".into(),
+            y_label: "hit ratio".into(),
+            groups: workloads.clone(),
+            series: e
+                .local_hit_ratio
+                .iter()
+                .map(|(s, m)| {
+                    Series::new(
+                        s.clone(),
+                        workloads
+                            .iter()
+                            .map(|w| m.get(w).copied().unwrap_or(f64::NAN))
+                            .collect(),
+                    )
+                })
+                .collect(),
+            reference: None,
+        }
+        .to_svg(),
+    ));
+    let titles = [
+        ("ratio", "Fig. 11: partition ratio, speedup over remote"),
+        ("codec", "Fig. 12: lc with each codec, speedup over remote"),
+        (
+            "disturbance",
+            "Fig. 13: with background traffic, speedup over remote",
+        ),
+        ("cores", "Fig. 15/18: several cores, speedup over remote"),
+        (
+            "nodes",
+            "Fig. 17: several memory nodes, speedup over remote",
+        ),
+    ];
+    for (study, title) in titles {
+        if let Some(m) = e.studies.get(study) {
+            figs.push((
+                format!("{study}.svg"),
+                study_chart(title, "speedup over remote", m),
+            ));
+        }
+    }
+    if let Some(m) = e.study_hit_ratio.get("disturbance") {
+        figs.push((
+            "disturbance_hit_ratio.svg".into(),
+            study_chart(
+                "Fig. 14: local hit ratio with background traffic",
+                "hit ratio",
+                m,
+            ),
+        ));
+    }
+    figs
+}
+
+fn study_chart(title: &str, y: &str, m: &BTreeMap<String, BTreeMap<String, f64>>) -> String {
+    let mut groups: Vec<String> = m.values().flat_map(|w| w.keys().cloned()).collect();
+    groups.sort();
+    groups.dedup();
+    BarChart {
+        title: title.into(),
+        y_label: y.into(),
+        series: m
+            .iter()
+            .map(|(l, w)| {
+                Series::new(
+                    l.clone(),
+                    groups
+                        .iter()
+                        .map(|g| w.get(g).copied().unwrap_or(f64::NAN))
+                        .collect(),
+                )
+            })
+            .collect(),
+        groups,
+        reference: Some(1.0),
+    }
+    .to_svg()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stats::Stats;
+
+    fn run(w: &str, s: &str, bw: &str, sw: &str, t: f64, hit: f64) -> SimResult {
+        let mut stats = Stats::default();
+        if s == "lc" {
+            stats.put("lc", "compression_ratio", if w == "a" { 3.0 } else { 1.0 });
+        }
+        SimResult {
+            scheme: s.into(),
+            workload: w.into(),
+            records: 1,
+            instructions: 1,
+            sim_time_ns: t,
+            ipc: 1.0,
+            amat_ns: 1.0,
+            amat_miss_ns: 1.0,
+            llc_misses: 1,
+            local_hit_ratio: hit,
+            remote_bytes_read: 0,
+            remote_bytes_written: 0,
+            footprint_bytes: 0,
+            local_memory_bytes: 0,
+            data_amplification: 0.0,
+            link_utilization: 0.0,
+            wall_seconds: 0.0,
+            records_per_sec: 0.0,
+            cpu_seconds: 0.0,
+            records_per_cpu_sec: 0.0,
+            overrides: [
+                ("link.bw_factor".to_string(), bw.to_string()),
+                ("link.switch_ns".to_string(), sw.to_string()),
+            ]
+            .into_iter()
+            .collect(),
+            stats,
+        }
+    }
+
+    /// A paper-shaped grid: daemon gains more at lower bandwidth, pq
+    /// loses hits on pr that daemon recovers, bp slows the scan, lc gains
+    /// on the compressible workload.
+    fn grid() -> Vec<SimResult> {
+        let mut v = Vec::new();
+        for (w, lc_t, bp_t) in [
+            ("pr", 90.0, 95.0),
+            ("stream", 100.0, 120.0),
+            ("a", 50.0, 90.0),
+        ] {
+            for (bw, gain) in [("1/2", 1.5), ("1/4", 2.0), ("1/8", 3.0)] {
+                for sw in SWITCH_NS {
+                    let hit = |s| match (w, s) {
+                        ("pr", "pq") => 0.80,
+                        ("pr", "daemon") => 0.95,
+                        _ => 0.97,
+                    };
+                    v.push(run(w, "remote", bw, sw, 100.0, hit("remote")));
+                    v.push(run(w, "lc", bw, sw, lc_t, hit("lc")));
+                    v.push(run(w, "bp", bw, sw, bp_t, hit("bp")));
+                    v.push(run(w, "pq", bw, sw, 90.0, hit("pq")));
+                    v.push(run(w, "daemon", bw, sw, 100.0 / gain, hit("daemon")));
+                }
+            }
+        }
+        v
+    }
+
+    #[test]
+    fn summary_keys_values_and_checks() {
+        let e = summarize(&grid(), &[]);
+        let d = &e.geomean_speedup_over_remote["daemon"];
+        assert_eq!(d.keys().collect::<Vec<_>>(), ["0.125", "0.25", "0.5"]);
+        assert!((d["0.5"] - 1.5).abs() < 1e-12 && (d["0.125"] - 3.0).abs() < 1e-12);
+        assert!((e.worst_daemon_vs_remote - 1.5).abs() < 1e-12);
+        assert!((e.local_hit_ratio["pq"]["pr"] - 0.80).abs() < 1e-12);
+        assert_eq!(e.compression_ratio["a"], 3.0);
+        assert!(e.pass(), "{:#?}", e.checks);
+        // Fig. 8 for every network point, geomean, hit ratio.
+        assert_eq!(figures(&e, &grid()).len(), 6 + 2);
+    }
+
+    #[test]
+    fn a_slow_daemon_point_fails_the_two_percent_check() {
+        let mut g = grid();
+        g.push(run("b", "remote", "1/2", "100", 100.0, 0.9));
+        g.push(run("b", "daemon", "1/2", "100", 103.0, 0.9));
+        let e = summarize(&g, &[]);
+        assert!((e.worst_daemon_vs_remote - 100.0 / 103.0).abs() < 1e-12);
+        let w = e.worst_daemon_at.as_ref().unwrap();
+        assert_eq!(w.workload, "b");
+        assert!(!e.checks[0].pass);
+    }
+
+    #[test]
+    fn studies_are_paired_with_remote_ignoring_daemon_knobs() {
+        let mut rs = vec![run("pr", "remote", "1/4", "100", 100.0, 0.9)];
+        let mut d = run("pr", "daemon", "1/4", "100", 80.0, 0.9);
+        d.overrides
+            .insert("daemon.compute.partition.ratio".into(), "50%".into());
+        rs.push(d);
+        let label = |p: &Point| {
+            (p.scheme != "remote").then(|| {
+                format!(
+                    "{} {}",
+                    p.scheme,
+                    p.config
+                        .get("daemon.compute.partition.ratio")
+                        .cloned()
+                        .unwrap_or_default()
+                )
+            })
+        };
+        let e = summarize(
+            &grid(),
+            &[Study {
+                name: "ratio",
+                results: &rs,
+                label: &label,
+                default_knobs: false,
+            }],
+        );
+        assert_eq!(e.studies["ratio"]["daemon 50%"]["pr"], 1.25);
+        // Non-default knobs do not count for the worst case.
+        assert!((e.worst_daemon_vs_remote - 1.5).abs() < 1e-12);
+        let rows = csv(&points("ratio", &rs));
+        assert_eq!(rows.lines().count(), 3);
+        assert!(rows.contains("ratio,pr,daemon,daemon.compute.partition.ratio=50%;"));
+    }
+
+    #[test]
+    fn spearman_ranks() {
+        assert_eq!(spearman(&[(1.0, 10.0), (2.0, 20.0), (3.0, 30.0)]), 1.0);
+        assert_eq!(spearman(&[(1.0, 30.0), (2.0, 20.0), (3.0, 10.0)]), -1.0);
+        assert!(spearman(&[(1.0, 1.0)]).is_nan());
+    }
+}

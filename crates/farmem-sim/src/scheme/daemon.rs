@@ -227,6 +227,9 @@ struct Timing {
     translation: bool,
     /// Fraction of each resource reserved for [lines, pages].
     share: [f64; 2],
+    /// Other nodes' traffic (`link.background`, `background_period_ns`).
+    background: f64,
+    background_period_ns: f64,
     /// `daemon.idle_slots = lend`: a class may use the other's share while
     /// the other has nothing in service (§4.1 read as "an idle slot costs
     /// one controller cycle").
@@ -256,6 +259,8 @@ impl Timing {
             translation: cfg.remote.translation,
             share: [line_share, 1.0 - line_share],
             lend: cfg.daemon.idle_slots == IdleSlots::Lend,
+            background: cfg.link.background,
+            background_period_ns: cfg.link.background_period_ns,
         }
     }
 }
@@ -382,11 +387,17 @@ impl Daemon {
         );
         let ready = bus_end + t.dram_ns + enc;
         let bytes = wire_bytes + t.header;
+        // Other nodes' traffic slows the transfer as on every link.
+        let slow = crate::components::background_slowdown(
+            t.background,
+            t.background_period_ns,
+            ready.max(path.link[class]),
+        );
         let (link_start, link_end) = serve(
             &mut path.link,
             class,
             ready,
-            bytes as f64 * t.link_ns_per_byte,
+            bytes as f64 * t.link_ns_per_byte * slow,
             &t,
         );
         m.links[n].record(Dir::Down, link_start, bytes);
