@@ -23,6 +23,8 @@ pub(crate) struct Victim {
     page: u64,
     remote: u64,
     snapshot: Option<Box<PageBuf>>,
+    /// Without a snapshot: the store holds zeros, so diff against zero.
+    zero_base: bool,
     /// Lines the page must ship regardless of the diff (after a failed batch).
     force: u64,
     /// Lines this write-back ships; re-forced if it fails.
@@ -83,6 +85,7 @@ fn claim(sh: &Shared, r: &Arc<RegionInner>, idx: usize, keep: bool) -> Option<(V
         page,
         remote,
         snapshot: m.snapshot.take(),
+        zero_base: std::mem::take(&mut m.zero_base),
         force: m.force,
         shipped: 0,
     };
@@ -188,6 +191,8 @@ fn revert(sh: &Shared, v: Victim, keep: bool) {
     }
     m.state = State::Dirty;
     m.snapshot = v.snapshot;
+    // Lines of a half-applied batch are forced; the rest are still zero there.
+    m.zero_base = v.zero_base;
     m.force |= v.shipped;
     m.waiters = false;
     sh.policy.lock().insert(v.page / PAGE, sh.now());
@@ -215,6 +220,7 @@ fn diff_into(sh: &Shared, mut v: Victim, seg: &mut Segment) {
             || v.force >> i & 1 == 1
             || match &v.snapshot {
                 Some(s) => s.0[i * LINE..(i + 1) * LINE] != *cur,
+                None if v.zero_base => cur.iter().any(|&b| b != 0),
                 // No diff base: every line may be dirty.
                 None => true,
             };

@@ -33,9 +33,10 @@ impl PageBuf {
 /// Where a page is. Transitions happen only under the page's lock; see the
 /// crate docs for the machine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
 pub(crate) enum State {
-    /// Not mapped; its data is on the store.
-    Absent,
+    /// Not mapped; its data is on the store. Zero: see [`page_table`].
+    Absent = 0,
     /// A filler owns it and is fetching it.
     Fetching,
     /// Mapped, write-protected, identical to the store.
@@ -55,16 +56,45 @@ pub(crate) struct PageMeta {
     /// Lines that must be shipped even if they equal the snapshot, because a
     /// failed batch may have half-applied them on the store.
     pub force: u64,
-    /// The store may hold something other than zeros for this page. Clear
-    /// only for fresh slabs known to be zeroed that were never written
-    /// back: such a page is filled locally instead of fetched.
+    /// Line mode without a snapshot: the store holds zeros for this page
+    /// (zeroed slab, never written back), so zero is the diff base and no
+    /// copy is needed. Pages a program fills from scratch cost no snapshot.
+    pub zero_base: bool,
+    /// The page was written back, so the store holds its data even if the
+    /// region's slabs started zeroed ([`RegionInner::all_stored`]).
     pub stored: bool,
+}
+
+/// One lock and state per page of a `len`-byte region, all zero bytes: an
+/// 8 GiB region has 2 Mi entries, and zeroed memory stays unbacked until a
+/// page is first touched, so the table costs nothing for pages never used.
+fn page_table(pages: usize) -> Box<[Mutex<PageMeta>]> {
+    if pages == 0 {
+        return Box::new([]);
+    }
+    let layout = std::alloc::Layout::array::<Mutex<PageMeta>>(pages).expect("page table size");
+    // SAFETY: all-zero bytes are a valid unlocked `Mutex<PageMeta>` (raw
+    // mutex state 0 = unlocked; Absent = 0, false, None = null, 0, false…;
+    // `zeroed_page_table_is_the_initial_state` checks it), and the pointer
+    // is owned by the returned Box, allocated with the Global allocator and
+    // that layout.
+    unsafe {
+        let p = std::alloc::alloc_zeroed(layout) as *mut Mutex<PageMeta>;
+        if p.is_null() {
+            std::alloc::handle_alloc_error(layout);
+        }
+        Box::from_raw(std::ptr::slice_from_raw_parts_mut(p, pages))
+    }
 }
 
 pub(crate) struct RegionInner {
     pub start: u64,
     pub len: u64,
     pub pages: Box<[Mutex<PageMeta>]>,
+    /// The store may hold something other than zeros for every page (else
+    /// the slabs were zeroed, and a page never written back is filled
+    /// locally instead of fetched).
+    pub all_stored: bool,
     pub table: SlabTable,
     pub dead: AtomicBool,
 }
@@ -146,18 +176,19 @@ impl Shared {
         }
     }
 
+    /// Returns buffers to the pool, which keeps at most [`POOL_LOW`]: live
+    /// snapshots already cost up to one page per resident page, and a pool
+    /// as large again would double that for nothing.
     pub(crate) fn put_bufs(&self, bufs: Vec<Box<PageBuf>>) {
         let mut pool = self.pool.lock();
-        let room = (self.limit as usize).saturating_sub(pool.len());
+        let room = (POOL_LOW as usize).saturating_sub(pool.len());
         pool.extend(bufs.into_iter().take(room));
     }
 
     pub(crate) fn put_buf(&self, b: Option<Box<PageBuf>>) {
         if let Some(b) = b {
             let mut pool = self.pool.lock();
-            // Snapshots never outnumber resident pages, so keeping up to
-            // that many costs no memory beyond the peak already reached.
-            if (pool.len() as u64) < self.limit {
+            if (pool.len() as u64) < POOL_LOW {
                 pool.push(b);
             }
         }
@@ -243,7 +274,7 @@ impl Shared {
         match m.state {
             State::Absent => {
                 m.state = State::Fetching;
-                let zero = !m.stored;
+                let zero = !(m.stored || r.all_stored);
                 drop(m);
                 let job = FetchJob {
                     region: r,
@@ -269,7 +300,9 @@ impl Shared {
             State::Clean if f.wp => {
                 // First write to a clean page: keep its current (= remote)
                 // contents as the diff base, then let the write through.
-                if self.cfg.dirty == DirtyMode::Line {
+                if self.cfg.dirty == DirtyMode::Line && !(m.stored || r.all_stored) {
+                    m.zero_base = true;
+                } else if self.cfg.dirty == DirtyMode::Line {
                     let mut snap = self.get_buf();
                     // SAFETY: the page is mapped and write-protected, so
                     // nothing writes it while we copy.
@@ -371,7 +404,9 @@ impl Shared {
         }
         if job.write {
             m.state = State::Dirty;
-            if self.cfg.dirty == DirtyMode::Line {
+            if self.cfg.dirty == DirtyMode::Line && job.zero {
+                m.zero_base = true;
+            } else if self.cfg.dirty == DirtyMode::Line {
                 // The fetched bytes are the diff base: keep the buffer itself
                 // and take a fresh one for the next fetch, instead of copying.
                 let mut snap = self.get_buf();
@@ -597,21 +632,11 @@ impl Runtime {
             return Err(RuntimeError::Mmap(std::io::Error::last_os_error()));
         }
         let start = p as u64;
-        let pages = (0..len / PAGE)
-            .map(|_| {
-                Mutex::new(PageMeta {
-                    state: State::Absent,
-                    waiters: false,
-                    snapshot: None,
-                    force: 0,
-                    stored,
-                })
-            })
-            .collect();
         let inner = Arc::new(RegionInner {
             start,
             len,
-            pages,
+            pages: page_table((len / PAGE) as usize),
+            all_stored: stored,
             table,
             dead: AtomicBool::new(false),
         });
@@ -793,5 +818,27 @@ impl Drop for Region<'_> {
                 sh.release_page();
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn zeroed_page_table_is_the_initial_state() {
+        let table = page_table(3);
+        assert_eq!(table.len(), 3);
+        for m in table.iter() {
+            let mut g = m.try_lock().expect("a zeroed mutex is unlocked");
+            assert_eq!(g.state, State::Absent);
+            assert!(!g.waiters && !g.stored && !g.zero_base);
+            assert!(g.snapshot.is_none() && g.force == 0);
+            g.snapshot = Some(PageBuf::zeroed());
+        }
+        // Entries lock independently and drop what they own.
+        let _a = table[0].lock();
+        assert!(table[1].try_lock().is_some());
+        assert!(page_table(0).is_empty());
     }
 }

@@ -266,6 +266,13 @@ fn zeroed_slabs_skip_the_store_until_first_written_back() {
             r.write_at(p * PAGE as usize + 64, &[p as u8 | 1; 8])
                 .unwrap();
         }
+        // Fresh pages diff against zero: no snapshot copies, and each page
+        // ships exactly the one line written, evicted or synced.
+        r.sync().unwrap();
+        let s = rt.stats();
+        assert_eq!(s.snapshots, 0, "{s:?}");
+        assert!(s.pages_evicted_dirty > 0, "{s:?}");
+        assert_eq!(s.dirty_lines_shipped, pages as u64, "{s:?}");
         // Pages evicted above were written back, so these reads fetch them.
         for p in 0..pages {
             let mut b = [0u8; 8];

@@ -428,3 +428,29 @@ fn sqlite_results_match_a_run_without_farmem() {
     // farmem's summary says the page cache went far.
     assert!(stderr.contains("far memory used"), "{stderr}");
 }
+
+#[test]
+fn demo_ranks_agree_between_local_and_far_memory() {
+    if let Some(why) = unavailable() {
+        eprintln!("skipping: {why}");
+        return;
+    }
+    let out = Command::new(farmem())
+        .args(["demo", "--size", "48MiB", "--iterations", "2", "--json"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["results_match"], true, "{v}");
+    assert_eq!(v["checksum_local"], v["checksum_far"], "{v}");
+    let far = &v["far"];
+    // A quarter of the footprint was local: the rest was faulted in.
+    assert!(
+        far["local_mem_bytes"].as_u64().unwrap()
+            < v["local"]["peak_rss_bytes"].as_u64().unwrap() / 2,
+        "{v}"
+    );
+    assert!(far["faults_missing"].as_u64().unwrap() > 10_000, "{v}");
+    assert!(far["far_bytes_peak"].as_u64().unwrap() >= 40 << 20, "{v}");
+}

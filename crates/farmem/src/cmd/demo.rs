@@ -1,151 +1,423 @@
 //! `farmem demo`: the quick start's main job.
 //!
-//! Until the compute-node runtime runs programs (`farmem run`), the demo
-//! shows the data plane end to end: it starts a local controller and two
-//! memory nodes as child processes on loopback, places 1 GiB of random data
-//! in remote memory at several granularities, reads it back and verifies
-//! every byte, then measures the protocol beside plain TCP.
+//! PageRank over a generated graph of about 1 GiB runs twice: once on local
+//! memory, then under `farmem run` with a quarter of its measured footprint
+//! as local memory and the rest on two memory nodes started on loopback.
+//! The ranks of both runs must agree bit for bit; the demo prints time,
+//! slowdown, faults and bytes moved side by side.
+//!
+//! The workload is this binary itself (`farmem demo --worker`), an ordinary
+//! program allocating with malloc: under `farmem run` it knows nothing of
+//! far memory.
 
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
 use std::time::Instant;
 
-use anyhow::Context;
-use farmem_core::ByteSize;
-use farmem_net::{ClientConfig, Cluster};
-use farmem_wire::{Placement, Role};
+use anyhow::{Context, bail};
+use farmem_core::{ByteSize, Ratio};
+use farmem_workloads::native;
 use indicatif::{ProgressBar, ProgressStyle};
-use rand::{RngCore, SeedableRng};
+use serde_json::{Value, json};
 
 use super::Outcome;
-use super::local::LocalRack;
 
-/// The quick start: a local rack on loopback and a job that uses it.
+/// The quick start: PageRank on local memory, then on far memory.
 #[derive(clap::Args)]
 pub struct Args {
-    /// Remote memory to fill and verify.
+    /// Size of the graph's arrays (the vertex count is a power of two).
     #[arg(long, default_value = "1GiB")]
     size: ByteSize,
-    /// Memory nodes to start.
+    /// PageRank rounds.
+    #[arg(long, default_value_t = 3)]
+    iterations: usize,
+    /// Local memory of the far run: a share of the footprint the local run
+    /// measured (`25%`) or a size (`256MiB`).
+    #[arg(long, default_value = "25%")]
+    local: String,
+    /// Memory nodes to start for the far run.
     #[arg(long, default_value_t = 2)]
     memnodes: usize,
-    /// Print one JSON object on stdout instead of the summary.
+    /// Print one JSON object on stdout instead of the table.
     #[arg(long)]
     json: bool,
+    /// Run the workload in this process, reporting on stdout (what the two
+    /// runs execute).
+    #[arg(long, hide = true)]
+    worker: bool,
+}
+
+/// Local memory for the far run.
+enum LocalMem {
+    Share(f64),
+    Bytes(u64),
+}
+
+fn parse_local(s: &str) -> anyhow::Result<LocalMem> {
+    if let Ok(b) = s.parse::<ByteSize>() {
+        anyhow::ensure!(b.bytes() > 0, "--local must be positive");
+        return Ok(LocalMem::Bytes(b.bytes()));
+    }
+    let r: Ratio = s
+        .parse()
+        .with_context(|| format!("--local {s}: expected a share (25%) or a size (256MiB)"))?;
+    anyhow::ensure!(
+        r.get() > 0.0 && r.get() <= 1.0,
+        "--local {s}: a share must be in (0, 100%]"
+    );
+    Ok(LocalMem::Share(r.get()))
+}
+
+/// Vertices (as log2) and in-edges per vertex for a graph of about `bytes`:
+/// 4 bytes per edge, 28 per vertex (offsets, out-degrees, two rank arrays).
+fn graph_shape(bytes: u64) -> (u32, u32) {
+    let scale = if bytes >= 512 << 20 {
+        22
+    } else {
+        (bytes / 256).max(1024).ilog2().min(22)
+    };
+    let n = 1u64 << scale;
+    let ef = (bytes.saturating_sub(28 * n) / (4 * n)).clamp(1, 1 << 16);
+    (scale, ef as u32)
 }
 
 pub fn run(args: Args) -> Outcome {
+    anyhow::ensure!(args.iterations >= 1, "--iterations must be at least 1");
     anyhow::ensure!(args.memnodes >= 1, "--memnodes must be at least 1");
-    let size = args.size.bytes().div_ceil(128 << 20) * (128 << 20);
+    let local = parse_local(&args.local)?;
+    if args.worker {
+        return worker(&args);
+    }
     let say = |s: &str| {
         if !args.json {
             eprintln!("farmem: {s}");
         }
     };
+    let preload = ensure_preload(&say)?;
+    let exe = std::env::current_exe().context("finding the farmem binary")?;
+    let worker_args = |cmd: &mut Command| {
+        cmd.arg("demo")
+            .arg("--worker")
+            .args(["--size", &args.size.bytes().to_string()])
+            .args(["--iterations", &args.iterations.to_string()]);
+    };
+    let (scale, ef) = graph_shape(args.size.bytes());
     say(&format!(
-        "starting a controller and {} memory nodes on loopback",
-        args.memnodes
-    ));
-    let rack = LocalRack::start(args.memnodes, size.max(8 << 30), 128 << 20)?;
-    let cluster = Cluster::connect(
-        &rack.controller,
-        ClientConfig::new("demo", Role::Compute),
-        2,
-    )
-    .context("connecting to the local controller")?;
-    let extents = cluster
-        .allocate(size, Placement::Default)
-        .context("allocating remote memory")?;
-    say(&format!(
-        "allocated {} as {} extents over memory nodes {:?}",
-        ByteSize(size),
-        extents.len(),
-        extents
-            .iter()
-            .map(|e| e.node)
-            .collect::<std::collections::BTreeSet<_>>()
+        "PageRank, {} rounds, over a generated graph of 2^{scale} vertices and ~{ef} in-edges each ({})",
+        args.iterations, args.size
     ));
 
-    const CHUNK: usize = 4 << 20;
-    let bar = if args.json {
-        ProgressBar::hidden()
-    } else {
-        ProgressBar::new(2 * size)
-    };
-    bar.set_style(
-        ProgressStyle::with_template("{msg:>10} [{bar:40}] {bytes}/{total_bytes} {bytes_per_sec}")
-            .expect("static template")
-            .progress_chars("=> "),
+    let mut cmd = Command::new(&exe);
+    worker_args(&mut cmd);
+    let local_run = supervise(cmd, "local", args.iterations, args.json)?;
+    let footprint = local_run["peak_rss_bytes"].as_u64().unwrap_or(0);
+    let local_mem = match local {
+        LocalMem::Bytes(b) => b,
+        LocalMem::Share(s) => ((footprint as f64 * s) as u64).max(16 << 20),
+    }
+    .div_ceil(1 << 20)
+        << 20;
+
+    let stats = std::env::temp_dir().join(format!("farmem-demo-{}.json", std::process::id()));
+    let mut cmd = Command::new(&exe);
+    cmd.env("FARMEM_PRELOAD", &preload)
+        .arg("run")
+        .args(["--local-mem", &local_mem.to_string()])
+        .args(["--memnodes", &args.memnodes.to_string()])
+        .arg("--stats-json")
+        .arg(&stats)
+        .arg("--")
+        .arg(&exe);
+    worker_args(&mut cmd);
+    let far_run = supervise(cmd, "far", args.iterations, args.json);
+    let report: Option<Value> = std::fs::read_to_string(&stats)
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok());
+    let _ = std::fs::remove_file(&stats);
+    let far_run = far_run?;
+    let report = report.context("the far run wrote no statistics")?;
+    let total = &report["total"];
+    let n = |v: &Value, k: &str| v[k].as_u64().unwrap_or(0);
+    let far_peak: u64 = report["processes"]
+        .as_array()
+        .map(|ps| ps.iter().map(|p| n(p, "far_bytes_peak")).sum())
+        .unwrap_or(0);
+    let (t_local, t_far) = (
+        local_run["seconds"].as_f64().unwrap_or(f64::NAN),
+        far_run["seconds"].as_f64().unwrap_or(f64::NAN),
     );
-    bar.set_message("write");
-    let mut rng = rand::rngs::SmallRng::seed_from_u64(0xfa12);
-    let mut chunk = vec![0u8; CHUNK];
-    let mut expected = Vec::new();
-    let start = Instant::now();
-    for e in &extents {
-        for off in (0..e.len).step_by(CHUNK) {
-            rng.fill_bytes(&mut chunk);
-            expected.push(fnv(&chunk));
-            cluster.write(e.base + off, &chunk)?;
-            bar.inc(CHUNK as u64);
-        }
-    }
-    let write_s = start.elapsed().as_secs_f64();
-    bar.set_message("verify");
-    let start = Instant::now();
-    let mut mismatches = 0usize;
-    let mut sums = expected.iter();
-    for e in &extents {
-        for off in (0..e.len).step_by(CHUNK) {
-            cluster.read(e.base + off, &mut chunk)?;
-            if Some(&fnv(&chunk)) != sums.next() {
-                mismatches += 1;
-            }
-            bar.inc(CHUNK as u64);
-        }
-    }
-    let read_s = start.elapsed().as_secs_f64();
-    bar.finish_and_clear();
-    let report = serde_json::json!({
-        "demo": "data plane",
-        "bytes": size,
-        "memnodes": args.memnodes,
-        "extents": extents.len(),
-        "write_gbps": size as f64 / write_s / 1e9,
-        "read_gbps": size as f64 / read_s / 1e9,
-        "chunks_verified": expected.len(),
-        "mismatched_chunks": mismatches,
+    let same = local_run["checksum"] == far_run["checksum"];
+    let summary = json!({
+        "demo": "pagerank",
+        "graph": local_run["graph"],
+        "iterations": args.iterations,
+        "local": {
+            "seconds": t_local,
+            "peak_rss_bytes": footprint,
+        },
+        "far": {
+            "seconds": t_far,
+            "peak_rss_bytes": far_run["peak_rss_bytes"],
+            "local_mem_bytes": local_mem,
+            "far_bytes_peak": far_peak,
+            "memnodes": args.memnodes,
+            "faults_missing": n(total, "faults_missing"),
+            "faults_wp": n(total, "faults_wp"),
+            "bytes_fetched": n(total, "bytes_fetched"),
+            "bytes_written_back": n(total, "bytes_written_back"),
+            "pages_evicted": n(total, "pages_evicted_clean") + n(total, "pages_evicted_dirty"),
+        },
+        "slowdown": t_far / t_local,
+        "checksum_local": local_run["checksum"],
+        "checksum_far": far_run["checksum"],
+        "results_match": same,
+        "top": local_run["top"],
     });
     if args.json {
-        println!("{report}");
+        println!("{summary}");
     } else {
+        let gib = |b: u64| ByteSize(b).to_string();
+        println!();
+        println!("{:<22} {:>16} {:>22}", "", "local", "farmem");
         println!(
-            "wrote {} of random data to remote memory at {:.2} GB/s and read it back at {:.2} GB/s",
-            ByteSize(size),
-            size as f64 / write_s / 1e9,
-            size as f64 / read_s / 1e9
+            "{:<22} {:>16} {:>22}",
+            "local memory",
+            "all",
+            format!(
+                "{} ({:.0}%)",
+                gib(local_mem),
+                100.0 * local_mem as f64 / footprint.max(1) as f64
+            )
         );
         println!(
-            "verified {} chunks of 4 MiB: {}",
-            expected.len(),
-            if mismatches == 0 {
-                "every byte matches".to_string()
+            "{:<22} {:>16} {:>22}",
+            "time",
+            format!("{t_local:.1} s"),
+            format!("{t_far:.1} s ({:.1}x)", t_far / t_local)
+        );
+        println!(
+            "{:<22} {:>16} {:>22}",
+            "peak resident",
+            gib(footprint),
+            gib(far_run["peak_rss_bytes"].as_u64().unwrap_or(0))
+        );
+        println!("{:<22} {:>16} {:>22}", "in far memory", "-", gib(far_peak));
+        println!(
+            "{:<22} {:>16} {:>22}",
+            "page faults",
+            "-",
+            format!(
+                "{} + {} wp",
+                n(total, "faults_missing"),
+                n(total, "faults_wp")
+            )
+        );
+        println!(
+            "{:<22} {:>16} {:>22}",
+            "fetched / written back",
+            "-",
+            format!(
+                "{} / {}",
+                gib(n(total, "bytes_fetched")),
+                gib(n(total, "bytes_written_back"))
+            )
+        );
+        println!(
+            "{:<22} {:>16} {:>22}",
+            "ranks checksum",
+            local_run["checksum"].as_str().unwrap_or("?"),
+            far_run["checksum"].as_str().unwrap_or("?")
+        );
+        println!();
+        println!(
+            "(farmem's resident memory includes its copies of written pages, taken to find their dirty cache lines)"
+        );
+        println!(
+            "{}",
+            if same {
+                "the two runs computed bit-identical ranks"
             } else {
-                format!("{mismatches} MISMATCHED")
+                "the ranks DIFFER between the two runs"
             }
         );
         println!(
-            "next: `farmem bench wire` compares the protocol with plain TCP; `farmem --help` lists the rest"
+            "next: `farmem run --local-mem 256MiB -- PROGRAM` runs your own program this way; `farmem --help` lists the rest"
         );
     }
-    drop(rack);
-    anyhow::ensure!(
-        mismatches == 0,
-        "{mismatches} chunks read back differently from what was written"
-    );
+    anyhow::ensure!(same, "the far run's ranks differ from the local run's");
     Ok(std::process::ExitCode::SUCCESS)
 }
 
-fn fnv(data: &[u8]) -> u64 {
-    data.chunks_exact(8).fold(0xcbf29ce484222325u64, |h, w| {
-        (h ^ u64::from_le_bytes(w.try_into().expect("8 bytes"))).wrapping_mul(0x100000001b3)
-    })
+/// Runs one worker (directly or under `farmem run`), showing its progress,
+/// and returns its result object.
+fn supervise(
+    mut cmd: Command,
+    label: &str,
+    iterations: usize,
+    quiet: bool,
+) -> anyhow::Result<Value> {
+    let bar = if quiet {
+        ProgressBar::hidden()
+    } else {
+        ProgressBar::new(1 + iterations as u64)
+    };
+    bar.set_style(
+        ProgressStyle::with_template("{prefix:>6} [{bar:30}] {pos}/{len} {msg} ({elapsed})")
+            .expect("static template")
+            .progress_chars("=> "),
+    );
+    bar.set_prefix(label.to_string());
+    bar.set_message("generating the graph");
+    bar.enable_steady_tick(std::time::Duration::from_millis(200));
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("starting the {label} run"))?;
+    // Drain stderr beside stdout so neither pipe fills up.
+    let stderr = child.stderr.take().expect("piped");
+    let errors = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = std::io::Read::read_to_string(&mut BufReader::new(stderr), &mut text);
+        text
+    });
+    let mut result = None;
+    for line in BufReader::new(child.stdout.take().expect("piped")).lines() {
+        let line = line.context("reading the worker's output")?;
+        if let Some(rest) = line.strip_prefix("progress ") {
+            let mut it = rest.splitn(2, ' ');
+            if let Some(done) = it.next().and_then(|d| d.parse::<u64>().ok()) {
+                bar.set_position(done);
+            }
+            bar.set_message(it.next().unwrap_or("").to_string());
+        } else if let Some(rest) = line.strip_prefix("result ") {
+            result = serde_json::from_str::<Value>(rest).ok();
+        }
+    }
+    let status = child.wait().context("waiting for the worker")?;
+    bar.finish_and_clear();
+    let errors = errors.join().unwrap_or_default();
+    match result {
+        Some(r) if status.success() => {
+            if !quiet {
+                eprintln!(
+                    "farmem: {label} run: {:.1} s",
+                    r["seconds"].as_f64().unwrap_or(f64::NAN)
+                );
+            }
+            Ok(r)
+        }
+        _ => bail!("the {label} run failed ({status}):\n{}", errors.trim_end()),
+    }
+}
+
+/// The workload: generate, rank, report. Progress and the result go to
+/// stdout as `progress N TEXT` and `result JSON` lines.
+fn worker(args: &Args) -> Outcome {
+    use std::io::Write;
+    let (scale, ef) = graph_shape(args.size.bytes());
+    let mut out = std::io::stdout().lock();
+    let start = Instant::now();
+    let graph = native::pull_graph(scale, ef, 42);
+    writeln!(out, "progress 1 round 1 of {}", args.iterations)?;
+    out.flush()?;
+    let rank = native::pagerank(&graph, args.iterations, |i| {
+        let next = if i < args.iterations {
+            format!("round {} of {}", i + 1, args.iterations)
+        } else {
+            "done".to_string()
+        };
+        let _ = writeln!(out, "progress {} {next}", i + 1);
+        let _ = out.flush();
+    });
+    let seconds = start.elapsed().as_secs_f64();
+    let result = json!({
+        "seconds": seconds,
+        "graph": {
+            "vertices": graph.vertices(),
+            "edges": graph.edges(),
+            "bytes": graph.bytes() + 16 * graph.vertices() as u64,
+        },
+        "checksum": format!("{:016x}", native::checksum(&rank)),
+        "top": native::top(&rank, 5),
+        "peak_rss_bytes": peak_rss(),
+    });
+    writeln!(out, "result {result}")?;
+    Ok(std::process::ExitCode::SUCCESS)
+}
+
+/// This process's peak resident set.
+fn peak_rss() -> u64 {
+    // SAFETY: getrusage fills the struct we pass.
+    let usage = unsafe {
+        let mut u: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_SELF, &mut u);
+        u
+    };
+    usage.ru_maxrss.max(0) as u64 * 1024
+}
+
+/// The LD_PRELOAD shim, built first when running from a source checkout
+/// (`cargo run -- demo` builds only the CLI).
+fn ensure_preload(say: &dyn Fn(&str)) -> anyhow::Result<PathBuf> {
+    if let Ok(p) = super::run::find_preload() {
+        return Ok(p);
+    }
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../Cargo.toml");
+    let exe = std::env::current_exe().context("finding the farmem binary")?;
+    let profile = exe
+        .parent()
+        .and_then(Path::file_name)
+        .and_then(|d| d.to_str())
+        .unwrap_or("release")
+        .to_string();
+    if !manifest.is_file() {
+        return super::run::find_preload();
+    }
+    say("building libfarmem_preload.so, the shim `farmem run` loads into programs");
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut build = Command::new(cargo);
+    build
+        .args(["build", "-p", "farmem-preload", "--manifest-path"])
+        .arg(&manifest);
+    if profile == "release" {
+        build.arg("--release");
+    }
+    let status = build
+        .status()
+        .context("running cargo to build farmem-preload")?;
+    anyhow::ensure!(
+        status.success(),
+        "building farmem-preload failed ({status})"
+    );
+    super::run::find_preload()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn graph_shape_fills_the_requested_size() {
+        let (scale, ef) = graph_shape(1 << 30);
+        assert_eq!(scale, 22);
+        let bytes = (1u64 << scale) * (28 + 4 * u64::from(ef));
+        assert!(
+            bytes <= 1 << 30 && bytes > (1 << 30) - (16 << 20),
+            "{bytes}"
+        );
+        let (scale, ef) = graph_shape(16 << 20);
+        assert_eq!((scale, ef), (16, 57));
+        assert_eq!(graph_shape(0), (10, 1));
+    }
+
+    #[test]
+    fn local_memory_is_a_share_or_a_size() {
+        assert!(matches!(parse_local("25%"), Ok(LocalMem::Share(s)) if s == 0.25));
+        assert!(matches!(parse_local("256MiB"), Ok(LocalMem::Bytes(b)) if b == 256 << 20));
+        assert!(parse_local("0%").is_err());
+        assert!(parse_local("150%").is_err());
+        assert!(parse_local("lots").is_err());
+    }
 }
