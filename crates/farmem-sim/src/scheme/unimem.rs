@@ -30,14 +30,19 @@
 //!   one fixed miss stream for every system).
 //! * `unimem-nopromote` gives all local memory to the Filter-Cache: the
 //!   30/70 host/device split is stated for promotion only (§4.1).
-//! * Promotion: every `device blocks` device accesses, the pages of active
-//!   sub-pages are ranked (`Promoter`) and the fully-used ones move to host
-//!   memory, at most `promotion.batch_pages` at once. A batch is charged
-//!   `promote_batch_ns` × pages / `batch_pages` (2 ms for the paper's 512),
-//!   added to the access that triggered it. Sub-pages missing from a
-//!   promoted page are fetched (counted as remote bytes). Host memory is a
-//!   page cache fed only by promotion; its victims are dropped (written
-//!   back if dirty), not demoted.
+//! * Promotion: every `device blocks` device accesses (one scan interval)
+//!   the candidates are ranked (`Promoter`) and the fully-used ones move to
+//!   host memory, at most `promotion.batch_pages` at once. A candidate is a
+//!   page with an active sub-page that was accessed in this interval and
+//!   the previous one: our stand-in for "hot in the process page cache"
+//!   (§3.3), since line-granular misses make a streamed block active within
+//!   nanoseconds. A batch is charged `promote_batch_ns` × pages /
+//!   `batch_pages` (2 ms for the paper's 512), added to the access that
+//!   triggered it. Sub-pages missing from a promoted page are fetched
+//!   (counted as remote bytes). Host memory is a page cache fed only by
+//!   promotion; to make room, a promotion displaces only host pages that
+//!   saw no access during the whole last interval (they are dropped,
+//!   written back if dirty, not demoted), so it never evicts a page in use.
 
 use farmem_core::{CACHE_LINE, PAGE_SIZE};
 use farmem_policy::cache::{FilterCache, FilterConfig, ReplacementPolicy, SetAssocLru, TwoQ};
@@ -262,6 +267,10 @@ struct Tiers {
     /// Device accesses between promotion scans.
     scan_every: u64,
     since_scan: u64,
+    /// Pages with a device access in the current and the previous scan
+    /// interval: a page is hot when it is in both (module docs).
+    seen_now: FxHashSet<u64>,
+    seen_prev: FxHashSet<u64>,
 }
 
 pub struct UniMemScheme {
@@ -344,6 +353,8 @@ impl UniMemScheme {
             promoter,
             scan_every: blocks as u64,
             since_scan: 0,
+            seen_now: FxHashSet::default(),
+            seen_prev: FxHashSet::default(),
         }
     }
 
@@ -388,7 +399,7 @@ impl UniMemScheme {
     }
 
     /// Promotes fully-used pages when a scan is due; returns the time charged.
-    fn maybe_promote(&mut self, m: &mut Machine, now: Time) -> f64 {
+    fn maybe_promote(&mut self, m: &mut Machine, now: Time, page: u64) -> f64 {
         let Some(t) = self.tiers.as_mut() else {
             return 0.0;
         };
@@ -396,12 +407,19 @@ impl UniMemScheme {
         else {
             return 0.0;
         };
+        t.seen_now.insert(page);
         t.since_scan += 1;
         if t.since_scan < t.scan_every {
             return 0.0;
         }
         t.since_scan = 0;
-        let ranked = pr.rank(&*f, pr.pages_of(f.active_blocks()));
+        let (now_seen, prev_seen) = (&t.seen_now, &t.seen_prev);
+        let hot = pr
+            .pages_of(f.active_blocks())
+            .into_iter()
+            .filter(|p| now_seen.contains(p) && prev_seen.contains(p));
+        let ranked = pr.rank(&*f, hot);
+        t.seen_prev = std::mem::take(&mut t.seen_now);
         let want = ranked.len().min(pr.config().batch_pages as usize);
         // Room: free host pages, then host pages nobody touched during the
         // whole last interval (inactive tail first), so a promotion never
@@ -517,7 +535,7 @@ impl Scheme for UniMemScheme {
             m.counters.local_misses += 1;
             self.fetch(m, now, block) + self.device_ns + translation
         };
-        lat += self.maybe_promote(m, now);
+        lat += self.maybe_promote(m, now, page);
         self.n.latency_sum += lat;
         now + lat
     }
