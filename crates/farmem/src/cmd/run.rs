@@ -180,6 +180,11 @@ pub fn run(args: Args) -> Outcome {
             get("pages_evicted_clean") + get("pages_evicted_dirty"),
             get("pages_evicted_dirty"),
         );
+        if let Some(amp) = page_amplification(&total) {
+            eprintln!(
+                "farmem: dirty amplification avoided: whole dirty pages would have been {amp:.1}x the lines written back"
+            );
+        }
     }
     if let Some(path) = &args.stats_json {
         let report = json!({
@@ -191,6 +196,7 @@ pub fn run(args: Args) -> Outcome {
             "threshold": args.threshold.bytes(),
             "dirty": args.dirty,
             "controller": controller,
+            "page_amplification": page_amplification(&total),
             "total": total,
             "processes": processes,
         });
@@ -253,6 +259,17 @@ fn read_stats(path: &Path) -> Vec<Value> {
             }
         })
         .collect()
+}
+
+/// Kona's dirty-data amplification, seen from line tracking: the bytes
+/// whole dirty pages would have cost over the dirty lines actually written
+/// back. None when nothing dirty was written back, or in page mode (every
+/// page is written whole, so the truly dirty lines are not known).
+fn page_amplification(total: &Map<String, Value>) -> Option<f64> {
+    let get = |k: &str| total.get(k).and_then(Value::as_u64).unwrap_or(0);
+    let lines = get("dirty_lines_shipped");
+    let pages = get("pages_evicted_dirty") + get("pages_synced");
+    (lines > 0 && lines < pages * 64).then(|| pages as f64 * 64.0 / lines as f64)
 }
 
 /// Integer counters summed over processes.
