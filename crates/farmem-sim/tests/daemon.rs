@@ -307,3 +307,34 @@ fn bp_ratio_is_settable_and_hold_keeps_the_line_share() {
     assert!(l25.sim_time_ns < h25.sim_time_ns);
     std::fs::remove_file(path).ok();
 }
+
+#[test]
+fn background_traffic_slows_every_scheme_only_in_its_periods() {
+    let pages: Vec<_> = (0..16).map(|i| Some(noise(i + 1))).collect();
+    let path = trace("bg", &pages);
+    for scheme in ["remote", "daemon"] {
+        let quiet = run(scheme, &[], &path);
+        // The first period is quiet: a period longer than the run changes
+        // nothing.
+        let late = run(
+            scheme,
+            &[
+                ("link.background", "0.5"),
+                ("link.background_period_ns", "1e9"),
+            ],
+            &path,
+        );
+        assert_eq!(late.sim_time_ns, quiet.sim_time_ns, "{scheme}");
+        let busy = run(
+            scheme,
+            &[
+                ("link.background", "0.5"),
+                ("link.background_period_ns", "2000"),
+            ],
+            &path,
+        );
+        assert!(busy.sim_time_ns > quiet.sim_time_ns, "{scheme}");
+        assert_eq!(busy.remote_bytes_read, quiet.remote_bytes_read);
+    }
+    std::fs::remove_file(path).ok();
+}

@@ -207,13 +207,15 @@ const PAGE: usize = 1;
 /// The partitioned data path to one memory node (§4.1): the node's memory
 /// bus and the link's data direction, each split into a line share and a
 /// page share. Each share is a FIFO server at its fraction of the
-/// bandwidth (`busy_until` per class), so a page never delays a line and
-/// each class keeps its share whether or not the other uses it (§4.1's
-/// idle slots, in the fluid limit).
+/// bandwidth (`busy_until` per class, then the end of all work at the
+/// whole bandwidth), so a page never delays a line beyond the line share.
+/// Under `daemon.idle_slots = hold` each class keeps its share whether or
+/// not the other uses it (§4.1's idle slots, in the fluid limit); under
+/// `lend` a class with nothing in service lends it ([`serve`]).
 #[derive(Debug, Clone, Copy, Default)]
 struct Path {
-    bus: [Time; 2],
-    link: [Time; 2],
+    bus: [Time; 3],
+    link: [Time; 3],
 }
 
 /// Fixed costs of the path, from the config.
@@ -265,9 +267,15 @@ impl Timing {
     }
 }
 
-/// One FIFO share of a partitioned resource: returns (start, end) of a
-/// transfer of `ns_full` (its time at the whole bandwidth) ready at `t`.
-fn serve(busy: &mut [Time; 2], class: usize, t: Time, ns_full: f64, t_: &Timing) -> (Time, Time) {
+/// One class's share of a partitioned resource: `busy` holds each class's
+/// `busy_until` and, last, when all work so far would end at the whole
+/// bandwidth. Returns (start, end) of a transfer of `ns_full` (its time at
+/// the whole bandwidth) ready at `t`.
+///
+/// A page never delays a line beyond the line share; a line that cuts in
+/// pushes the pages after it back (their end is bounded by the total work),
+/// so the resource never carries more than its bandwidth.
+fn serve(busy: &mut [Time; 3], class: usize, t: Time, ns_full: f64, t_: &Timing) -> (Time, Time) {
     let start = t.max(busy[class]);
     // Lending: the other class has nothing in service, so its slots are
     // free for this transfer.
@@ -276,7 +284,12 @@ fn serve(busy: &mut [Time; 2], class: usize, t: Time, ns_full: f64, t_: &Timing)
     } else {
         t_.share[class]
     };
-    let end = start + ns_full / share;
+    let total = busy[2].max(start) + ns_full;
+    busy[2] = total;
+    let mut end = start + ns_full / share;
+    if class == PAGE {
+        end = end.max(total);
+    }
     busy[class] = end;
     (start, end)
 }

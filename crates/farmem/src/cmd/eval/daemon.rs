@@ -242,18 +242,13 @@ pub fn run(args: Args) -> Outcome {
         .iter()
         .map(|r| &rest[r.start - grid_len..r.end - grid_len])
         .collect();
-    let labels: Vec<Box<dyn Fn(&Point) -> Option<String>>> = studies
-        .iter()
-        .map(|s| Box::new(s.label) as Box<dyn Fn(&Point) -> Option<String>>)
-        .collect();
     let study_refs: Vec<Study> = studies
         .iter()
         .zip(&study_results)
-        .zip(&labels)
-        .map(|((s, r), l)| Study {
+        .map(|(s, r)| Study {
             name: s.name,
             results: r,
-            label: l.as_ref(),
+            label: &s.label,
             default_knobs: s.default_knobs,
         })
         .collect();
