@@ -93,6 +93,12 @@ pub struct KonaArgs {
     /// Local cache as a share of all threads' regions.
     #[arg(long, default_value = "50%")]
     local: Ratio,
+    /// Treat remote memory as holding data: every first touch fetches its
+    /// page. By default the regions are fresh allocations, as in the
+    /// paper's Figure 4: memory nodes zero new grants, so a first touch
+    /// needs no fetch and eviction (what the two modes differ in) dominates.
+    #[arg(long)]
+    prefilled: bool,
     #[command(flatten)]
     store: StoreArgs,
     /// Print one JSON object on stdout.
@@ -110,19 +116,29 @@ pub fn kona(args: KonaArgs) -> Outcome {
         local_fraction: args.local.get(),
         base: Config {
             wait: args.store.wait,
+            zeroed_slabs: !args.prefilled,
             ..Config::default()
         },
     };
     if !args.json {
         eprintln!(
-            "farmem: bench kona: {} thread(s) × {} on {}, {} local",
-            args.threads, args.region, b.what, args.local
+            "farmem: bench kona: {} thread(s) × {} on {}, {} local, {}",
+            args.threads,
+            args.region,
+            b.what,
+            args.local,
+            if args.prefilled {
+                "prefilled remote memory"
+            } else {
+                "fresh allocations"
+            }
         );
     }
     let report = farmem_runtime::bench::kona(&opts, b.store.clone(), b.slabs.clone())
         .context("running the benchmark")?;
     let mut v = serde_json::to_value(&report)?;
     v["benchmark"] = "kona".into();
+    v["prefilled"] = args.prefilled.into();
     v["store"] = b.what.clone().into();
     if args.json {
         println!("{v}");
