@@ -88,13 +88,6 @@ fn runtime_benches_report_both_modes_over_a_local_rack() {
 }
 
 #[test]
-fn demo_verifies_what_it_wrote() {
-    let v = json_of(&["demo", "--json", "--size", "256MiB"]);
-    assert_eq!(v["mismatched_chunks"], 0);
-    assert_eq!(v["chunks_verified"], 64);
-}
-
-#[test]
 fn trace_capture_converts_an_unmodified_program() {
     if Command::new("valgrind").arg("--version").output().is_err() {
         eprintln!("skipping: valgrind is not installed");

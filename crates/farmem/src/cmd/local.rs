@@ -23,33 +23,41 @@ impl LocalRack {
             memnodes: Vec::new(),
             children: Vec::new(),
         };
-        rack.controller = rack.spawn(&[
+        rack.controller = rack.spawn(
             "controller",
-            "--listen",
-            "127.0.0.1:0",
-            "--granularity",
-            &granularity.to_string(),
-            "--json",
-        ])?;
-        for _ in 0..memnodes {
-            let ctl = rack.controller.clone();
-            let addr = rack.spawn(&[
-                "memnode",
+            &[
+                "controller",
                 "--listen",
                 "127.0.0.1:0",
-                "--capacity",
-                &capacity.to_string(),
-                "--controller",
-                &ctl,
+                "--granularity",
+                &granularity.to_string(),
                 "--json",
-            ])?;
+            ],
+        )?;
+        for i in 0..memnodes {
+            let ctl = rack.controller.clone();
+            let addr = rack.spawn(
+                &format!("memnode {}", i + 1),
+                &[
+                    "memnode",
+                    "--listen",
+                    "127.0.0.1:0",
+                    "--capacity",
+                    &capacity.to_string(),
+                    "--controller",
+                    &ctl,
+                    "--json",
+                ],
+            )?;
             rack.memnodes.push(addr);
         }
         Ok(rack)
     }
 
-    /// Spawns `farmem ARGS…` and waits for the JSON line announcing its address.
-    fn spawn(&mut self, args: &[&str]) -> anyhow::Result<String> {
+    /// Spawns `farmem ARGS…` and waits for the JSON line announcing its
+    /// address. What the daemon logs reaches our stderr as `farmem: ROLE: …`
+    /// lines, so a program run under `farmem run` keeps its stderr readable.
+    fn spawn(&mut self, role: &str, args: &[&str]) -> anyhow::Result<String> {
         let exe = std::env::current_exe().context("finding the farmem binary")?;
         let mut cmd = Command::new(&exe);
         // SAFETY: prctl is async-signal-safe; it makes the daemon die with us
@@ -65,9 +73,18 @@ impl LocalRack {
             .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(Stdio::piped())
             .spawn()
             .with_context(|| format!("starting `farmem {}`", args[0]))?;
+        let stderr = child.stderr.take().expect("stderr was piped");
+        let role = role.to_string();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                let line = strip_ansi(&line);
+                let line = line.strip_prefix("farmem: ").unwrap_or(&line);
+                eprintln!("farmem: {role}: {}", line.trim_start());
+            }
+        });
         let stdout = child.stdout.take().expect("stdout was piped");
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
@@ -95,6 +112,27 @@ impl LocalRack {
     }
 }
 
+/// `s` without ANSI escape sequences (log colours).
+fn strip_ansi(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut chars = s.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            // CSI: ESC [ parameters… final byte in @..~
+            if chars.next() == Some('[') {
+                for c in chars.by_ref() {
+                    if ('@'..='~').contains(&c) {
+                        break;
+                    }
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 impl Drop for LocalRack {
     fn drop(&mut self) {
         // Memory nodes first, each gone before the next stops, the controller
@@ -119,5 +157,17 @@ impl Drop for LocalRack {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn colours_are_stripped() {
+        assert_eq!(
+            super::strip_ansi("\u{1b}[2m2026\u{1b}[0m \u{1b}[33m WARN\u{1b}[0m x"),
+            "2026  WARN x"
+        );
+        assert_eq!(super::strip_ansi("plain"), "plain");
     }
 }
