@@ -96,6 +96,12 @@ pub struct Config {
     pub evict_batch: usize,
     /// Attempts per store call before the operation is reported failed.
     pub store_attempts: u32,
+    /// A write fault on a missing page installs it writable (and dirty)
+    /// at once. Off: it is installed write-protected and the write takes a
+    /// second, write-protect fault to mark it dirty, as Kona-VM does (seed
+    /// 001 §5.1: "two page faults for caching a remote page"); the
+    /// benchmark's faithful baseline.
+    pub writable_on_write_fault: bool,
 }
 
 impl Default for Config {
@@ -115,6 +121,7 @@ impl Default for Config {
             log_segments: 4,
             evict_batch: 64,
             store_attempts: 3,
+            writable_on_write_fault: true,
         }
     }
 }

@@ -279,7 +279,7 @@ impl Shared {
                 let job = FetchJob {
                     region: r,
                     idx,
-                    write: f.write,
+                    write: f.write && self.cfg.writable_on_write_fault,
                     zero,
                     t0,
                 };

@@ -294,3 +294,39 @@ fn zeroed_slabs_skip_the_store_until_first_written_back() {
     assert_eq!(b, [7 | 1; 8]);
     assert_eq!(rt.stats().pages_zero_filled, 0);
 }
+
+#[test]
+fn kona_vm_marks_written_pages_dirty_with_a_second_fault() {
+    if skip() {
+        return;
+    }
+    for (writable, wp_faults) in [(true, 0u64), (false, 8)] {
+        let store = Arc::new(MemStore::new(1 << 30));
+        let c = Config {
+            writable_on_write_fault: writable,
+            ..cfg(64, DirtyMode::Page)
+        };
+        let rt = Runtime::new(c, store.clone(), store.clone()).unwrap();
+        let r = rt.region(8 * PAGE).unwrap();
+        // One write per page, through the pointer: the first touch is a write.
+        for p in 0..8usize {
+            // SAFETY: in bounds of a live region only this thread uses.
+            unsafe {
+                r.as_ptr()
+                    .add(p * PAGE as usize + 8)
+                    .write_volatile(p as u8 + 1)
+            };
+        }
+        r.sync().unwrap();
+        let s = rt.stats();
+        assert_eq!(s.faults_missing, 8, "{s:?}");
+        // Pages a write-protect fault made dirty (a write racing the
+        // fetch's end may fault once more and just wait).
+        assert_eq!(s.wp_latency.count, wp_faults, "{s:?}");
+        // Either way every written page is dirty and written back whole.
+        assert_eq!(s.bytes_written_back, 8 * PAGE, "{s:?}");
+        let mut b = [0u8; 1];
+        r.read_at(3 * PAGE as usize + 8, &mut b).unwrap();
+        assert_eq!(b, [4]);
+    }
+}
