@@ -42,11 +42,13 @@
 //! # fork and exec
 //!
 //! The parent is never affected. In a forked child the runtime's threads do
-//! not exist and userfaultfd registrations are not inherited: the child sees
-//! the far pages that were resident at the fork, but **zeros for pages that
-//! were remote**, and its writes never reach far memory. So a child must
-//! `exec` or not touch far memory it inherited. After a fork the child
-//! places every new allocation in local memory. A program started by `exec`
+//! not exist and userfaultfd registrations are not inherited, so far pages
+//! that were remote at the fork cannot be served. Rather than let the child
+//! compute on zeros, the shim makes inherited far memory inaccessible in
+//! the child: touching it raises SIGSEGV. A child that `exec`s, or only
+//! uses memory it allocates itself (always local after a fork), works. So
+//! `system()`, `popen()` and fork+exec work; redis' fork-based BGSAVE does
+//! not (run it with `--save ""`). A program started by `exec`
 //! (in the child or anywhere below) loads the shim again and gets a runtime
 //! of its own, on the same controller.
 

@@ -475,6 +475,17 @@ extern "C" fn fork_parent() {
 extern "C" fn fork_child() {
     FORKED.store(true, Ordering::Relaxed);
     unlock_heap();
+    // The child has no runtime and no userfaultfd registration: a far page
+    // that was remote at the fork would read as zeros. Make every touch of
+    // inherited far memory fault loudly instead of computing on zeros.
+    let (base, end) = (
+        HEAP_BASE.load(Ordering::Acquire),
+        HEAP_END.load(Ordering::Acquire),
+    );
+    if end > base {
+        // SAFETY: our own heap range; mprotect is async-signal-safe.
+        unsafe { libc::mprotect(base as *mut c_void, end - base, libc::PROT_NONE) };
+    }
 }
 
 extern "C" fn at_exit() {
@@ -797,7 +808,7 @@ pub unsafe extern "C" fn mmap(
     {
         return p;
     }
-    if is_far(addr) && !runtime_thread() {
+    if is_far(addr) && !runtime_thread() && !FORKED.load(Ordering::Relaxed) {
         return remap_far(addr, len, prot, flags);
     }
     // SAFETY: the caller's arguments, passed to the system call unchanged.
@@ -860,6 +871,10 @@ pub unsafe extern "C" fn munmap(addr: *mut c_void, len: usize) -> c_int {
 /// As madvise(2).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn madvise(addr: *mut c_void, len: usize, advice: c_int) -> c_int {
+    if is_far(addr) && FORKED.load(Ordering::Relaxed) {
+        // A forked child cannot touch far memory (see `fork_child`).
+        return 0;
+    }
     if is_far(addr) && !runtime_thread() && !BUSY.try_with(|b| b.get()).unwrap_or(true) {
         // The runtime owns the far pages' mappings; honour only what the
         // program can observe: DONTNEED makes private anonymous memory zero.

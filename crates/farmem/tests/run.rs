@@ -454,3 +454,73 @@ fn demo_ranks_agree_between_local_and_far_memory() {
     assert!(far["faults_missing"].as_u64().unwrap() > 10_000, "{v}");
     assert!(far["far_bytes_peak"].as_u64().unwrap() >= 40 << 20, "{v}");
 }
+
+#[test]
+fn a_forked_child_touching_far_memory_fails_loudly_and_the_parent_goes_on() {
+    if let Some(why) = unavailable() {
+        eprintln!("skipping: {why}");
+        return;
+    }
+    let src = std::env::temp_dir().join(format!("fork-touch-{}.c", std::process::id()));
+    let bin = src.with_extension("");
+    std::fs::write(
+        &src,
+        r#"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+int main(void) {
+    size_t n = 64 << 20;
+    unsigned char *p = malloc(n);
+    memset(p, 7, n);
+    pid_t pid = fork();
+    if (pid == 0) {
+        unsigned long s = 0;
+        for (size_t i = 0; i < n; i += 4096) s += p[i];
+        _exit(s == (n / 4096) * 7 ? 0 : 3);
+    }
+    int st;
+    waitpid(pid, &st, 0);
+    if (WIFSIGNALED(st)) printf("child signal %d\n", WTERMSIG(st));
+    else printf("child exit %d\n", WEXITSTATUS(st));
+    unsigned long s = 0;
+    for (size_t i = 0; i < n; i += 4096) s += p[i];
+    printf("parent %s\n", s == (n / 4096) * 7 ? "ok" : "WRONG");
+    return 0;
+}
+"#,
+    )
+    .unwrap();
+    let built = Command::new("cc")
+        .arg("-O1")
+        .arg("-o")
+        .arg(&bin)
+        .arg(&src)
+        .status();
+    let _ = std::fs::remove_file(&src);
+    if !built.is_ok_and(|s| s.success()) {
+        eprintln!("skipping: no C compiler (cc)");
+        return;
+    }
+    let local = Command::new(&bin).output().unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&local.stdout),
+        "child exit 0\nparent ok\n"
+    );
+    // 64 MiB of far data against 16 MiB local: most of it is remote at the fork.
+    let far = Command::new(farmem())
+        .args(["run", "--local-mem", "16MiB", "--"])
+        .arg(&bin)
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_file(&bin);
+    let stderr = String::from_utf8_lossy(&far.stderr);
+    assert_eq!(far.status.code(), Some(0), "{stderr}");
+    assert_eq!(
+        String::from_utf8_lossy(&far.stdout),
+        format!("child signal {}\nparent ok\n", libc::SIGSEGV),
+        "{stderr}"
+    );
+}

@@ -26,11 +26,12 @@ const PRELOAD: &str = "libfarmem_preload.so";
 #[derive(clap::Args)]
 #[command(after_help = "\
 fork and exec: the parent is never affected. A forked child places new \
-allocations in local memory; far ranges it inherited show the pages that \
-were resident at the fork, but zeros for pages that were remote \
-(userfaultfd registrations are not inherited), so a child must exec or not \
-touch inherited far memory. A program started by exec gets its own runtime \
-on the same controller.")]
+allocations in local memory; far memory it inherited is made inaccessible \
+(touching it raises SIGSEGV), because pages that were remote at the fork \
+cannot be served without the parent's runtime. So fork+exec, system() and \
+popen() work, and a child that reads its parent's far data fails loudly \
+instead of computing on zeros (redis: run it with --save \"\"). A program \
+started by exec gets its own runtime on the same controller.")]
 pub struct Args {
     /// Local memory that caches far pages.
     #[arg(long, default_value = "256MiB")]
