@@ -25,15 +25,8 @@ pub struct Args {
     /// Data-movement scheme; several, comma-separated, run side by side.
     #[arg(long, default_value = "remote")]
     pub scheme: String,
-    /// Base configuration: `daemon` (DaeMon Table 2) or `unimem` (UniMem Table 1).
-    #[arg(long, default_value = "daemon")]
-    pub preset: String,
-    /// TOML file layered over the preset.
-    #[arg(long)]
-    pub config: Option<PathBuf>,
-    /// Override a config key (`link.bw_factor=1/8`); comma-separated values sweep.
-    #[arg(long = "set", value_name = "KEY=VALUE")]
-    pub set: Vec<String>,
+    #[command(flatten)]
+    pub cfg: ConfigArgs,
     /// Outstanding misses per core (shorthand for `--set core.mlp=N`; 1 = blocking loads).
     #[arg(long)]
     pub mlp: Option<u32>,
@@ -97,6 +90,21 @@ pub fn plan(schemes: &str, inputs: &[Input], sets: &[String]) -> anyhow::Result<
 }
 
 /// Builds the base config: preset, then file.
+/// The simulator configuration flags `farmem sim` and `farmem eval` share.
+#[derive(clap::Args)]
+pub struct ConfigArgs {
+    /// Base configuration: `daemon` (DaeMon Table 2) or `unimem` (UniMem Table 1).
+    #[arg(long, default_value = "daemon")]
+    pub preset: String,
+    /// TOML file layered over the preset.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Override a config key (`link.bw_factor=1/8`); in `farmem sim`,
+    /// comma-separated values sweep.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub set: Vec<String>,
+}
+
 pub fn base_config(preset: &str, file: Option<&PathBuf>) -> anyhow::Result<ConfigBuilder> {
     let mut b = ConfigBuilder::preset(preset)?;
     if let Some(f) = file {
@@ -241,8 +249,8 @@ pub fn run(args: Args) -> Outcome {
         1 => inputs.remove(0),
         _ => Input::Multi(inputs),
     };
-    let base = base_config(&args.preset, args.config.as_ref())?;
-    let mut sets = args.set.clone();
+    let base = base_config(&args.cfg.preset, args.cfg.config.as_ref())?;
+    let mut sets = args.cfg.set.clone();
     if let Input::Multi(v) = &input
         && !sets.iter().any(|s| s.starts_with("core.count="))
     {

@@ -77,12 +77,12 @@ pub fn run(args: Args) -> Outcome {
     if grid_inputs.is_empty() {
         anyhow::bail!("--workloads: no workload given");
     }
-    for s in &args.set {
+    for s in &args.cfg.set {
         if s.contains(',') {
             anyhow::bail!("--set {s}: sweeps are not supported in eval");
         }
     }
-    let mut sets = args.set.clone();
+    let mut sets = args.cfg.set.clone();
     if quick {
         for c in QUICK_CACHES {
             let key = c.split('=').next().unwrap_or_default();
@@ -227,7 +227,7 @@ pub fn run(args: Args) -> Outcome {
     }
 
     // Everything in one parallel batch, split back afterwards.
-    let base = base_config(&args.preset, args.config.as_ref())?;
+    let base = base_config(&args.cfg.preset, args.cfg.config.as_ref())?;
     let mut all: Vec<Run> = grid;
     let grid_len = all.len();
     let mut bounds = Vec::new();

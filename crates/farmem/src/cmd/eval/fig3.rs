@@ -12,13 +12,13 @@ pub fn run(args: Args) -> Outcome {
         args.workloads.as_deref().unwrap_or("pr,stream,spmv,nw"),
         &args.scale,
     )?;
-    for s in &args.set {
+    for s in &args.cfg.set {
         if s.contains(',') {
             anyhow::bail!("--set {s}: sweeps are not supported in eval");
         }
     }
-    let base = base_config(&args.preset, args.config.as_ref())?;
-    let runs: Vec<Run> = plan(&FIG3_SCHEMES.join(","), &inputs, &args.set)?;
+    let base = base_config(&args.cfg.preset, args.cfg.config.as_ref())?;
+    let runs: Vec<Run> = plan(&FIG3_SCHEMES.join(","), &inputs, &args.cfg.set)?;
     let results = execute(&base, &runs, args.json)?;
     let f = fig3(&results);
     if args.json {

@@ -51,15 +51,12 @@ pub struct Args {
     /// Directory for CSV, JSON and figures (created if missing).
     #[arg(long)]
     pub out: Option<PathBuf>,
-    #[arg(long, default_value = "daemon")]
-    pub preset: String,
-    #[arg(long)]
-    pub config: Option<PathBuf>,
-    /// Override a config key for every run (`link.switch_ns=400`).
-    #[arg(long = "set", value_name = "KEY=VALUE")]
-    pub set: Vec<String>,
+    #[command(flatten)]
+    pub cfg: super::sim::ConfigArgs,
+    /// List the evaluations, then exit.
     #[arg(long)]
     pub list: bool,
+    /// Print one JSON object on stdout instead of the tables.
     #[arg(long)]
     pub json: bool,
 }

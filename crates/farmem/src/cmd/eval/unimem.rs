@@ -39,10 +39,10 @@ fn run_of(system: &str, input: &Input, sets: &[(String, String)]) -> Run {
 
 pub fn run(args: Args) -> Outcome {
     // `--preset` defaults to DaeMon's for the other evals; this one is UniMem's.
-    let preset = if args.preset == "daemon" {
+    let preset = if args.cfg.preset == "daemon" {
         "unimem"
     } else {
-        args.preset.as_str()
+        args.cfg.preset.as_str()
     };
     let scale = if args.quick && args.scale == "1" {
         "0.25".to_string()
@@ -58,7 +58,7 @@ pub fn run(args: Args) -> Outcome {
         .iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
-    for s in &args.set {
+    for s in &args.cfg.set {
         let (k, v) = s
             .split_once('=')
             .with_context(|| format!("--set {s}: expected KEY=VALUE"))?;
@@ -176,7 +176,7 @@ pub fn run(args: Args) -> Outcome {
         }
     }
 
-    let base = base_config(preset, args.config.as_ref())?;
+    let base = base_config(preset, args.cfg.config.as_ref())?;
     let runs: Vec<Run> = plan.iter().map(|p| p.run.clone()).collect();
     let results = execute(&base, &runs, args.json)?;
     let points: Vec<Point> = plan
