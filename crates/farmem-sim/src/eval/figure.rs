@@ -109,14 +109,21 @@ fn y_range(values: impl Iterator<Item = f64>, reference: Option<f64>) -> (f64, f
     ((lo / step).floor() * step, (hi / step).ceil() * step, step)
 }
 
-/// Frame, title, y axis with grid and labels, legend; returns the y mapping.
+/// Frame, title, y axis (fitted to the series and the reference) with grid
+/// and labels, legend; returns the y mapping and the axis range.
 fn frame(
     svg: &mut String,
     title: &str,
     y_label: &str,
-    (lo, hi, step): (f64, f64, f64),
-    names: &[&str],
-) -> impl Fn(f64) -> f64 + use<> {
+    series: &[Series],
+    reference: Option<f64>,
+) -> (impl Fn(f64) -> f64 + use<>, (f64, f64)) {
+    let (lo, hi, step) = y_range(
+        series.iter().flat_map(|s| s.values.iter().copied()),
+        reference,
+    );
+    let names: Vec<&str> = series.iter().map(|s| s.name.as_str()).collect();
+    let names = names.as_slice();
     let plot_h = H - TOP - BOTTOM;
     let y = move |v: f64| TOP + plot_h * (1.0 - (v - lo) / (hi - lo));
     let _ = write!(
@@ -168,7 +175,7 @@ fn frame(
             esc(name)
         );
     }
-    y
+    (y, (lo, hi))
 }
 
 fn fmt_tick(v: f64, step: f64) -> String {
@@ -212,12 +219,13 @@ fn x_label(svg: &mut String, x: f64, text: &str, rotate: bool) {
 impl BarChart {
     pub fn to_svg(&self) -> String {
         let mut svg = String::new();
-        let names: Vec<&str> = self.series.iter().map(|s| s.name.as_str()).collect();
-        let range = y_range(
-            self.series.iter().flat_map(|s| s.values.iter().copied()),
+        let (y, range) = frame(
+            &mut svg,
+            &self.title,
+            &self.y_label,
+            &self.series,
             self.reference,
         );
-        let y = frame(&mut svg, &self.title, &self.y_label, range, &names);
         let plot_w = W - LEFT - RIGHT;
         let groups = self.groups.len().max(1) as f64;
         let group_w = plot_w / groups;
@@ -262,12 +270,13 @@ impl BarChart {
 impl LineChart {
     pub fn to_svg(&self) -> String {
         let mut svg = String::new();
-        let names: Vec<&str> = self.series.iter().map(|s| s.name.as_str()).collect();
-        let range = y_range(
-            self.series.iter().flat_map(|s| s.values.iter().copied()),
+        let (y, _) = frame(
+            &mut svg,
+            &self.title,
+            &self.y_label,
+            &self.series,
             self.reference,
         );
-        let y = frame(&mut svg, &self.title, &self.y_label, range, &names);
         let plot_w = W - LEFT - RIGHT;
         let n = self.x.len().max(1) as f64;
         let x = |i: usize| LEFT + plot_w * (i as f64 + 0.5) / n;
