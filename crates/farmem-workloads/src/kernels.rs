@@ -544,17 +544,25 @@ struct KvStore {
     values_r: Region,
 }
 
+/// An open-addressing table of `keys` keys (linear probing, twice as many
+/// buckets as keys, rounded to a power of two); empty buckets hold u64::MAX.
+fn hash_table(keys: u64) -> Vec<u64> {
+    let nb = (keys * 2).next_power_of_two();
+    let mut buckets = vec![u64::MAX; nb as usize];
+    for k in 0..keys {
+        let mut b = crate::zipf::fnv64(k) & (nb - 1);
+        while buckets[b as usize] != u64::MAX {
+            b = (b + 1) & (nb - 1);
+        }
+        buckets[b as usize] = k;
+    }
+    buckets
+}
+
 impl KvStore {
     fn build(space: &mut Space, keys: u64, value_bytes: u64) -> Self {
-        let nb = (keys * 2).next_power_of_two();
-        let mut buckets = vec![u64::MAX; nb as usize];
-        for k in 0..keys {
-            let mut b = crate::zipf::fnv64(k) & (nb - 1);
-            while buckets[b as usize] != u64::MAX {
-                b = (b + 1) & (nb - 1);
-            }
-            buckets[b as usize] = k;
-        }
+        let buckets = hash_table(keys);
+        let nb = buckets.len() as u64;
         let buckets_r = space.alloc("buckets", 8, nb);
         let values_r = space.alloc("values", 8, keys * value_bytes / 8);
         Self {
@@ -683,15 +691,8 @@ pub fn etc<S: Sink + ?Sized>(sink: &mut S, p: &Params) {
     }
     offsets.push(total);
     let mut space = Space::default();
-    let nb = (keys * 2).next_power_of_two();
-    let mut buckets = vec![u64::MAX; nb as usize];
-    for k in 0..keys {
-        let mut b = crate::zipf::fnv64(k) & (nb - 1);
-        while buckets[b as usize] != u64::MAX {
-            b = (b + 1) & (nb - 1);
-        }
-        buckets[b as usize] = k;
-    }
+    let buckets = hash_table(keys);
+    let nb = buckets.len() as u64;
     let buckets_r = space.alloc("buckets", 8, nb);
     let values_r = space.alloc("values", 8, total / 8);
     begin(sink, &space);

@@ -245,30 +245,21 @@ pub fn summarize(points: &[Point]) -> UniMemEval {
     };
     let (ya_lo, ya_hi) = block_ratio("ycsb-a", "data_amplification", "128", "4096");
     let (pr_lo, pr_hi) = block_ratio("pr", "data_amplification", "128", "4096");
-    let block_amat_change = {
-        let v: Vec<f64> = block
+    // Mean over workloads of the AMAT saved going from one setting to another.
+    let mean_gain = |sweep: &Grid, from: &str, to: &str| {
+        let v: Vec<f64> = sweep
             .get("amat_miss_ns")
             .into_iter()
             .flat_map(|m| m.values())
-            .filter_map(|r| match (r.get("128"), r.get("4096")) {
+            .filter_map(|r| match (r.get(from), r.get(to)) {
                 (Some(a), Some(b)) if *a > 0.0 => Some(1.0 - b / a),
                 _ => None,
             })
             .collect();
         mean(&v)
     };
-    let host_gain = {
-        let v: Vec<f64> = host
-            .get("amat_miss_ns")
-            .into_iter()
-            .flat_map(|m| m.values())
-            .filter_map(|r| match (r.get("0"), r.get("10")) {
-                (Some(a), Some(b)) if *a > 0.0 => Some(1.0 - b / a),
-                _ => None,
-            })
-            .collect();
-        mean(&v)
-    };
+    let block_amat_change = mean_gain(&block, "128", "4096");
+    let host_gain = mean_gain(&host, "0", "10");
     let pairs_spread = pairs
         .get("amat_miss_ns")
         .into_iter()
