@@ -562,7 +562,9 @@ fn far_free(p: *mut c_void) {
 /// The length of the far malloc-family block at `p`, if it is one (a
 /// pointer into a far mapping belongs to whoever mapped it).
 fn far_block(p: *const c_void) -> Option<usize> {
-    if !is_far(p) {
+    // Far blocks start on a page: a small block of the program's allocator
+    // inside a far arena is told apart without taking the heap's lock.
+    if !is_far(p) || !(p as usize).is_multiple_of(PAGE) {
         return None;
     }
     with_heap(|h| h.block_len(p as usize)).flatten()
