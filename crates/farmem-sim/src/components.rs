@@ -3,26 +3,39 @@
 //! config, so new models plug in here without touching the engine.
 
 use farmem_core::PAGE_SIZE;
-use farmem_policy::cache::{PolicyConfig, Probe, ReplacementPolicy, SetAssocLru};
+use farmem_policy::cache::{PolicyConfig, Probe, ReplacementPolicy, SetAssoc};
 use farmem_workloads::fxhash::FxHashMap;
 
 use crate::config::{CacheConfig, Config, LinkConfig};
 use crate::stats::{Component, Stats};
 use crate::{LINES_PER_PAGE, Time};
 
-/// Rejects model names no builder knows.
+const LINK_MODELS: &[&str] = &["fifo"];
+const REMOTE_MODELS: &[&str] = &["dram"];
+
+/// Every config key that names an implementation, with the names it takes
+/// (`farmem sim --list`).
+pub fn models() -> Vec<(&'static str, &'static [&'static str])> {
+    use farmem_policy::cache::SetRuleKind;
+    vec![
+        ("core.model", crate::core::CoreKind::NAMES),
+        ("l1d|l2|llc.replacement", SetRuleKind::NAMES),
+        ("local.policy", PolicyConfig::NAMES),
+        ("link.model", LINK_MODELS),
+        ("remote.model", REMOTE_MODELS),
+    ]
+}
+
+/// Rejects model names no builder knows (the typed ones are checked when
+/// the config is read).
 pub fn check_models(cfg: &Config) -> Result<(), String> {
-    if cfg.core.model != "ooo" {
-        return Err(format!("core.model `{}` is unknown (ooo)", cfg.core.model));
-    }
-    if cfg.link.model != "fifo" {
-        return Err(format!("link.model `{}` is unknown (fifo)", cfg.link.model));
-    }
-    if cfg.remote.model != "dram" {
-        return Err(format!(
-            "remote.model `{}` is unknown (dram)",
-            cfg.remote.model
-        ));
+    for (key, name, known) in [
+        ("link.model", &cfg.link.model, LINK_MODELS),
+        ("remote.model", &cfg.remote.model, REMOTE_MODELS),
+    ] {
+        if !known.contains(&name.as_str()) {
+            return Err(format!("{key} `{name}` is unknown ({})", known.join(", ")));
+        }
     }
     Ok(())
 }
@@ -30,11 +43,12 @@ pub fn check_models(cfg: &Config) -> Result<(), String> {
 /// Lines before the MRU one a level remembers the slots of.
 const RECENT: usize = 3;
 
-/// One set-associative, write-back CPU cache level. Replacement is
-/// farmem-policy's [`SetAssocLru`]; dirty bits live here, by slot.
+/// One set-associative, write-back CPU cache level. Replacement is a
+/// farmem-policy set rule chosen by name (`replacement`, LRU by default);
+/// dirty bits live here, by slot.
 #[derive(Debug, Clone)]
 pub struct CacheLevel {
-    pub policy: SetAssocLru,
+    pub policy: SetAssoc,
     pub dirty: Vec<bool>,
     pub latency: Time,
     pub hits: u64,
@@ -68,7 +82,7 @@ fn page_bucket(line: u64) -> usize {
 impl CacheLevel {
     pub fn new(cfg: &CacheConfig, freq_ghz: f64) -> Self {
         let lines = (cfg.size.0 / 64) as usize;
-        let policy = SetAssocLru::new(lines, cfg.ways as usize);
+        let policy = cfg.replacement.build(lines, cfg.ways as usize);
         let slots = policy.slots();
         Self {
             policy,

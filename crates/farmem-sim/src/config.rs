@@ -5,6 +5,7 @@ use std::path::Path;
 
 use farmem_codec::CodecKind;
 use farmem_core::{ByteSize, Ratio};
+use farmem_policy::cache::SetRuleKind;
 use farmem_policy::daemon::EngineConfig;
 use serde::{Deserialize, Deserializer, Serialize};
 
@@ -89,7 +90,8 @@ impl Default for DaemonSimConfig {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CoreConfig {
-    pub model: String,
+    /// `ooo` (interval-style out-of-order) or `in-order` (every load stalls).
+    pub model: crate::core::CoreKind,
     pub count: u32,
     pub freq_ghz: f64,
     pub width: f64,
@@ -102,6 +104,9 @@ pub struct CoreConfig {
 pub struct CacheConfig {
     pub size: ByteSize,
     pub ways: u32,
+    /// The sets' replacement rule: `lru` (default), `fifo`, `srrip`, `random`.
+    #[serde(default)]
+    pub replacement: SetRuleKind,
     #[serde(default)]
     pub latency_cycles: Option<f64>,
     /// Overrides `latency_cycles` (UniMem quotes nanoseconds).

@@ -1,33 +1,23 @@
 //! The engine: cores replay accesses through the CPU caches; LLC misses and
-//! dirty LLC evictions go to the scheme. Time is virtual nanoseconds.
-//!
-//! Core model (interval-style out-of-order): non-memory instructions retire
-//! at `width` per cycle; an access that misses L1 completes at its own time
-//! while later instructions keep issuing, until either the reorder window
-//! (`rob` instructions past the oldest unfinished load) or the number of
-//! outstanding misses (`mlp`) is exhausted. Stores retire through the store
-//! buffer without stalling. `mlp = 1` makes every missing load blocking.
-//! Cores that share a trace are stepped in trace order.
-
-use std::collections::VecDeque;
+//! dirty LLC evictions go to the scheme. Time is virtual nanoseconds. How a
+//! core turns instructions and access latencies into time is its model's
+//! business ([`CoreModel`], chosen by `core.model`). Cores that share a
+//! trace are stepped in trace order.
 
 use farmem_workloads::{Access, Sink};
 
 use crate::config::Config;
+use crate::core::{CoreModel, OooCore};
 use crate::machine::Machine;
 use crate::scheme::Scheme;
 use crate::stats::Stats;
 use crate::{LINE_SHIFT, Time};
 
-#[derive(Debug, Clone, Default)]
-struct Core {
-    t: Time,
+#[derive(Debug, Clone)]
+struct Core<C> {
+    model: C,
     instructions: u64,
     records: u64,
-    /// Unfinished loads, oldest first: (instruction index, completion time).
-    pending: VecDeque<(u64, Time)>,
-    /// Latest completion of anything this core issued.
-    horizon: Time,
 }
 
 /// Per-run totals the result is computed from.
@@ -42,14 +32,11 @@ pub struct Totals {
     pub declared_footprint: u64,
 }
 
-pub struct Engine {
+pub struct Engine<C: CoreModel = OooCore> {
     cfg: Config,
-    cores: Vec<Core>,
+    cores: Vec<Core<C>>,
     pub machine: Machine,
     scheme: Box<dyn Scheme>,
-    instr_ns: f64,
-    rob: u64,
-    mlp: usize,
     l1_lat: Time,
     l2_lat: Time,
     llc_lat: Time,
@@ -60,26 +47,25 @@ pub struct Engine {
     wants_contents: bool,
 }
 
-impl Engine {
+impl<C: CoreModel> Engine<C> {
+    /// The engine for core model `C` (whatever `cfg.core.model` says:
+    /// [`crate::with_core_model`] picks `C` from it).
     pub fn new(cfg: &Config, mut scheme: Box<dyn Scheme>) -> Self {
         scheme.configure(cfg);
         let wants_contents = scheme.wants_contents();
         let f = cfg.core.freq_ghz;
         let n = cfg.core.count as usize;
-        let mlp = cfg.core.mlp as usize;
         Self {
             cfg: cfg.clone(),
             cores: (0..n)
                 .map(|_| Core {
-                    pending: VecDeque::with_capacity(mlp + 1),
-                    ..Core::default()
+                    model: C::new(&cfg.core),
+                    instructions: 0,
+                    records: 0,
                 })
                 .collect(),
             machine: Machine::new(cfg, 0),
             scheme,
-            instr_ns: 1.0 / (f * cfg.core.width),
-            rob: cfg.core.rob as u64,
-            mlp,
             l1_lat: cfg.l1d.latency_ns(f),
             l2_lat: cfg.l2.latency_ns(f),
             llc_lat: cfg.llc.latency_ns(f),
@@ -94,7 +80,7 @@ impl Engine {
     /// Core `i`'s clock (for scheduling cores in virtual-time order).
     #[inline]
     pub fn core_time(&self, i: usize) -> Time {
-        self.cores[i].t
+        self.cores[i].model.now()
     }
 
     pub fn scheme_name(&self) -> &'static str {
@@ -156,26 +142,11 @@ impl Engine {
             a.thread as usize % self.cores.len()
         };
         let n = a.gap as u64 + 1;
-        let (mut t, instr) = {
+        let (t, index) = {
             let c = &mut self.cores[ci];
             c.instructions += n;
             c.records += 1;
-            c.t += n as f64 * self.instr_ns;
-            // In-order retirement: a load `rob` instructions back must be done.
-            while let Some(&(idx, done)) = c.pending.front() {
-                if idx + self.rob > c.instructions {
-                    break;
-                }
-                c.t = c.t.max(done);
-                c.pending.pop_front();
-            }
-            if !a.write
-                && c.pending.len() >= self.mlp
-                && let Some((_, done)) = c.pending.pop_front()
-            {
-                c.t = c.t.max(done);
-            }
-            (c.t, c.instructions)
+            (c.model.issue(n, c.instructions, a.write), c.instructions)
         };
         let (done, level) = self.hierarchy(ci, a.addr >> LINE_SHIFT, a.write, t);
         let lat = done - t;
@@ -184,16 +155,9 @@ impl Engine {
             self.miss_latency_sum += lat;
             self.miss_accesses += 1;
         }
-        let c = &mut self.cores[ci];
-        c.horizon = c.horizon.max(done);
-        if level > 0 && !a.write {
-            if self.mlp == 1 {
-                t = done;
-                c.t = t;
-            } else {
-                c.pending.push_back((instr, done));
-            }
-        }
+        self.cores[ci]
+            .model
+            .complete(index, t, done, level, a.write);
     }
 
     /// Ends the run: every core drains; returns the totals.
@@ -203,9 +167,7 @@ impl Engine {
             ..Totals::default()
         };
         for c in &mut self.cores {
-            let end = c.pending.iter().fold(c.t.max(c.horizon), |m, p| m.max(p.1));
-            c.t = end;
-            c.pending.clear();
+            let end = c.model.drain();
             tot.records += c.records;
             tot.instructions += c.instructions;
             tot.sim_time_ns = tot.sim_time_ns.max(end);
@@ -222,7 +184,7 @@ impl Engine {
         for (i, c) in self.cores.iter().enumerate() {
             out.put(&format!("core{i}"), "instructions", c.instructions as f64);
             out.put(&format!("core{i}"), "records", c.records as f64);
-            out.put(&format!("core{i}"), "time_ns", c.t);
+            out.put(&format!("core{i}"), "time_ns", c.model.now());
         }
     }
 
@@ -233,7 +195,7 @@ impl Engine {
     }
 }
 
-impl Sink for Engine {
+impl<C: CoreModel> Sink for Engine<C> {
     fn begin(&mut self, footprint: u64) {
         self.declared_footprint = footprint;
         // More local memory than the footprint changes nothing; the cap

@@ -8,6 +8,7 @@
 
 pub mod components;
 pub mod config;
+pub mod core;
 pub mod engine;
 pub mod eval;
 pub mod machine;
@@ -100,9 +101,17 @@ pub struct SimResult {
 
 /// Runs `input` under `scheme` with `cfg`.
 pub fn simulate(cfg: &Config, scheme: &str, input: &Input) -> Result<SimResult, SimError> {
+    with_core_model!(cfg.core.model, C => simulate_on::<C>(cfg, scheme, input))
+}
+
+fn simulate_on<C: core::CoreModel>(
+    cfg: &Config,
+    scheme: &str,
+    input: &Input,
+) -> Result<SimResult, SimError> {
     let started = std::time::Instant::now();
     let cpu0 = thread_cpu_seconds();
-    let mut engine = Engine::new(cfg, scheme::build(scheme)?);
+    let mut engine = Engine::<C>::new(cfg, scheme::build(scheme)?);
     match input {
         Input::Workload { name, scale, seed } => {
             farmem_workloads::run_workload(name, *scale, *seed, &mut engine)?;
@@ -173,21 +182,28 @@ pub fn simulate_accesses(
     accesses: &[farmem_workloads::Access],
 ) -> Result<SimResult, SimError> {
     let started = std::time::Instant::now();
-    let mut engine = Engine::new(cfg, scheme::build(scheme)?);
-    use farmem_workloads::Sink;
-    engine.begin(footprint);
-    for &a in accesses {
-        engine.access(a);
-    }
-    Ok(result(
-        &mut engine,
-        cfg,
-        "accesses",
-        started.elapsed().as_secs_f64(),
-    ))
+    with_core_model!(cfg.core.model, C => {
+        let mut engine = Engine::<C>::new(cfg, scheme::build(scheme)?);
+        use farmem_workloads::Sink;
+        engine.begin(footprint);
+        for &a in accesses {
+            engine.access(a);
+        }
+        Ok(result(
+            &mut engine,
+            cfg,
+            "accesses",
+            started.elapsed().as_secs_f64(),
+        ))
+    })
 }
 
-fn result(engine: &mut Engine, cfg: &Config, workload: &str, wall: f64) -> SimResult {
+fn result<C: core::CoreModel>(
+    engine: &mut Engine<C>,
+    cfg: &Config,
+    workload: &str,
+    wall: f64,
+) -> SimResult {
     let tot = engine.finish();
     let m = &engine.machine;
     let c = m.counters;
@@ -240,6 +256,6 @@ fn result(engine: &mut Engine, cfg: &Config, workload: &str, wall: f64) -> SimRe
     }
 }
 
-fn engine_uses_local(e: &Engine) -> bool {
+fn engine_uses_local<C: core::CoreModel>(e: &Engine<C>) -> bool {
     !matches!(e.scheme_name(), "local" | "cache-line")
 }

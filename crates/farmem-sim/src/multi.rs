@@ -9,6 +9,7 @@ use std::thread::JoinHandle;
 
 use farmem_workloads::{Access, Sink, TraceReader, TraceRecord, WorkloadError};
 
+use crate::core::CoreModel;
 use crate::engine::Engine;
 use crate::{Input, SimError};
 
@@ -175,7 +176,7 @@ fn join(handle: &mut Option<JoinHandle<Result<(), WorkloadError>>>) -> Result<()
 }
 
 /// Runs every input on its own core of `engine` (which needs one core per input).
-pub fn run(engine: &mut Engine, inputs: &[Input]) -> Result<(), SimError> {
+pub fn run<C: CoreModel>(engine: &mut Engine<C>, inputs: &[Input]) -> Result<(), SimError> {
     let mut lanes = inputs
         .iter()
         .enumerate()
@@ -214,8 +215,8 @@ const READ_AHEAD: usize = 1 << 20;
 /// `t mod cores`), advancing the core furthest behind in virtual time: the
 /// trace's interleaving only decides the order within a core. Reads ahead at
 /// most [`READ_AHEAD`] records to find the next access of that core.
-pub fn run_demux(
-    engine: &mut Engine,
+pub fn run_demux<C: CoreModel>(
+    engine: &mut Engine<C>,
     reader: &mut TraceReader,
     cores: usize,
 ) -> Result<(), SimError> {

@@ -266,3 +266,63 @@ fn absurd_configs_are_errors_not_aborts() {
     let r = run("remote", &[("local.size", "1TiB")], 4 * PAGE, &scan(4));
     assert_eq!(r.local_memory_bytes, 4 * PAGE);
 }
+
+#[test]
+fn in_order_core_stalls_on_every_load_the_ooo_core_only_on_misses() {
+    let cfg = farmem_sim::Config::preset("daemon").unwrap();
+    let instr_ns = 1.0 / (cfg.core.freq_ghz * cfg.core.width);
+    let l1_ns = cfg.l1d.latency_ns(cfg.core.freq_ghz);
+    let miss = [Access::load(BASE, 8, 0)];
+    // The miss, then nine L1 hits to its line, 3 other instructions apart.
+    let mut hits = miss.to_vec();
+    hits.extend((0..9).map(|_| Access::load(BASE, 8, 3)));
+    for scheme in ["local", "remote"] {
+        let in_order = [("core.model", "in-order")];
+        let single = run(scheme, &in_order, PAGE, &miss).sim_time_ns;
+        let all = run(scheme, &in_order, PAGE, &hits).sim_time_ns;
+        // KCacheSim's model: instructions plus every load's latency.
+        let expected = single + 9.0 * (4.0 * instr_ns + l1_ns);
+        assert!(
+            (all - expected).abs() < 1e-6,
+            "{scheme}: {all} vs {expected}"
+        );
+        // Out of order, the hits retire under the miss.
+        let single = run(scheme, &[], PAGE, &miss).sim_time_ns;
+        assert_eq!(
+            run(scheme, &[], PAGE, &hits).sim_time_ns,
+            single,
+            "{scheme}"
+        );
+    }
+    // Two independent misses: the in-order core serializes them.
+    let two = [
+        Access::load(BASE, 8, 0),
+        Access::load(BASE + 64 * PAGE, 8, 0),
+    ];
+    let set = [("core.model", "in-order")];
+    let one = run("remote", &set, 128 * PAGE, &two[..1]).sim_time_ns;
+    let both = run("remote", &set, 128 * PAGE, &two).sim_time_ns;
+    assert!(both > 1.95 * one, "{both} vs {one}");
+}
+
+#[test]
+fn cpu_cache_replacement_is_chosen_by_name() {
+    // 17 lines of one set in every level (stride 4096 lines): fill the
+    // LLC's 16 ways, reuse line 0 (gone from L1 and L2, 8 ways each), bring
+    // line 16, then ask for line 1. LRU and SRRIP evicted line 1 for line
+    // 16; FIFO evicted line 0, ignoring its reuse.
+    let line = |i: u64| Access::load(BASE + i * 4096 * 64, 8, 0);
+    let mut acc: Vec<Access> = (0..16).map(line).collect();
+    acc.extend([line(0), line(16), line(1)]);
+    for (rule, misses) in [("lru", 18), ("srrip", 18), ("fifo", 17)] {
+        let r = run("local", &[("llc.replacement", rule)], 17 * PAGE, &acc);
+        assert_eq!(r.llc_misses, misses, "{rule}");
+        assert_eq!(stat(&r, "llc.misses") as u64, misses, "{rule}");
+    }
+    for (key, bad) in [("llc.replacement", "plru"), ("core.model", "gpu")] {
+        let mut b = ConfigBuilder::preset("daemon").unwrap();
+        b.set(key, bad).unwrap();
+        let e = b.build().unwrap_err().to_string();
+        assert!(e.contains(bad), "{key}: {e}");
+    }
+}

@@ -19,7 +19,9 @@ pub use clock::Clock;
 pub use fifo::Fifo;
 pub use filter::{FilterCache, FilterConfig, MAX_PAIRS};
 pub use lru::Lru;
-pub use set_assoc::{Probe, SetAssocLru};
+pub use set_assoc::{
+    FifoRule, LruRule, Probe, RandomRule, SetAssoc, SetAssocLru, SetRule, SetRuleKind, SrripRule,
+};
 pub use two_q::TwoQ;
 
 use serde::{Deserialize, Serialize};

@@ -210,6 +210,10 @@ fn list() {
     for (n, _) in farmem_sim::config::PRESETS {
         println!("  {n}");
     }
+    println!("models (--set KEY=NAME):");
+    for (key, names) in farmem_sim::components::models() {
+        println!("  {key:<24} {}", names.join(", "));
+    }
 }
 
 pub fn run(args: Args) -> Outcome {

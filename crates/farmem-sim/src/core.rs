@@ -1,0 +1,187 @@
+//! Core models: how a thread's instructions and memory accesses become
+//! time. A model is chosen by name (`core.model`); the engine is generic
+//! over it, so the choice costs nothing per record.
+
+use std::collections::VecDeque;
+
+use serde::{Deserialize, Serialize};
+
+use crate::Time;
+use crate::config::CoreConfig;
+
+/// One core's timing. The engine counts instructions and records; the
+/// model only turns them into time.
+pub trait CoreModel: Clone + Send + 'static {
+    const NAME: &'static str;
+    fn new(cfg: &CoreConfig) -> Self;
+    /// The core's clock: when its next instruction issues.
+    fn now(&self) -> Time;
+    /// Retires `n` instructions, the last a memory access that is
+    /// instruction number `index` of the thread; returns when it issues.
+    fn issue(&mut self, n: u64, index: u64, write: bool) -> Time;
+    /// The access issued at `t` completes at `done`, served at `level`
+    /// (0 L1, 1 L2, 2 LLC, 3 beyond).
+    fn complete(&mut self, index: u64, t: Time, done: Time, level: u8, write: bool);
+    /// Waits for everything outstanding; returns the end of the run.
+    fn drain(&mut self) -> Time;
+}
+
+/// `core.model`: the core models by name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CoreKind {
+    /// Interval-style out-of-order core ([`OooCore`]).
+    #[default]
+    Ooo,
+    /// In-order core that waits for every load ([`InOrderCore`]).
+    InOrder,
+}
+
+impl CoreKind {
+    pub const NAMES: &'static [&'static str] = &[OooCore::NAME, InOrderCore::NAME];
+}
+
+/// Runs `$body` with the type `$C` bound to the core model `$kind` names.
+#[macro_export]
+macro_rules! with_core_model {
+    ($kind:expr, $C:ident => $body:expr) => {
+        match $kind {
+            $crate::core::CoreKind::Ooo => {
+                type $C = $crate::core::OooCore;
+                $body
+            }
+            $crate::core::CoreKind::InOrder => {
+                type $C = $crate::core::InOrderCore;
+                $body
+            }
+        }
+    };
+}
+
+/// Interval-style out-of-order core: non-memory instructions retire at
+/// `width` per cycle; an access that misses L1 completes at its own time
+/// while later instructions keep issuing, until either the reorder window
+/// (`rob` instructions past the oldest unfinished load) or the number of
+/// outstanding misses (`mlp`) is exhausted. Stores retire through the store
+/// buffer without stalling. `mlp = 1` makes every missing load blocking.
+#[derive(Debug, Clone)]
+pub struct OooCore {
+    t: Time,
+    instr_ns: f64,
+    rob: u64,
+    mlp: usize,
+    /// Unfinished loads, oldest first: (instruction index, completion time).
+    pending: VecDeque<(u64, Time)>,
+    /// Latest completion of anything this core issued.
+    horizon: Time,
+}
+
+impl CoreModel for OooCore {
+    const NAME: &'static str = "ooo";
+
+    fn new(cfg: &CoreConfig) -> Self {
+        Self {
+            t: 0.0,
+            instr_ns: 1.0 / (cfg.freq_ghz * cfg.width),
+            rob: cfg.rob as u64,
+            mlp: cfg.mlp as usize,
+            pending: VecDeque::with_capacity(cfg.mlp as usize + 1),
+            horizon: 0.0,
+        }
+    }
+
+    #[inline]
+    fn now(&self) -> Time {
+        self.t
+    }
+
+    #[inline]
+    fn issue(&mut self, n: u64, index: u64, write: bool) -> Time {
+        self.t += n as f64 * self.instr_ns;
+        // In-order retirement: a load `rob` instructions back must be done.
+        while let Some(&(idx, done)) = self.pending.front() {
+            if idx + self.rob > index {
+                break;
+            }
+            self.t = self.t.max(done);
+            self.pending.pop_front();
+        }
+        if !write
+            && self.pending.len() >= self.mlp
+            && let Some((_, done)) = self.pending.pop_front()
+        {
+            self.t = self.t.max(done);
+        }
+        self.t
+    }
+
+    #[inline]
+    fn complete(&mut self, index: u64, _t: Time, done: Time, level: u8, write: bool) {
+        self.horizon = self.horizon.max(done);
+        if level > 0 && !write {
+            if self.mlp == 1 {
+                self.t = done;
+            } else {
+                self.pending.push_back((index, done));
+            }
+        }
+    }
+
+    fn drain(&mut self) -> Time {
+        let end = self
+            .pending
+            .iter()
+            .fold(self.t.max(self.horizon), |m, p| m.max(p.1));
+        self.pending.clear();
+        self.t = end;
+        end
+    }
+}
+
+/// In-order core: instructions retire at `width` per cycle and every load
+/// stalls the core for its whole latency, L1 hits included; stores retire
+/// through the store buffer. Time is instructions plus the sum of load
+/// latencies, the AMAT model of Kona's KCacheSim; `rob` and `mlp` do not
+/// apply.
+#[derive(Debug, Clone)]
+pub struct InOrderCore {
+    t: Time,
+    instr_ns: f64,
+    horizon: Time,
+}
+
+impl CoreModel for InOrderCore {
+    const NAME: &'static str = "in-order";
+
+    fn new(cfg: &CoreConfig) -> Self {
+        Self {
+            t: 0.0,
+            instr_ns: 1.0 / (cfg.freq_ghz * cfg.width),
+            horizon: 0.0,
+        }
+    }
+
+    #[inline]
+    fn now(&self) -> Time {
+        self.t
+    }
+
+    #[inline]
+    fn issue(&mut self, n: u64, _index: u64, _write: bool) -> Time {
+        self.t += n as f64 * self.instr_ns;
+        self.t
+    }
+
+    #[inline]
+    fn complete(&mut self, _index: u64, _t: Time, done: Time, _level: u8, write: bool) {
+        self.horizon = self.horizon.max(done);
+        if !write {
+            self.t = done;
+        }
+    }
+
+    fn drain(&mut self) -> Time {
+        self.t = self.t.max(self.horizon);
+        self.t
+    }
+}
