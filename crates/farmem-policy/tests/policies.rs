@@ -7,7 +7,7 @@ use std::collections::{HashMap, HashSet};
 use farmem_policy::BlockId;
 use farmem_policy::cache::{
     Access, FilterCache, FilterConfig, PolicyConfig, PolicyError, ReplacementPolicy, SetAssocLru,
-    TwoQ,
+    SetRuleKind, TwoQ,
 };
 use farmem_policy::promote::{Promoter, PromotionConfig, SubPageState, SubPageStates};
 use proptest::prelude::*;
@@ -272,12 +272,15 @@ proptest! {
     }
 
     #[test]
-    fn set_associative_any_ways(
+    fn set_associative_any_ways_any_rule(
         capacity in 1usize..=32,
         ways in 1usize..=8,
+        rule in prop::sample::select(vec![
+            SetRuleKind::Lru, SetRuleKind::Fifo, SetRuleKind::Srrip, SetRuleKind::Random,
+        ]),
         ops in prop::collection::vec(op(), 1..200),
     ) {
-        run(Box::new(SetAssocLru::new(capacity, ways)), &ops)?;
+        run(Box::new(SetAssocLru::with_rule(capacity, ways, rule)), &ops)?;
     }
 
     #[test]
