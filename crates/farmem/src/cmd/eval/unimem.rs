@@ -1,11 +1,13 @@
 //! `farmem eval unimem`: UniMem §4 (Fig. 9–14) from simulator runs.
 
+use std::collections::HashMap;
+
 use anyhow::Context;
-use farmem_sim::Input;
 use farmem_sim::eval::unimem::{
     BLOCK_SIZES, CACHE_PERCENTS, Experiment, HOST_SHARES, MIXED, MIXED_INPUTS, PAIRS, Point,
     SYSTEMS, WORKLOADS, csv, figures, summarize,
 };
+use farmem_sim::{Input, SimResult};
 use farmem_workloads::Scale;
 
 use super::{Args, inputs};
@@ -20,6 +22,74 @@ const SCALED_CACHES: &[(&str, &str)] = &[("llc.size", "256KiB"), ("l2.size", "80
 /// The quick grid's sweeps (the cache-size grid is always whole).
 const QUICK_SWEEP_WORKLOADS: &[&str] = &["ycsb-a", "pr"];
 const QUICK_HOST_SHARES: &[u32] = &[0, 10, 30, 50, 80];
+
+/// CPU seconds of one run at scale 1 (unimem preset, scaled caches),
+/// measured on the 2-core dev machine in 2026-11. Only for the estimate
+/// printed before the runs start; the simulator's speed changes with its
+/// code, so the line after the runs gives the real time.
+fn cpu_seconds_at_scale_1(input: &Input) -> f64 {
+    match input {
+        Input::Workload { name, scale, .. } => {
+            let per_scale = match name.as_str() {
+                "kv-uniform" => 4.2,
+                "pr" => 3.9,
+                "ycsb-b" => 2.1,
+                "etc" => 2.0,
+                "ycsb-a" => 1.3,
+                "linreg" => 0.3,
+                _ => 2.0,
+            };
+            // A footprint (`--scale 64MiB`) is taken as ~40 MiB per unit,
+            // the defaults' middle.
+            let factor = match scale {
+                Scale::Factor(f) => *f,
+                Scale::Footprint(b) => *b as f64 / f64::from(40u32 << 20),
+            };
+            per_scale * factor
+        }
+        Input::Multi(v) => v.iter().map(cpu_seconds_at_scale_1).sum(),
+        Input::Trace(_) => 2.0,
+    }
+}
+
+fn human_seconds(s: f64) -> String {
+    if s < 90.0 {
+        format!("{s:.0} s")
+    } else {
+        format!("{:.1} min", s / 60.0)
+    }
+}
+
+/// Points whose runs are one simulation (same scheme, input and resolved
+/// config) share it: at the defaults the block-size sweep's 512 B, the
+/// host-share sweep's 30% and the pairs sweep's 8 are the cache-size
+/// grid's 10% runs. Returns the distinct runs and, per point, its run.
+fn distinct_runs(
+    base: &farmem_sim::ConfigBuilder,
+    plan: &[Planned],
+) -> anyhow::Result<(Vec<Run>, Vec<usize>)> {
+    let mut runs: Vec<Run> = Vec::new();
+    let mut of_point = Vec::with_capacity(plan.len());
+    let mut seen: HashMap<String, usize> = HashMap::new();
+    for p in plan {
+        let mut b = base.clone();
+        for (k, v) in &p.run.overrides {
+            b.set(k, v)?;
+        }
+        let key = format!(
+            "{}\n{:?}\n{}",
+            p.run.scheme,
+            p.run.input,
+            serde_json::to_string(&b.build()?)?
+        );
+        let i = *seen.entry(key).or_insert_with(|| {
+            runs.push(p.run.clone());
+            runs.len() - 1
+        });
+        of_point.push(i);
+    }
+    Ok((runs, of_point))
+}
 
 struct Planned {
     experiment: Experiment,
@@ -177,8 +247,33 @@ pub fn run(args: Args) -> Outcome {
     }
 
     let base = base_config(preset, args.cfg.config.as_ref())?;
-    let runs: Vec<Run> = plan.iter().map(|p| p.run.clone()).collect();
-    let results = execute(&base, &runs, args.json)?;
+    let (runs, of_point) = distinct_runs(&base, &plan)?;
+    let cpu: f64 = runs.iter().map(|r| cpu_seconds_at_scale_1(&r.input)).sum();
+    let longest = runs
+        .iter()
+        .map(|r| cpu_seconds_at_scale_1(&r.input))
+        .fold(0.0, f64::max);
+    let threads = rayon::current_num_threads().max(1);
+    eprintln!(
+        "farmem: eval unimem: {} runs for {} points ({} repeat another point's run), scale {scale}; \
+         about {} of CPU, {} on {threads} free cores",
+        runs.len(),
+        plan.len(),
+        plan.len() - runs.len(),
+        human_seconds(cpu),
+        human_seconds((cpu / threads as f64).max(longest)),
+    );
+    let started = std::time::Instant::now();
+    let distinct = execute(&base, &runs, args.json)?;
+    eprintln!(
+        "farmem: eval unimem: {} runs took {}",
+        runs.len(),
+        human_seconds(started.elapsed().as_secs_f64())
+    );
+    let results: Vec<SimResult> = of_point
+        .iter()
+        .map(|&i| distinct.get(i).cloned().context("a run without a result"))
+        .collect::<anyhow::Result<_>>()?;
     let points: Vec<Point> = plan
         .iter()
         .zip(&results)
