@@ -6,11 +6,12 @@
 
 use std::collections::BTreeMap;
 
+use farmem_workloads::{Access, Scale, Sink};
 use serde::Serialize;
 
 use super::figure::{BarChart, LineChart, Series};
 use super::{Check, geomean};
-use crate::SimResult;
+use crate::{Config, Engine, SimError, SimResult};
 
 /// The schemes of §6 (Local is not simulated: Fig. 8 is over Remote).
 pub const SCHEMES: &[&str] = &["remote", "lc", "bp", "pq", "daemon"];
@@ -195,6 +196,18 @@ pub struct DaemonEval {
     pub studies: BTreeMap<String, BTreeMap<String, BTreeMap<String, f64>>>,
     /// study → series label → workload → mean local hit ratio (Fig. 14).
     pub study_hit_ratio: BTreeMap<String, BTreeMap<String, BTreeMap<String, f64>>>,
+    /// bp's geomean speedup over the high-locality workloads, per
+    /// bandwidth factor: where its duplicate lines start to cost (§6.1).
+    pub bp_high_locality_by_bandwidth: BTreeMap<String, f64>,
+    /// workload → bandwidth factor → `remote`'s link utilization (mean over
+    /// switch latencies): how far from bandwidth-bound the baseline is.
+    pub remote_link_utilization: BTreeMap<String, BTreeMap<String, f64>>,
+    /// Fig. 13 over time: workload → scheme → IPC per interval of simulated
+    /// time with background traffic (filled by the caller, which runs them).
+    pub disturbance_timeline: BTreeMap<String, BTreeMap<String, Timeline>>,
+    /// workload → scheme → mean IPC over the quiet and the busy periods of
+    /// the background traffic (from the timeline).
+    pub disturbance_ipc_by_phase: BTreeMap<String, BTreeMap<String, PhaseIpc>>,
     /// Our number beside the paper's: (what, paper, ours).
     pub versus_paper: Vec<(String, f64, f64)>,
     pub checks: Vec<Check>,
@@ -299,6 +312,20 @@ pub fn summarize(grid: &[SimResult], studies: &[Study]) -> DaemonEval {
         );
     }
     let worst_daemon_vs_remote = worst.as_ref().map_or(f64::NAN, |w| w.speedup);
+    let bp_high_locality_by_bandwidth = geo_by(
+        &pts,
+        |p| p.scheme == "bp" && HIGH_LOCALITY.contains(&p.workload.as_str()),
+        |p| bw_key(cfg(p, "link.bw_factor")),
+    );
+    let mut util: BTreeMap<(String, String), Vec<f64>> = BTreeMap::new();
+    for r in grid.iter().filter(|r| r.scheme == "remote") {
+        let bw = r.overrides.get("link.bw_factor").map_or("", String::as_str);
+        util.entry((r.workload.clone(), bw_key(bw)))
+            .or_default()
+            .push(r.link_utilization);
+    }
+    let remote_link_utilization =
+        scheme_map(util.into_iter().map(|(k, v)| (k, mean(&v))).collect());
 
     let mut e = DaemonEval {
         geomean_speedup_over_remote,
@@ -310,6 +337,10 @@ pub fn summarize(grid: &[SimResult], studies: &[Study]) -> DaemonEval {
         speedup_by_workload,
         studies: study_maps,
         study_hit_ratio: study_hits,
+        bp_high_locality_by_bandwidth,
+        remote_link_utilization,
+        disturbance_timeline: BTreeMap::new(),
+        disturbance_ipc_by_phase: BTreeMap::new(),
         versus_paper: Vec::new(),
         checks: Vec::new(),
     };
@@ -476,6 +507,174 @@ fn versus_paper(e: &DaemonEval) -> Vec<(String, f64, f64)> {
         .collect()
 }
 
+/// IPC per fixed interval of one core's simulated time (Fig. 13's view
+/// of a run with background traffic).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Timeline {
+    pub interval_ns: f64,
+    /// IPC of each interval from time 0; the last may be partial.
+    pub ipc: Vec<f64>,
+}
+
+/// Mean IPC over the intervals in the quiet and in the busy periods of the
+/// background traffic (`link.background_period_ns`, quiet first).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct PhaseIpc {
+    pub quiet: f64,
+    pub busy: f64,
+}
+
+/// Intervals a timeline may hold: a bound, not a limit any run reaches
+/// (10^6 intervals of 25 µs is 25 s of simulated time).
+const MAX_INTERVALS: usize = 1 << 20;
+
+/// Feeds a single-core engine and records the instructions issued in each
+/// interval of the core's clock. A load that stalls the core across
+/// several intervals leaves them at zero, as a stalled core retires nothing.
+struct Sampler<'a> {
+    engine: &'a mut Engine,
+    interval: f64,
+    next: f64,
+    freq_ghz: f64,
+    issued: u64,
+    ipc: Vec<f64>,
+}
+
+impl Sampler<'_> {
+    fn close_interval(&mut self) {
+        self.ipc
+            .push(self.issued as f64 / (self.interval * self.freq_ghz));
+        self.issued = 0;
+        self.next += self.interval;
+    }
+}
+
+impl Sink for Sampler<'_> {
+    fn begin(&mut self, footprint: u64) {
+        self.engine.begin(footprint);
+    }
+
+    fn access(&mut self, a: Access) {
+        self.issued += u64::from(a.gap) + 1;
+        self.engine.access(a);
+        let now = self.engine.core_time(0);
+        while now >= self.next && self.ipc.len() < MAX_INTERVALS {
+            self.close_interval();
+        }
+    }
+
+    fn wants_contents(&self) -> bool {
+        self.engine.wants_contents()
+    }
+
+    fn page(&mut self, addr: u64, data: &[u8]) {
+        self.engine.page(addr, data);
+    }
+}
+
+/// Runs built-in `workload` under `scheme` on one out-of-order core and
+/// returns its IPC per `interval_ns` of simulated time.
+pub fn ipc_timeline(
+    cfg: &Config,
+    scheme: &str,
+    workload: &str,
+    scale: Scale,
+    seed: u64,
+    interval_ns: f64,
+) -> Result<Timeline, SimError> {
+    let bad = |message: String| SimError::Config {
+        source_name: workload.to_string(),
+        message,
+    };
+    if cfg.core.count != 1 {
+        return Err(bad(format!(
+            "an IPC timeline needs core.count = 1, got {}",
+            cfg.core.count
+        )));
+    }
+    if !(interval_ns.is_finite() && interval_ns > 0.0) {
+        return Err(bad(format!(
+            "timeline interval {interval_ns} ns is not positive"
+        )));
+    }
+    let mut engine: Engine = Engine::new(cfg, crate::scheme::build(scheme)?);
+    let mut s = Sampler {
+        engine: &mut engine,
+        interval: interval_ns,
+        next: interval_ns,
+        freq_ghz: cfg.core.freq_ghz,
+        issued: 0,
+        ipc: Vec::new(),
+    };
+    farmem_workloads::run_workload(workload, scale, seed, &mut s)?;
+    let (issued, mut ipc) = (s.issued, s.ipc);
+    let end = engine.finish().sim_time_ns;
+    // The last, partial interval (the run ends when its last load is back).
+    let start = ipc.len() as f64 * interval_ns;
+    if end > start && ipc.len() < MAX_INTERVALS {
+        ipc.push(issued as f64 / ((end - start) * cfg.core.freq_ghz));
+    }
+    Ok(Timeline { interval_ns, ipc })
+}
+
+/// Mean IPC over the whole intervals of each background phase; `None` if
+/// the intervals do not tile the periods or a phase has no whole interval.
+pub fn phase_ipc(t: &Timeline, period_ns: f64) -> Option<PhaseIpc> {
+    let per = period_ns / t.interval_ns;
+    if !(per >= 1.0 && per.fract() == 0.0) {
+        return None;
+    }
+    let per = per as usize;
+    let (mut quiet, mut busy) = (Vec::new(), Vec::new());
+    // The last interval may be partial: left out.
+    let whole = t.ipc.len().saturating_sub(1);
+    for (i, &v) in t.ipc[..whole].iter().enumerate() {
+        if (i / per).is_multiple_of(2) {
+            quiet.push(v);
+        } else {
+            busy.push(v);
+        }
+    }
+    (!quiet.is_empty() && !busy.is_empty()).then(|| PhaseIpc {
+        quiet: mean(&quiet),
+        busy: mean(&busy),
+    })
+}
+
+/// Fig. 13 over time: one chart per workload, IPC per interval per scheme.
+fn timeline_figures(e: &DaemonEval) -> Vec<(String, String)> {
+    e.disturbance_timeline
+        .iter()
+        .filter_map(|(w, by_scheme)| {
+            let n = by_scheme.values().map(|t| t.ipc.len()).max()?;
+            let interval = by_scheme.values().next()?.interval_ns;
+            let x = (0..n)
+                .map(|i| format!("{:.0}", (i + 1) as f64 * interval / 1000.0))
+                .collect();
+            let series = by_scheme
+                .iter()
+                .map(|(s, t)| {
+                    let mut v = t.ipc.clone();
+                    v.resize(n, f64::NAN);
+                    Series::new(s.clone(), v)
+                })
+                .collect();
+            Some((
+                format!("fig13_ipc_over_time_{w}.svg"),
+                LineChart {
+                    title: format!("Fig. 13: IPC over time with background traffic, {w}"),
+                    x_label: "simulated time (µs, end of interval)".into(),
+                    y_label: "IPC".into(),
+                    x,
+                    series,
+                    reference: None,
+                }
+                .to_svg(),
+            ))
+        })
+        .collect()
+}
+
 /// One CSV row per point (every study), with a header.
 pub fn csv(points: &[Point]) -> String {
     let mut out = String::from(
@@ -612,6 +811,7 @@ pub fn figures(e: &DaemonEval, grid: &[SimResult]) -> Vec<(String, String)> {
             ));
         }
     }
+    figs.extend(timeline_figures(e));
     if let Some(m) = e.study_hit_ratio.get("disturbance") {
         figs.push((
             "disturbance_hit_ratio.svg".into(),
@@ -728,6 +928,11 @@ mod tests {
         assert!((e.worst_daemon_vs_remote - 1.5).abs() < 1e-12);
         assert!((e.local_hit_ratio["pq"]["pr"] - 0.80).abs() < 1e-12);
         assert_eq!(e.compression_ratio["a"], 3.0);
+        // bp over the high-locality workloads (stream only here), per bandwidth.
+        for bw in ["0.5", "0.25", "0.125"] {
+            assert!((e.bp_high_locality_by_bandwidth[bw] - 100.0 / 120.0).abs() < 1e-12);
+        }
+        assert_eq!(e.remote_link_utilization["pr"]["0.125"], 0.0);
         assert!(e.pass(), "{:#?}", e.checks);
         // Fig. 8 for every network point, geomean, hit ratio.
         assert_eq!(figures(&e, &grid()).len(), 6 + 2);
@@ -779,6 +984,63 @@ mod tests {
         let rows = csv(&points("ratio", &rs));
         assert_eq!(rows.lines().count(), 3);
         assert!(rows.contains("ratio,pr,daemon,daemon.compute.partition.ratio=50%;"));
+    }
+
+    #[test]
+    fn phase_ipc_averages_whole_intervals_of_each_phase() {
+        // Two intervals per period, quiet first; the last (partial) is left out.
+        let t = Timeline {
+            interval_ns: 25.0,
+            ipc: vec![1.0, 3.0, 2.0, 2.0, 1.0, 1.0, 4.0, 4.0, 9.0],
+        };
+        assert_eq!(
+            phase_ipc(&t, 50.0),
+            Some(PhaseIpc {
+                quiet: 1.5,
+                busy: 3.0
+            })
+        );
+        // Intervals that do not tile the period, or one phase only.
+        assert_eq!(phase_ipc(&t, 60.0), None);
+        let short = Timeline {
+            interval_ns: 25.0,
+            ipc: vec![1.0, 1.0, 0.5],
+        };
+        assert_eq!(phase_ipc(&short, 50.0), None);
+    }
+
+    #[test]
+    fn ipc_timeline_accounts_for_every_instruction_and_the_whole_run() {
+        let cfg = Config::preset("daemon").unwrap();
+        let scale = Scale::Factor(0.002);
+        let whole = crate::simulate(
+            &cfg,
+            "remote",
+            &crate::Input::Workload {
+                name: "stream".into(),
+                scale,
+                seed: 1,
+            },
+        )
+        .unwrap();
+        let interval = 2000.0;
+        let t = ipc_timeline(&cfg, "remote", "stream", scale, 1, interval).unwrap();
+        // One interval per 2 µs of the run, the last one partial.
+        let n = t.ipc.len();
+        assert_eq!(n, (whole.sim_time_ns / interval).ceil() as usize);
+        let last = whole.sim_time_ns - (n - 1) as f64 * interval;
+        let instructions: f64 = t.ipc[..n - 1]
+            .iter()
+            .map(|v| v * interval * cfg.core.freq_ghz)
+            .sum::<f64>()
+            + t.ipc[n - 1] * last * cfg.core.freq_ghz;
+        assert!((instructions - whole.instructions as f64).abs() < 1e-6 * instructions);
+        // Several cores share one clock per core: refused.
+        let mut b = crate::ConfigBuilder::preset("daemon").unwrap();
+        b.set("core.count", "2").unwrap();
+        let two = b.build().unwrap();
+        assert!(ipc_timeline(&two, "remote", "stream", scale, 1, interval).is_err());
+        assert!(ipc_timeline(&cfg, "remote", "stream", scale, 1, 0.0).is_err());
     }
 
     #[test]

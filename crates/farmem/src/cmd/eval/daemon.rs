@@ -7,12 +7,16 @@
 use std::path::Path;
 use std::time::Instant;
 
+use std::collections::BTreeMap;
+
 use anyhow::Context;
 use farmem_sim::eval::daemon::{
-    BANDWIDTHS, DaemonEval, Point, SCHEMES, SWITCH_NS, Study, csv, figures, points, summarize,
+    BANDWIDTHS, DaemonEval, Point, SCHEMES, SWITCH_NS, Study, Timeline, csv, figures, ipc_timeline,
+    phase_ipc, points, summarize,
 };
 use farmem_sim::eval::figure;
-use farmem_sim::{Input, SimResult};
+use farmem_sim::{ConfigBuilder, Input, SimResult};
+use rayon::prelude::*;
 
 use super::{Args, inputs};
 use crate::cmd::Outcome;
@@ -21,6 +25,12 @@ use crate::cmd::sim::{Run, base_config, execute, plan};
 /// Caches scaled down with the workloads in `--quick` (1/16 of the
 /// footprints), so the LLC does not swallow the working set.
 const QUICK_CACHES: &[&str] = &["llc.size=256KiB", "l2.size=32KiB", "l1d.size=8KiB"];
+
+/// The schemes of Fig. 13-14 (and `remote`, the baseline).
+const DISTURBANCE_SCHEMES: &str = "remote,lc,pq,daemon";
+
+/// Samples per background period in the IPC timeline (Fig. 13 over time).
+const TIMELINE_SAMPLES_PER_PERIOD: f64 = 4.0;
 
 /// What each study runs: its name, its runs, and its series label.
 struct Plan {
@@ -152,21 +162,18 @@ pub fn run(args: Args) -> Outcome {
         });
     }
     // Fig. 13-14: other nodes take half the link in alternate periods.
+    let period_ns: f64 = if quick { 100_000.0 } else { 1_000_000.0 };
+    let disturbance_ins = pick(&grid_inputs, &["pr", "nw"], 2);
+    let disturbance_sets = with(
+        &sets,
+        &[
+            "link.bw_factor=1/4",
+            "link.background=0.5",
+            &format!("link.background_period_ns={period_ns}"),
+        ],
+    );
     {
-        let ins = pick(&grid_inputs, &["pr", "nw"], 2);
-        let period = if quick { "100000" } else { "1000000" };
-        let runs = plan(
-            "remote,lc,pq,daemon",
-            &ins,
-            &with(
-                &sets,
-                &[
-                    "link.bw_factor=1/4",
-                    "link.background=0.5",
-                    &format!("link.background_period_ns={period}"),
-                ],
-            ),
-        )?;
+        let runs = plan(DISTURBANCE_SCHEMES, &disturbance_ins, &disturbance_sets)?;
         studies.push(Plan {
             name: "disturbance",
             runs,
@@ -236,6 +243,15 @@ pub fn run(args: Args) -> Outcome {
         all.append(&mut s.runs);
         bounds.push(start..all.len());
     }
+    eprintln!(
+        "farmem: eval daemon: {} runs{}",
+        all.len(),
+        if quick {
+            " (--quick: well under a minute on 2 cores)"
+        } else {
+            " (full grid at scale 1: about 15 minutes on 2 cores; --quick for a first look)"
+        }
+    );
     let results = execute(&base, &all, args.json)?;
     let (grid_results, rest) = results.split_at(grid_len);
     let study_results: Vec<&[SimResult]> = bounds
@@ -252,7 +268,24 @@ pub fn run(args: Args) -> Outcome {
             default_knobs: s.default_knobs,
         })
         .collect();
-    let e = summarize(grid_results, &study_refs);
+    let mut e = summarize(grid_results, &study_refs);
+    let timelines = disturbance_timelines(
+        &base,
+        &disturbance_ins,
+        &disturbance_sets,
+        period_ns / TIMELINE_SAMPLES_PER_PERIOD,
+    )?;
+    for (w, by_scheme) in &timelines {
+        for (scheme, t) in by_scheme {
+            if let Some(p) = phase_ipc(t, period_ns) {
+                e.disturbance_ipc_by_phase
+                    .entry(w.clone())
+                    .or_default()
+                    .insert(scheme.clone(), p);
+            }
+        }
+    }
+    e.disturbance_timeline = timelines;
 
     let out = args.out.clone();
     if let Some(dir) = &out {
@@ -281,6 +314,50 @@ pub fn run(args: Args) -> Outcome {
     } else {
         std::process::ExitCode::from(1)
     })
+}
+
+/// Fig. 13 over time: IPC per interval of each disturbance run (built-in
+/// workloads only: a trace has no scale to rebuild it at). One extra run
+/// per workload and scheme, beside the study's.
+fn disturbance_timelines(
+    base: &ConfigBuilder,
+    inputs: &[Input],
+    sets: &[String],
+    interval_ns: f64,
+) -> anyhow::Result<BTreeMap<String, BTreeMap<String, Timeline>>> {
+    let mut b = base.clone();
+    for s in sets {
+        let (k, v) = s
+            .split_once('=')
+            .with_context(|| format!("--set {s}: expected KEY=VALUE"))?;
+        b.set(k.trim(), v)?;
+    }
+    let cfg = b.build()?;
+    let jobs: Vec<(String, farmem_workloads::Scale, u64, &str)> = inputs
+        .iter()
+        .filter_map(|i| match i {
+            Input::Workload { name, scale, seed } => Some((name.clone(), *scale, *seed)),
+            _ => None,
+        })
+        .flat_map(|(n, sc, seed)| {
+            DISTURBANCE_SCHEMES
+                .split(',')
+                .map(move |s| (n.clone(), sc, seed, s))
+        })
+        .collect();
+    let runs = jobs
+        .par_iter()
+        .map(|(w, scale, seed, scheme)| {
+            ipc_timeline(&cfg, scheme, w, *scale, *seed, interval_ns)
+                .with_context(|| format!("IPC timeline of {scheme} on {w}"))
+                .map(|t| (w.clone(), scheme.to_string(), t))
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let mut out: BTreeMap<String, BTreeMap<String, Timeline>> = BTreeMap::new();
+    for (w, s, t) in runs {
+        out.entry(w).or_default().insert(s, t);
+    }
+    Ok(out)
 }
 
 fn write_outputs(
