@@ -48,9 +48,9 @@ pub struct DaemonSimConfig {
     /// `daemon`); its `selection` is the scheme's, whatever is set here.
     #[serde(default)]
     pub compute: EngineConfig,
-    /// What an idle partition slot costs (§4.1): `lend` (default) lets the
-    /// other class use it, `hold` keeps the link for the slot's nominal
-    /// transfer (docs/daemon.md: why lend).
+    /// What an idle partition slot costs (§4.1): `hold` (default) keeps the
+    /// link for the slot's nominal transfer, `lend` lets the other class
+    /// use it (docs/daemon.md: the two readings).
     #[serde(default)]
     pub idle_slots: IdleSlots,
     /// The codec streams (§4.4: LZ works on 1 KB at a time, FPC-BDI and
@@ -68,11 +68,12 @@ fn yes() -> bool {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum IdleSlots {
-    /// Each class keeps its share even when it has nothing to send.
+    /// Each class keeps its share even when it has nothing to send (§3: a
+    /// fraction of the bandwidth is "always allocated" to lines).
+    #[default]
     Hold,
     /// A class with nothing in service lends its share to the other (an
     /// idle slot costs one controller cycle).
-    #[default]
     Lend,
 }
 

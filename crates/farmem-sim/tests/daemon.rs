@@ -281,11 +281,15 @@ fn daemon_schemes_run_real_workloads() {
 
 #[test]
 fn bp_ratio_is_settable_and_hold_keeps_the_line_share() {
-    // A scan of 8 pages: under `hold` each page gets only the page share
-    // of the link, so the higher the line ratio the slower the scan; under
-    // `lend` idle line slots go to pages.
+    // Eight misses to eight pages at once: their pages queue back to back.
+    // Under `hold` the line slots between them stay reserved, so the pages
+    // wait longer in the page queue, the longer the higher the line ratio;
+    // under `lend` idle line slots go to pages.
     let pages: Vec<_> = (0..8).map(|i| Some(noise(i + 1))).collect();
-    let path = trace("bp-ratio", &pages);
+    let acc: Vec<Access> = (0..8)
+        .map(|i| Access::load(BASE + i * PAGE, 8, 0))
+        .collect();
+    let path = trace_of("bp-ratio", &pages, &acc);
     let t = |ratio: &str, idle: &str| {
         run(
             "bp",
@@ -296,15 +300,17 @@ fn bp_ratio_is_settable_and_hold_keeps_the_line_share() {
             &path,
         )
     };
-    let (h25, h50) = (t("25%", "hold"), t("50%", "hold"));
+    let (h25, h50, l25) = (t("25%", "hold"), t("50%", "hold"), t("25%", "lend"));
     assert_eq!(
         stat(&h25, "bp.line_share"),
         21.0 * 64.0 / (21.0 * 64.0 + 4096.0)
     );
     assert_eq!(stat(&h50, "bp.line_share"), 0.5);
-    assert!(h50.sim_time_ns > h25.sim_time_ns);
-    let l25 = t("25%", "lend");
-    assert!(l25.sim_time_ns < h25.sim_time_ns);
+    let wait = |r: &SimResult| stat(r, "bp.page_queue_wait_ns");
+    assert!(wait(&h50) > wait(&h25), "{} {}", wait(&h50), wait(&h25));
+    assert!(wait(&h25) > wait(&l25), "{} {}", wait(&h25), wait(&l25));
+    // Same bytes either way: idle slots move nothing.
+    assert_eq!(h25.remote_bytes_read, l25.remote_bytes_read);
     std::fs::remove_file(path).ok();
 }
 

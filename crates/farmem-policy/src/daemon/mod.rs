@@ -28,9 +28,9 @@
 //!   reserved whenever the line queue is momentarily empty, contrary to "to
 //!   ensure this approximate partitioning is always maintained"; a caller
 //!   that wants it charges idle slots zero time. The simulator offers both
-//!   (`daemon.idle_slots`) and defaults to the one-cycle reading (`lend`):
-//!   under the reading above a high-locality workload loses a quarter of
-//!   its page bandwidth, against §6.1 (docs/daemon.md). When both queues are empty
+//!   (`daemon.idle_slots`) and defaults to this one (`hold`), with a page
+//!   slot crossing at the full bandwidth and the idle line slots after it
+//!   reserved; docs/daemon.md compares the two. When both queues are empty
 //!   the caller may park the link and either resume the pattern where it
 //!   stopped or advance it by the parked time
 //!   ([`BandwidthPartitioner::elapse_idle`]).

@@ -207,11 +207,11 @@ const PAGE: usize = 1;
 /// The partitioned data path to one memory node (§4.1): the node's memory
 /// bus and the link's data direction, each split into a line share and a
 /// page share. Each share is a FIFO server at its fraction of the
-/// bandwidth (`busy_until` per class, then the end of all work at the
-/// whole bandwidth), so a page never delays a line beyond the line share.
-/// Under `daemon.idle_slots = hold` each class keeps its share whether or
-/// not the other uses it (§4.1's idle slots, in the fluid limit); under
-/// `lend` a class with nothing in service lends it ([`serve`]).
+/// bandwidth (when each class may start next, then the end of all work at
+/// the whole bandwidth), so a page never delays a line beyond the line
+/// share. Under `daemon.idle_slots = hold` each class keeps its share
+/// whether or not the other uses it (§4.1's idle slots); under `lend` a
+/// class with nothing in service lends it ([`serve`]).
 #[derive(Debug, Clone, Copy, Default)]
 struct Path {
     bus: [Time; 3],
@@ -267,14 +267,22 @@ impl Timing {
     }
 }
 
-/// One class's share of a partitioned resource: `busy` holds each class's
-/// `busy_until` and, last, when all work so far would end at the whole
-/// bandwidth. Returns (start, end) of a transfer of `ns_full` (its time at
-/// the whole bandwidth) ready at `t`.
+/// One class's share of a partitioned resource: `busy` holds, per class,
+/// when its next transfer may start and, last, when all work so far would
+/// end at the whole bandwidth. Returns (start, end) of a transfer of
+/// `ns_full` (its time at the whole bandwidth) ready at `t`.
 ///
 /// A page never delays a line beyond the line share; a line that cuts in
 /// pushes the pages after it back (their end is bounded by the total work),
 /// so the resource never carries more than its bandwidth.
+///
+/// Under `hold` a page is one slot of the alternation (§4.1): it crosses at
+/// the whole bandwidth, and the line slots that follow it stay reserved
+/// whether or not a line uses them, so the next page may start only
+/// `ns_full / page share` after this one started. Pages back to back thus
+/// get the page share, while a page after a quiet spell is not slowed: the
+/// idle line slots have passed (the pattern advances while the link is
+/// parked). Lines, 64 B slots, are served at the line share.
 fn serve(busy: &mut [Time; 3], class: usize, t: Time, ns_full: f64, t_: &Timing) -> (Time, Time) {
     let start = t.max(busy[class]);
     // Lending: the other class has nothing in service, so its slots are
@@ -286,6 +294,10 @@ fn serve(busy: &mut [Time; 3], class: usize, t: Time, ns_full: f64, t_: &Timing)
     };
     let total = busy[2].max(start) + ns_full;
     busy[2] = total;
+    if class == PAGE && !t_.lend {
+        busy[PAGE] = start + ns_full / share;
+        return (start, (start + ns_full).max(total));
+    }
     let mut end = start + ns_full / share;
     if class == PAGE {
         end = end.max(total);
@@ -704,6 +716,54 @@ mod tests {
     fn machine() -> Machine {
         let cfg = Config::preset("daemon").unwrap();
         Machine::new(&cfg, 64 * PAGE_SIZE)
+    }
+
+    /// Path timing with a 25% line share, no background traffic.
+    fn timing(lend: bool) -> Timing {
+        Timing {
+            link_ns_per_byte: 1.0,
+            bus_ns_per_byte: 1.0,
+            switch_ns: 0.0,
+            header: 0,
+            dram_ns: 0.0,
+            translation: false,
+            share: [0.25, 0.75],
+            background: 0.0,
+            background_period_ns: 1.0,
+            lend,
+        }
+    }
+
+    #[test]
+    fn hold_spaces_pages_back_to_back_but_not_after_a_quiet_spell() {
+        let t = timing(false);
+        let mut busy = [0.0; 3];
+        // A page crosses at the whole bandwidth; the line slots after it
+        // stay reserved, so the next page starts 100 / 0.75 after it.
+        assert_eq!(serve(&mut busy, PAGE, 0.0, 100.0, &t), (0.0, 100.0));
+        let next = 100.0 / 0.75;
+        assert_eq!(serve(&mut busy, PAGE, 0.0, 100.0, &t), (next, next + 100.0));
+        // After a quiet spell the reserved slots have passed.
+        assert_eq!(serve(&mut busy, PAGE, 1000.0, 100.0, &t), (1000.0, 1100.0));
+        // A line crosses at its share, whatever the pages do.
+        assert_eq!(serve(&mut busy, LINE, 1000.0, 10.0, &t), (1000.0, 1040.0));
+        // It cut in: the next page ends no sooner than all the work.
+        let (s, e) = serve(&mut busy, PAGE, 1000.0, 100.0, &t);
+        assert_eq!(s, 1000.0 + next);
+        assert_eq!(e, s + 100.0);
+        assert_eq!(busy[2], e);
+
+        // `lend`: pages back to back at the whole bandwidth while no line
+        // is in service; a line that comes while a page is in service gets
+        // its share.
+        let t = timing(true);
+        let mut busy = [0.0; 3];
+        assert_eq!(serve(&mut busy, PAGE, 0.0, 100.0, &t), (0.0, 100.0));
+        assert_eq!(serve(&mut busy, PAGE, 0.0, 100.0, &t), (100.0, 200.0));
+        assert_eq!(serve(&mut busy, LINE, 150.0, 10.0, &t), (150.0, 190.0));
+        // The line is done by 200: the next page gets the whole bandwidth,
+        // but ends no sooner than all the work (200 + 10 + 75).
+        assert_eq!(serve(&mut busy, PAGE, 150.0, 75.0, &t), (200.0, 285.0));
     }
 
     #[test]
