@@ -333,6 +333,13 @@ fn disturbance_timelines(
         b.set(k.trim(), v)?;
     }
     let cfg = b.build()?;
+    if cfg.core.count != 1 {
+        eprintln!(
+            "farmem: eval daemon: no IPC timeline with core.count = {}",
+            cfg.core.count
+        );
+        return Ok(BTreeMap::new());
+    }
     let jobs: Vec<(String, farmem_workloads::Scale, u64, &str)> = inputs
         .iter()
         .filter_map(|i| match i {
