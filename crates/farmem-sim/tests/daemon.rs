@@ -315,6 +315,39 @@ fn bp_ratio_is_settable_and_hold_keeps_the_line_share() {
 }
 
 #[test]
+fn a_page_to_an_idle_node_leaves_before_one_queued_earlier_to_a_busy_node() {
+    // Two memory nodes, pages placed round-robin by first touch (even
+    // touches on node 0). Twelve pages are touched, then evicted but the
+    // last four (local memory holds four). Then misses to pages 0, 2, 4
+    // (node 0) and page 1 (node 1) (line 1: line 0 is still in the LLC):
+    // page 1 is queued behind three pages but
+    // its node is idle, so it leaves and arrives before page 4 leaves. It
+    // must be installed all the same: the last four accesses hit.
+    let pages: Vec<_> = (0..12).map(|i| Some(noise(i + 1))).collect();
+    let p = |i: u64, line: u64| BASE + i * PAGE + line * 64;
+    let mut acc: Vec<Access> = (0..12).map(|i| Access::load(p(i, 0), 8, 0)).collect();
+    for (k, i) in [0, 2, 4, 1].into_iter().enumerate() {
+        let gap = if k == 0 { 200_000 } else { 0 };
+        acc.push(Access::load(p(i, 1), 8, gap));
+    }
+    for (k, i) in [1, 0, 2, 4].into_iter().enumerate() {
+        let gap = if k == 0 { 200_000 } else { 0 };
+        acc.push(Access::load(p(i, 5), 8, gap));
+    }
+    let path = trace_of("two-nodes", &pages, &acc);
+    let r = run(
+        "pq",
+        &[("remote.nodes", "2"), ("local.size", "16KiB")],
+        &path,
+    );
+    assert_eq!(stat(&r, "pq.stalls"), 0.0);
+    // 16 misses served by their lines, then 4 local hits.
+    assert_eq!(r.local_hit_ratio, 4.0 / 20.0);
+    assert_eq!(stat(&r, "pq.pages_installed"), 16.0);
+    std::fs::remove_file(path).ok();
+}
+
+#[test]
 fn background_traffic_slows_every_scheme_only_in_its_periods() {
     let pages: Vec<_> = (0..16).map(|i| Some(noise(i + 1))).collect();
     let path = trace("bg", &pages);

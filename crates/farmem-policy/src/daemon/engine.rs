@@ -507,6 +507,41 @@ impl ComputeEngine {
         Some(page)
     }
 
+    /// The queue controller issues line (`page`, `offset`) wherever it sits
+    /// in the sub-block queue: with several memory nodes each request goes
+    /// out when its own node's path is free, not behind requests to a busier
+    /// node. False if the line is not queued (its page arrived first).
+    pub fn issue_line(&mut self, page: PageNo, offset: LineOffset) -> bool {
+        let Some(i) = self
+            .sub_block_queue
+            .iter()
+            .position(|&e| e == (page, offset))
+        else {
+            return false;
+        };
+        self.sub_block_queue.remove(i);
+        self.stats.lines_issued += 1;
+        true
+    }
+
+    /// As [`issue_line`](Self::issue_line) for a page: it leaves the page
+    /// queue and its entry becomes moved (or stays throttled). False if the
+    /// page is not queued.
+    pub fn issue_page(&mut self, page: PageNo) -> bool {
+        let Some(i) = self.page_queue.iter().position(|&p| p == page) else {
+            return false;
+        };
+        self.page_queue.remove(i);
+        if let Some(e) = self.inflight_pages.get_mut(&page) {
+            e.queued = false;
+            if e.state == PageState::Scheduled {
+                e.state = PageState::Moved;
+            }
+        }
+        self.stats.pages_issued += 1;
+        true
+    }
+
     /// Whether either queue has a request (when not, the caller may park the
     /// link instead of cycling idle slots).
     pub fn has_work(&self) -> bool {
@@ -1096,6 +1131,32 @@ mod tests {
         assert_eq!(e.page_state(2), PageState::Throttled);
         assert_eq!(e.dirty_len(), 3);
         assert_eq!(e.stats().throttles_buffer_full, 1);
+    }
+
+    #[test]
+    fn issue_takes_a_request_from_anywhere_in_its_queue() {
+        let mut e = with(|c| c.selection = Selection::Both);
+        for p in 1..=3 {
+            miss(&mut e, p, 0);
+        }
+        assert_eq!(pq(&e), vec![1, 2, 3]);
+        // Page 2's node is free first: it leaves ahead of page 1.
+        assert!(e.issue_page(2));
+        assert_eq!(pq(&e), vec![1, 3]);
+        assert_eq!(e.page_state(2), PageState::Moved);
+        assert_eq!(e.page_state(1), PageState::Scheduled);
+        assert!(!e.issue_page(2));
+        // Its arrival installs it while page 1 still waits (and takes its
+        // queued line out).
+        assert!(matches!(
+            e.on_page_arrival(2),
+            PageArrival::Installed { .. }
+        ));
+        assert_eq!(sbq(&e), vec![(1, 0), (3, 0)]);
+        assert!(e.issue_line(3, 0));
+        assert!(!e.issue_line(3, 0));
+        assert_eq!(sbq(&e), vec![(1, 0)]);
+        assert_eq!((e.stats().pages_issued, e.stats().lines_issued), (1, 1));
     }
 
     #[test]

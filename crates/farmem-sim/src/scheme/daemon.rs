@@ -3,7 +3,7 @@
 //! `daemon`, §4.1–4.3).
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::collections::{BinaryHeap, HashMap};
 
 use farmem_codec::CodecKind;
 use farmem_core::{CACHE_LINE, PAGE_SIZE};
@@ -332,9 +332,11 @@ pub struct Daemon {
     timing: Option<Timing>,
     paths: Vec<Path>,
     pending: BinaryHeap<Arrival>,
-    /// When each queued request leaves its queue, in queue order.
-    line_queue: VecDeque<(Time, u64, u8)>,
-    page_queue: VecDeque<(Time, u64)>,
+    /// When each queued request leaves its queue (time bits, page[,
+    /// offset]), earliest first: with several memory nodes a request to an
+    /// idle node leaves before one queued earlier to a busy node.
+    line_queue: BinaryHeap<Reverse<(u64, u64, u8)>>,
+    page_queue: BinaryHeap<Reverse<(u64, u64)>>,
     /// When each inflight page / line arrives.
     page_at: HashMap<u64, Time>,
     line_at: HashMap<(u64, u8), Time>,
@@ -360,8 +362,8 @@ impl Daemon {
             timing: None,
             paths: Vec::new(),
             pending: BinaryHeap::new(),
-            line_queue: VecDeque::new(),
-            page_queue: VecDeque::new(),
+            line_queue: BinaryHeap::new(),
+            page_queue: BinaryHeap::new(),
             page_at: HashMap::new(),
             line_at: HashMap::new(),
             stalls: 0,
@@ -437,7 +439,8 @@ impl Daemon {
         let id = m.pages.id(page);
         let node = m.node_of(id);
         let (leave, at) = self.request(m, node, now, LINE, CACHE_LINE, CACHE_LINE, 0.0, 0.0);
-        self.line_queue.push_back((leave, page, offset));
+        self.line_queue
+            .push(Reverse((leave.to_bits(), page, offset)));
         self.line_at.insert((page, offset), at);
         self.pending.push(Reverse((at.to_bits(), 0, page, offset)));
     }
@@ -447,7 +450,7 @@ impl Daemon {
         let node = m.node_of(id);
         let (bytes, enc, dec) = self.page_wire(page);
         let (leave, at) = self.request(m, node, now, PAGE, PAGE_SIZE, bytes, enc, dec);
-        self.page_queue.push_back((leave, page));
+        self.page_queue.push(Reverse((leave.to_bits(), page)));
         self.page_at.insert(page, at);
         self.pending.push(Reverse((at.to_bits(), 1, page, 0)));
     }
@@ -467,8 +470,12 @@ impl Daemon {
     /// arriving), if any.
     fn next_event(&self) -> Option<Time> {
         [
-            self.line_queue.front().map(|e| e.0),
-            self.page_queue.front().map(|e| e.0),
+            self.line_queue
+                .peek()
+                .map(|Reverse((b, ..))| f64::from_bits(*b)),
+            self.page_queue
+                .peek()
+                .map(|Reverse((b, _))| f64::from_bits(*b)),
             self.pending
                 .peek()
                 .map(|Reverse((b, ..))| f64::from_bits(*b)),
@@ -481,23 +488,20 @@ impl Daemon {
     /// Applies every event up to `now`, in time order.
     fn drain(&mut self, m: &mut Machine, now: Time) {
         while let Some(t) = self.next_event().filter(|&t| t <= now) {
-            if let Some(&(lt, p, o)) = self.line_queue.front()
-                && lt == t
+            if let Some(&Reverse((lt, p, o))) = self.line_queue.peek()
+                && f64::from_bits(lt) == t
             {
-                self.line_queue.pop_front();
-                // The engine took it out itself if its page arrived first.
-                if self.engine.sub_block_queue().next() == Some((p, o)) {
-                    self.engine.pop_line();
-                }
+                self.line_queue.pop();
+                // False if the engine took it out itself (its page arrived
+                // first).
+                self.engine.issue_line(p, o);
                 continue;
             }
-            if let Some(&(pt, p)) = self.page_queue.front()
-                && pt == t
+            if let Some(&Reverse((pt, p))) = self.page_queue.peek()
+                && f64::from_bits(pt) == t
             {
-                self.page_queue.pop_front();
-                if self.engine.page_queue().next() == Some(p) {
-                    self.engine.pop_page();
-                }
+                self.page_queue.pop();
+                self.engine.issue_page(p);
                 continue;
             }
             let Some(Reverse((_, kind, p, o))) = self.pending.pop() else {
