@@ -373,3 +373,57 @@ pub fn run(args: Args) -> Outcome {
         std::process::ExitCode::from(1)
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn planned(system: &'static str, sets: &[(&str, &str)]) -> Planned {
+        let input = Input::Workload {
+            name: "pr".into(),
+            scale: Scale::Factor(0.01),
+            seed: 1,
+        };
+        let sets: Vec<(String, String)> = sets
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Planned {
+            experiment: Experiment::BlockSize,
+            system,
+            workload: "pr".into(),
+            x: String::new(),
+            run: run_of(system, &input, &sets),
+        }
+    }
+
+    #[test]
+    fn points_with_the_same_resolved_config_share_a_run() {
+        let base = base_config("unimem", None).unwrap();
+        let ten = ("local.size", "10%");
+        let plan = [
+            planned("unimem-nopromote", &[ten]),
+            // 512 B and 8 pairs are the preset's: the same simulation.
+            planned("unimem-nopromote", &[ten, ("unimem.block_bytes", "512")]),
+            planned("unimem-nopromote", &[ten, ("unimem.block_bytes", "256")]),
+            planned("unimem", &[ten, ("unimem.filter.pairs", "8")]),
+            planned("unimem", &[ten]),
+            // Another scheme on the same config is another run.
+            planned("kona", &[ten]),
+        ];
+        let (runs, of_point) = distinct_runs(&base, &plan).unwrap();
+        assert_eq!(of_point, [0, 0, 1, 2, 2, 3]);
+        let schemes: Vec<&str> = runs.iter().map(|r| r.scheme.as_str()).collect();
+        assert_eq!(
+            schemes,
+            ["unimem-nopromote", "unimem-nopromote", "unimem", "kona"]
+        );
+    }
+
+    #[test]
+    fn a_bad_setting_is_an_error_before_any_run() {
+        let base = base_config("unimem", None).unwrap();
+        let plan = [planned("unimem", &[("unimem.block_bytes", "100")])];
+        assert!(distinct_runs(&base, &plan).is_err());
+    }
+}
