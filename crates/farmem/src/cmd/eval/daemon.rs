@@ -247,9 +247,9 @@ pub fn run(args: Args) -> Outcome {
         "farmem: eval daemon: {} runs{}",
         all.len(),
         if quick {
-            " (--quick: well under a minute on 2 cores)"
+            " (--quick: about 15 s on 2 cores)"
         } else {
-            " (full grid at scale 1: about 15 minutes on 2 cores; --quick for a first look)"
+            " (full grid at scale 1: about 7 minutes on 2 idle cores, longer under other load; --quick for a first look)"
         }
     );
     let results = execute(&base, &all, args.json)?;

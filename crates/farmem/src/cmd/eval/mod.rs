@@ -24,7 +24,8 @@ const EVALS: &[Eval] = &[
     ),
     (
         "daemon",
-        "DaeMon §6: schemes x bandwidth x switch latency, sensitivity studies",
+        "DaeMon §6: schemes x bandwidth x switch latency, sensitivity studies \
+         (420 runs, ~7 min on 2 cores; --quick: 218 runs, ~15 s)",
         daemon::run,
     ),
     (
