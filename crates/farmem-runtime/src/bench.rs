@@ -175,7 +175,7 @@ pub fn fault(
     let faults = LatencyHistogram::new();
     let reads = LatencyHistogram::new();
     let mut buf = vec![0u8; PAGE as usize];
-    let extents = r.extents();
+    let extents = r.extents()?;
     // Let the monitor settle into its waiting mode between faults, as an
     // application doing work between misses would.
     let gap = Duration::from_micros(20);

@@ -61,14 +61,32 @@ impl Segment {
 /// Takes ownership of a page for write-back: Dirty always, Clean only for
 /// eviction. Returns the state it had.
 fn claim(sh: &Shared, r: &Arc<RegionInner>, idx: usize, keep: bool) -> Option<(Victim, State)> {
-    let remote = r.remote(idx)?;
     let mut m = r.pages.get(idx)?.lock();
     let was = m.state;
-    match was {
-        State::Dirty => {}
-        State::Clean if !keep => {}
+    let remote = match was {
+        // A lazy region takes remote memory here, off the fault path; if
+        // none can be had the page stays resident and dirty, reported.
+        State::Dirty => match r.remote_or_back(idx, &sh.rm) {
+            Ok(remote) => remote,
+            Err(e) => {
+                let page = r.page_addr(idx);
+                sh.report(format!(
+                    "backing page {page:#x} with remote memory: {e}; kept resident"
+                ));
+                // The evictor popped it: back into the order, to be tried again.
+                let mut policy = sh.policy.lock();
+                if !policy.contains(page / PAGE)
+                    && let Some(v) = policy.insert(page / PAGE, sh.now())
+                {
+                    sh.forced.lock().push(v);
+                }
+                return None;
+            }
+        },
+        // A clean page is dropped, never written: it needs no address.
+        State::Clean if !keep => r.remote(idx).unwrap_or(0),
         _ => return None,
-    }
+    };
     m.state = State::Busy;
     if was == State::Dirty {
         // From the first write-back attempt on (even a failed, half-applied
@@ -513,7 +531,16 @@ pub(crate) fn sync_region(sh: &Shared, r: &Arc<RegionInner>) -> Result<(), Runti
             }
             std::thread::sleep(Duration::from_micros(20));
         };
-        let Some(v) = v else { continue };
+        let Some(v) = v else {
+            // Dirty yet not claimed: no remote memory could back it.
+            if r.pages[idx].lock().state == State::Dirty {
+                failed += 1;
+                if let Err(e) = r.remote_or_back(idx, &sh.rm) {
+                    last = Some(StoreError::Other(e.to_string().into()));
+                }
+            }
+            continue;
+        };
         batch.push(v);
         if batch.len() == per_segment {
             write_batch(std::mem::take(&mut batch), &mut failed, &mut last);

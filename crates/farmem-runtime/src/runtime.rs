@@ -14,7 +14,7 @@ use farmem_policy::cache::ReplacementPolicy;
 
 use crate::config::{Config, DirtyMode, WaitMode};
 use crate::evict::{self, Segment};
-use crate::slab::{ResourceManager, SlabTable};
+use crate::slab::{Backing, LazyTable, ResourceManager, SlabTable};
 use crate::stats::{Metrics, Stats};
 use crate::store::{RemoteStore, SlabSource};
 use crate::uffd::{Fault, ReadResult, Uffd};
@@ -95,7 +95,7 @@ pub(crate) struct RegionInner {
     /// the slabs were zeroed, and a page never written back is filled
     /// locally instead of fetched).
     pub all_stored: bool,
-    pub table: SlabTable,
+    pub backing: Backing,
     pub dead: AtomicBool,
 }
 
@@ -104,7 +104,15 @@ impl RegionInner {
         self.start + idx as u64 * PAGE
     }
     pub(crate) fn remote(&self, idx: usize) -> Option<u64> {
-        self.table.remote(idx as u64 * PAGE)
+        self.backing.remote(idx as u64 * PAGE)
+    }
+    /// Where page `idx` is written back to, backing its chunk if needed.
+    pub(crate) fn remote_or_back(
+        &self,
+        idx: usize,
+        rm: &Arc<ResourceManager>,
+    ) -> Result<u64, RuntimeError> {
+        self.backing.remote_or_back(idx as u64 * PAGE, rm)
     }
 }
 
@@ -128,6 +136,7 @@ pub(crate) struct FetchJob {
 pub(crate) struct Shared {
     pub cfg: Config,
     pub store: Arc<dyn RemoteStore>,
+    pub rm: Arc<ResourceManager>,
     pub uffd: Uffd,
     pub regions: RwLock<BTreeMap<u64, Arc<RegionInner>>>,
     pub policy: Mutex<Box<dyn ReplacementPolicy>>,
@@ -363,18 +372,23 @@ impl Shared {
             return;
         }
         let page = r.page_addr(job.idx);
-        let Some(remote) = r.remote(job.idx) else {
-            // The slab table covers the whole region by construction.
-            self.report(format!("page {page:#x} has no remote address"));
-            r.pages[job.idx].lock().state = State::Absent;
-            self.release_page();
-            return;
-        };
         let t = Instant::now();
-        if job.zero {
+        let filled = if job.zero {
             buf.0.fill(0);
             self.m.pages_zero_filled.inc();
-        } else if !self.read_page(remote, buf) {
+            true
+        } else {
+            match r.remote(job.idx) {
+                Some(remote) => self.read_page(remote, buf),
+                None => {
+                    // A page with data on the store was backed when it was
+                    // written back: none here is a bug, reported, not guessed.
+                    self.report(format!("page {page:#x} has no remote address"));
+                    false
+                }
+            }
+        };
+        if !filled {
             r.pages[job.idx].lock().state = State::Absent;
             self.release_page();
             return;
@@ -517,6 +531,7 @@ impl Runtime {
         let rm = Arc::new(ResourceManager::new(slabs, cfg.slab_batch));
         let sh = Arc::new(Shared {
             store,
+            rm: rm.clone(),
             uffd,
             regions: RwLock::new(BTreeMap::new()),
             policy: Mutex::new(policy),
@@ -581,8 +596,11 @@ impl Runtime {
         }
         drop(tx);
         let rt = Self { sh, rm, threads };
-        // Resource Manager: the first batch now, so regions rarely wait for one.
-        if let Err(e) = rt.rm.prefill() {
+        // Resource Manager: the first batch now, so eager regions rarely
+        // wait for one (lazy ones take it at their first write-back).
+        if !rt.sh.cfg.zeroed_slabs
+            && let Err(e) = rt.rm.prefill()
+        {
             rt.sh.report(format!("pre-allocating remote memory: {e}"));
         }
         Ok(rt)
@@ -595,9 +613,14 @@ impl Runtime {
             return Err(RuntimeError::Config("region size must be positive".into()));
         }
         let size = size.div_ceil(PAGE) * PAGE;
+        if self.sh.cfg.zeroed_slabs {
+            // Fresh remote memory reads as zeros, so a page need not have
+            // any until it is first written back.
+            return self.map(Backing::Lazy(LazyTable::new(size)), false);
+        }
         let extents = self.rm.take(size)?;
         self.rm.top_up();
-        self.map(SlabTable::new(&extents), !self.sh.cfg.zeroed_slabs)
+        self.map(Backing::Eager(SlabTable::new(&extents)), true)
     }
 
     /// A region over remote extents that already hold data (from
@@ -612,11 +635,14 @@ impl Runtime {
                 "region extents must be non-empty and page-aligned".into(),
             ));
         }
-        self.map(SlabTable::new(extents), true)
+        self.map(Backing::Eager(SlabTable::new(extents)), true)
     }
 
-    fn map(&self, table: SlabTable, stored: bool) -> Result<Region<'_>, RuntimeError> {
-        let len = table.len();
+    fn map(&self, backing: Backing, stored: bool) -> Result<Region<'_>, RuntimeError> {
+        let len = match &backing {
+            Backing::Eager(t) => t.len(),
+            Backing::Lazy(t) => t.len(),
+        };
         // SAFETY: a fresh anonymous mapping; nothing else refers to it.
         let p = unsafe {
             libc::mmap(
@@ -637,7 +663,7 @@ impl Runtime {
             len,
             pages: page_table((len / PAGE) as usize),
             all_stored: stored,
-            table,
+            backing,
             dead: AtomicBool::new(false),
         });
         // Whole 4 KiB pages only: a huge page would be fetched and tracked as one block.
@@ -761,9 +787,16 @@ impl Region<'_> {
         }
     }
 
-    /// Remote extents backing the region, in order.
-    pub fn extents(&self) -> Vec<(u64, u64)> {
-        self.inner.table.extents()
+    /// Remote extents backing the whole region, in order, for a later
+    /// [`Runtime::region_over`]. A region backed lazily is backed whole first.
+    pub fn extents(&self) -> Result<Vec<(u64, u64)>, RuntimeError> {
+        self.inner.backing.extents(&self.rt.rm)
+    }
+
+    /// Bytes of remote memory taken for this region so far (all of it for
+    /// an eager region; what was written back, in chunks, for a lazy one).
+    pub fn backed_bytes(&self) -> u64 {
+        self.inner.backing.backed_bytes()
     }
 
     fn check(&self, off: usize, len: usize) -> Result<(), RuntimeError> {

@@ -1,9 +1,11 @@
 //! Resource Manager: remote memory obtained from the slab source in large
 //! batches, carved into the extents that back regions. Asking for a batch
-//! only happens when a region is created, never on the fault path.
+//! never happens on the fault path: eager regions take their extents when
+//! they are created, lazy ones a chunk at a time when a page is first
+//! written back.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 
@@ -101,6 +103,38 @@ impl ResourceManager {
         Ok(out)
     }
 
+    /// One contiguous remote extent of `size` bytes (a multiple of the page
+    /// size), for a lazy region's chunk. Free pieces too small are skipped,
+    /// not split across chunks, so a chunk maps with one base address.
+    pub(crate) fn take_contiguous(self: &Arc<Self>, size: u64) -> Result<u64, RuntimeError> {
+        let carve = |free: &mut Vec<(u64, u64)>| {
+            let i = free.iter().position(|e| e.1 >= size)?;
+            let (base, len) = free[i];
+            if len == size {
+                free.remove(i);
+            } else {
+                free[i] = (base + size, len - size);
+            }
+            Some(base)
+        };
+        // Bound first: a guard in the `if let` scrutinee would live through the
+        // body, and top_up locks `free` again.
+        let carved = carve(&mut self.free.lock());
+        if let Some(base) = carved {
+            self.top_up();
+            return Ok(base);
+        }
+        self.add(self.source.allocate(size.max(self.batch))?);
+        let carved = carve(&mut self.free.lock());
+        let base = carved.ok_or_else(|| {
+            RuntimeError::Config(format!(
+                "slab source returned no contiguous {size} bytes for a chunk"
+            ))
+        })?;
+        self.top_up();
+        Ok(base)
+    }
+
     /// Fetches one batch ahead of demand.
     pub(crate) fn prefill(&self) -> Result<(), RuntimeError> {
         if self.free.lock().is_empty() {
@@ -146,6 +180,145 @@ impl SlabTable {
     }
 }
 
+/// Bytes of a lazy region that one remote extent backs.
+pub(crate) const CHUNK: u64 = 2 << 20;
+const UNBACKED: u64 = u64::MAX;
+
+/// Region offset to remote address, backed chunk by chunk when a page is
+/// first written back: a process that reserves a large far heap takes
+/// remote memory only for what it spills, so many processes can share a
+/// rack. A chunk never backed holds zeros by definition (its pages were
+/// never written back), so it is never read.
+pub(crate) struct LazyTable {
+    len: u64,
+    /// Remote base per chunk, [`UNBACKED`] until a page of it is written back.
+    chunks: Box<[AtomicU64]>,
+    /// Serializes backing, so a chunk is backed once.
+    backing: Mutex<()>,
+}
+
+impl LazyTable {
+    pub(crate) fn new(len: u64) -> Self {
+        Self {
+            len,
+            chunks: (0..len.div_ceil(CHUNK))
+                .map(|_| AtomicU64::new(UNBACKED))
+                .collect(),
+            backing: Mutex::new(()),
+        }
+    }
+
+    pub(crate) fn remote(&self, offset: u64) -> Option<u64> {
+        let base = self
+            .chunks
+            .get((offset / CHUNK) as usize)?
+            .load(Ordering::Acquire);
+        (base != UNBACKED && offset < self.len).then(|| base + offset % CHUNK)
+    }
+
+    /// The remote address of `offset`, backing its chunk first if needed.
+    pub(crate) fn remote_or_back(
+        &self,
+        offset: u64,
+        rm: &Arc<ResourceManager>,
+    ) -> Result<u64, RuntimeError> {
+        if let Some(r) = self.remote(offset) {
+            return Ok(r);
+        }
+        if offset >= self.len {
+            return Err(RuntimeError::Config(format!(
+                "offset {offset} is outside the region"
+            )));
+        }
+        let _g = self.backing.lock();
+        if let Some(r) = self.remote(offset) {
+            return Ok(r);
+        }
+        let i = offset / CHUNK;
+        // The last chunk holds only what is left of the region.
+        let size = CHUNK.min(self.len - i * CHUNK);
+        let base = rm.take_contiguous(size)?;
+        self.chunks[i as usize].store(base, Ordering::Release);
+        Ok(base + offset % CHUNK)
+    }
+
+    /// Backs every chunk, then lists the extents in region order.
+    pub(crate) fn back_all(&self, rm: &Arc<ResourceManager>) -> Result<SlabTable, RuntimeError> {
+        let mut extents: Vec<(u64, u64)> = Vec::new();
+        for i in 0..self.chunks.len() as u64 {
+            let base = self.remote_or_back(i * CHUNK, rm)?;
+            let len = CHUNK.min(self.len - i * CHUNK);
+            match extents.last_mut() {
+                Some(last) if last.0 + last.1 == base => last.1 += len,
+                _ => extents.push((base, len)),
+            }
+        }
+        Ok(SlabTable::new(&extents))
+    }
+
+    pub(crate) fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Bytes of remote memory backing the region so far.
+    pub(crate) fn backed_bytes(&self) -> u64 {
+        (0..self.chunks.len() as u64)
+            .filter(|&i| self.chunks[i as usize].load(Ordering::Acquire) != UNBACKED)
+            .map(|i| CHUNK.min(self.len - i * CHUNK))
+            .sum()
+    }
+}
+
+/// The remote memory behind a region.
+pub(crate) enum Backing {
+    /// Every page's remote address fixed when the region was made.
+    Eager(SlabTable),
+    /// Chunks taken as pages are first written back.
+    Lazy(LazyTable),
+}
+
+impl Backing {
+    pub(crate) fn remote(&self, offset: u64) -> Option<u64> {
+        match self {
+            Self::Eager(t) => t.remote(offset),
+            Self::Lazy(t) => t.remote(offset),
+        }
+    }
+
+    /// The remote address `offset` is written back to, backing it if lazy.
+    pub(crate) fn remote_or_back(
+        &self,
+        offset: u64,
+        rm: &Arc<ResourceManager>,
+    ) -> Result<u64, RuntimeError> {
+        match self {
+            Self::Eager(t) => t.remote(offset).ok_or_else(|| {
+                RuntimeError::Config(format!("offset {offset} is outside the region"))
+            }),
+            Self::Lazy(t) => t.remote_or_back(offset, rm),
+        }
+    }
+
+    /// The extents of the whole region, in order (a lazy region is backed
+    /// whole first).
+    pub(crate) fn extents(
+        &self,
+        rm: &Arc<ResourceManager>,
+    ) -> Result<Vec<(u64, u64)>, RuntimeError> {
+        match self {
+            Self::Eager(t) => Ok(t.extents()),
+            Self::Lazy(t) => Ok(t.back_all(rm)?.extents()),
+        }
+    }
+
+    pub(crate) fn backed_bytes(&self) -> u64 {
+        match self {
+            Self::Eager(t) => t.len(),
+            Self::Lazy(t) => t.backed_bytes(),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -173,6 +346,37 @@ mod tests {
                 prop_assert_eq!(t.remote(pages * PAGE), None);
             }
         }
+    }
+
+    #[test]
+    fn lazy_tables_back_a_chunk_on_first_write_back_only() {
+        let store = Arc::new(MemStore::new(1 << 30));
+        let rm = Arc::new(ResourceManager::new(store.clone(), 16 << 20));
+        // 5 MiB: two whole chunks and a 1 MiB tail.
+        let t = LazyTable::new(5 << 20);
+        assert_eq!(t.remote(0), None);
+        assert_eq!(store.stats().slab_allocations, 0);
+        let a = t.remote_or_back(CHUNK + 3 * PAGE, &rm).unwrap();
+        assert_eq!(store.stats().slab_allocations, 1);
+        assert_eq!(t.backed_bytes(), CHUNK);
+        // Same chunk: same base, nothing new taken.
+        assert_eq!(
+            t.remote_or_back(CHUNK + 5 * PAGE, &rm).unwrap(),
+            a + 2 * PAGE
+        );
+        assert_eq!(t.remote(CHUNK), Some(a - 3 * PAGE));
+        assert_eq!(t.remote(0), None);
+        assert!(t.remote_or_back(5 << 20, &rm).is_err());
+        // Backing the rest gives the whole region, each page once.
+        let whole = t.back_all(&rm).unwrap();
+        assert_eq!(whole.len(), 5 << 20);
+        assert_eq!(t.backed_bytes(), 5 << 20);
+        assert_eq!(whole.remote(CHUNK + 3 * PAGE), Some(a));
+        let mut seen = std::collections::BTreeSet::new();
+        for p in 0..(5 << 20) / PAGE {
+            assert!(seen.insert(whole.remote(p * PAGE).unwrap()));
+        }
+        assert_eq!(store.stats().slab_allocations, 1);
     }
 
     #[test]

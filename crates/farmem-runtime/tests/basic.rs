@@ -105,7 +105,7 @@ fn synced_data_is_seen_by_a_fresh_runtime() {
                 .unwrap();
         }
         r.sync().unwrap();
-        extents = r.extents();
+        extents = r.extents().unwrap();
         let s = rt.stats();
         assert!(s.pages_synced > 0);
     }
@@ -284,7 +284,7 @@ fn zeroed_slabs_skip_the_store_until_first_written_back() {
         assert_eq!(store.stats().reads, s.pages_fetched, "{s:?}");
         assert!(s.pages_fetched > 0, "{s:?}");
         r.sync().unwrap();
-        extents = r.extents();
+        extents = r.extents().unwrap();
     }
     // A region over existing extents always reads the store.
     let rt = Runtime::new(zcfg, store.clone(), store.clone()).unwrap();
@@ -329,4 +329,46 @@ fn kona_vm_marks_written_pages_dirty_with_a_second_fault() {
         r.read_at(3 * PAGE as usize + 8, &mut b).unwrap();
         assert_eq!(b, [4]);
     }
+}
+
+#[test]
+fn a_large_zeroed_region_takes_remote_memory_only_for_what_it_writes_back() {
+    if skip() {
+        return;
+    }
+    let store = Arc::new(MemStore::new(8 << 30));
+    let c = Config {
+        zeroed_slabs: true,
+        slab_batch: 4 << 20,
+        ..cfg(64, DirtyMode::Line)
+    };
+    let rt = Runtime::new(c, store.clone(), store.clone()).unwrap();
+    // An 8 GiB far heap, as `farmem run` gives every process.
+    let r = rt.region(8 << 30).unwrap();
+    assert_eq!(store.stats().slab_allocations, 0);
+    assert_eq!(r.backed_bytes(), 0);
+    // Reading untouched memory needs none either.
+    let mut b = [1u8; 64];
+    r.read_at(5 << 30, &mut b).unwrap();
+    assert_eq!(b, [0u8; 64]);
+    // 4 MiB written at 1 GiB (two 2 MiB chunks) through a 256 KiB cache.
+    let base = 1usize << 30;
+    let pages = 1024usize;
+    for p in 0..pages {
+        r.write_at(base + p * PAGE as usize + 8, &(p as u64 + 7).to_le_bytes())
+            .unwrap();
+    }
+    r.sync().unwrap();
+    assert_eq!(r.backed_bytes(), 4 << 20);
+    // One batch, and at most one background top-up of the reserve.
+    let taken = store.stats().bytes_allocated;
+    assert!((4 << 20..=8 << 20).contains(&taken), "{taken}");
+    for p in 0..pages {
+        let mut b = [0u8; 8];
+        r.read_at(base + p * PAGE as usize + 8, &mut b).unwrap();
+        assert_eq!(u64::from_le_bytes(b), p as u64 + 7, "page {p}");
+    }
+    let s = rt.stats();
+    assert!(s.pages_fetched > 0 && s.pages_evicted_dirty > 0, "{s:?}");
+    assert_eq!(s.fetch_errors + s.writeback_errors, 0, "{s:?}");
 }

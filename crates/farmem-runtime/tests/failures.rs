@@ -64,7 +64,7 @@ fn refused_writes_keep_pages_resident_and_dirty() {
     }
     store.set_refuse_writes(false);
     r.sync().unwrap();
-    let extents = r.extents();
+    let extents = r.extents().unwrap();
     drop(r);
     drop(rt);
     verify_fresh(&store, &extents, |p| p as u8 + 1);
@@ -99,7 +99,7 @@ fn half_applied_batch_is_rewritten_even_if_lines_return_to_old_values() {
         r.write_at(p * PAGE as usize, &[0; PAGE as usize]).unwrap();
     }
     r.sync().unwrap();
-    let extents = r.extents();
+    let extents = r.extents().unwrap();
     drop(r);
     drop(rt);
     verify_fresh(&store, &extents, |_| 0);
@@ -123,7 +123,7 @@ fn a_dropped_batch_during_eviction_is_retried() {
     assert_eq!(store.stats().failed_calls, 1);
     let s = rt.stats();
     assert_eq!(s.writeback_kept, 0, "{s:?}");
-    let extents = r.extents();
+    let extents = r.extents().unwrap();
     drop(r);
     drop(rt);
     let rt = Runtime::new(cfg(64), store.clone(), store.clone()).unwrap();

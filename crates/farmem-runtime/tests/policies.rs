@@ -58,7 +58,7 @@ fn every_policy_keeps_every_byte() {
                 "{name}: fetched {} evicted clean {} dirty {}",
                 st.pages_fetched, st.pages_evicted_clean, st.pages_evicted_dirty
             );
-            extents = r.extents();
+            extents = r.extents().unwrap();
         }
         let rt = Runtime::new(cfg, store.clone(), store.clone()).unwrap();
         let r = rt.region_over(&extents).unwrap();

@@ -93,7 +93,7 @@ fn race(dirty: DirtyMode) {
         );
         assert!(st.pages_evicted_dirty > 0, "{st:?}");
         region.sync().unwrap();
-        extents = region.extents();
+        extents = region.extents().unwrap();
     }
     // Every line of every hot page holds the last round that wrote it.
     let rt = Runtime::new(cfg, store.clone(), store.clone()).unwrap();

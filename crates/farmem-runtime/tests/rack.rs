@@ -91,7 +91,7 @@ fn round_trip(rack: &Rack, dirty: DirtyMode, ops: usize) {
             st.pages_evicted_dirty > 0,
             "the workload must overflow the cache"
         );
-        extents = region.extents();
+        extents = region.extents().unwrap();
     }
     let store = store(rack);
     store

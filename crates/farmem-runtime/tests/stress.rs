@@ -105,7 +105,7 @@ fn stress(dirty: DirtyMode) {
         );
         region.sync().unwrap();
         assert!(rt.last_error().is_none(), "{:?}", rt.last_error());
-        extents = region.extents();
+        extents = region.extents().unwrap();
     }
     let rt = Runtime::new(cfg(dirty), store.clone(), store.clone()).unwrap();
     let region = rt.region_over(&extents).unwrap();
