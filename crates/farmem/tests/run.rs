@@ -524,3 +524,63 @@ int main(void) {
         "{stderr}"
     );
 }
+
+/// Each process reserves an 8 GiB far heap, more than the one memory node
+/// holds for two of them; remote memory is only taken for what a process
+/// writes back, so four at once fit and each keeps its own data.
+#[test]
+fn several_processes_share_a_rack_smaller_than_their_far_heaps() {
+    if let Some(why) = unavailable() {
+        eprintln!("skipping: {why}");
+        return;
+    }
+    let Some(bin) = alloc_test_binary() else {
+        eprintln!("skipping: no C compiler (cc)");
+        return;
+    };
+    let local = Command::new(&bin).args(["4", "16"]).output().unwrap();
+    assert!(local.status.success(), "local run failed: {local:?}");
+    let stats = std::env::temp_dir().join(format!("farmem-run-many-{}.json", std::process::id()));
+    // Every child's own status counts, not only the last one's.
+    let script = "b=\"$0\"; \"$b\" 4 16 & p1=$!; \"$b\" 4 16 & p2=$!; \"$b\" 4 16 & p3=$!; \
+                  \"$b\" 4 16 & p4=$!; wait $p1 && wait $p2 && wait $p3 && wait $p4";
+    let far = Command::new(farmem())
+        .args([
+            "run",
+            "--memnodes",
+            "1",
+            "--local-mem",
+            "16MiB",
+            "--stats-json",
+        ])
+        .arg(&stats)
+        .args(["--", "sh", "-c", script])
+        .arg(&bin)
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_file(&bin);
+    let stderr = String::from_utf8_lossy(&far.stderr);
+    assert_eq!(far.status.code(), Some(0), "stderr: {stderr}");
+    // The four outputs interleave line by line; as multisets they are four
+    // copies of the local run's.
+    let mut want: Vec<String> = String::from_utf8_lossy(&local.stdout)
+        .lines()
+        .flat_map(|l| std::iter::repeat_n(l.to_string(), 4))
+        .collect();
+    let mut got: Vec<String> = String::from_utf8_lossy(&far.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect();
+    want.sort();
+    got.sort();
+    assert_eq!(got, want, "stderr: {stderr}");
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
+    let _ = std::fs::remove_file(&stats);
+    let processes = report["processes"].as_array().cloned().unwrap_or_default();
+    assert_eq!(processes.len(), 4, "{report}");
+    for p in &processes {
+        assert!(p["far_bytes_peak"].as_u64() >= Some(64 << 20), "{p}");
+        assert!(p["stats"]["bytes_written_back"].as_u64() > Some(0), "{p}");
+    }
+}
