@@ -2,14 +2,17 @@
 //! over any store, so the same code measures MemStore and the network.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
 use farmem_core::LatencyHistogram;
 
-use crate::config::{Config, DirtyMode};
+use crate::config::{Config, DirtyMode, WaitMode};
 use crate::store::{RemoteStore, SlabSource};
+use crate::uffd::{ReadResult, Uffd};
 use crate::{PAGE, Runtime, RuntimeError};
 
 /// Kona's microbenchmark (seed 001, §5.1): each thread owns a region and
@@ -153,6 +156,13 @@ pub struct FaultReport {
     pub wire_read4k_us_p50: f64,
     /// fault p50 / wire p50.
     pub fault_ratio: f64,
+    /// The machine's own cost of a fault: one handler waiting as the
+    /// runtime's do installs a page from a local buffer (no store, no
+    /// bookkeeping).
+    pub bare_fault_us_p50: f64,
+    /// (wire + bare fault) / wire: the ratio a runtime with no cost of its
+    /// own would reach here, for reading `fault_ratio` against.
+    pub floor_ratio: f64,
     pub stats: crate::Stats,
 }
 
@@ -172,8 +182,10 @@ pub fn fault(
     };
     let rt = Runtime::new(cfg, store.clone(), slabs)?;
     let r = rt.region(pages * PAGE)?;
+    let bare = BareFaults::new(pages, opts.base.wait)?;
     let faults = LatencyHistogram::new();
     let reads = LatencyHistogram::new();
+    let bare_faults = LatencyHistogram::new();
     let mut buf = vec![0u8; PAGE as usize];
     let extents = r.extents()?;
     // Let the monitor settle into its waiting mode between faults, as an
@@ -195,6 +207,10 @@ pub fn fault(
             let _ = unsafe { (r.as_ptr().add(i * PAGE as usize) as *const u8).read_volatile() };
             faults.record(t.elapsed());
             pause();
+            let t = Instant::now();
+            bare.touch(i as u64);
+            bare_faults.record(t.elapsed());
+            pause();
         }
         if i < opts.reads.max(1) {
             let addr = extents[0].0 + (i as u64 % (extents[0].1 / PAGE)) * PAGE;
@@ -206,11 +222,106 @@ pub fn fault(
     }
     let f = faults.summary();
     let w = reads.summary();
+    let b = bare_faults.summary();
+    let wire = w.p50_us.max(1e-3);
     Ok(FaultReport {
         fault_us_p50: f.p50_us,
         fault_us_p99: f.p99_us,
         wire_read4k_us_p50: w.p50_us,
-        fault_ratio: f.p50_us / w.p50_us.max(1e-3),
+        fault_ratio: f.p50_us / wire,
+        bare_fault_us_p50: b.p50_us,
+        floor_ratio: (w.p50_us + b.p50_us) / wire,
         stats: rt.stats(),
     })
+}
+
+/// Faults served by the minimum a userfaultfd handler does: read the
+/// message, copy one page from a local buffer. Measured beside the runtime
+/// so a reader can tell the runtime's cost from the machine's (on a VM
+/// without guest halt-polling, waking a sleeping handler and then the
+/// faulting thread can cost more than a network round trip).
+struct BareFaults {
+    uffd: Arc<Uffd>,
+    base: u64,
+    len: u64,
+    stop: Arc<AtomicBool>,
+    handler: Option<JoinHandle<()>>,
+}
+
+impl BareFaults {
+    fn new(pages: u64, wait: WaitMode) -> Result<Self, RuntimeError> {
+        let uffd = Arc::new(Uffd::open().map_err(RuntimeError::Uffd)?);
+        let len = pages * PAGE;
+        // SAFETY: a fresh anonymous mapping; nothing else refers to it.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len as usize,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(RuntimeError::Mmap(std::io::Error::last_os_error()));
+        }
+        let base = p as u64;
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut me = Self {
+            uffd: uffd.clone(),
+            base,
+            len,
+            stop: stop.clone(),
+            handler: None,
+        };
+        // SAFETY: our own mapping; 4 KiB pages, as the runtime's regions.
+        unsafe { libc::madvise(p, len as usize, libc::MADV_NOHUGEPAGE) };
+        uffd.register(base, len).map_err(RuntimeError::Uffd)?;
+        let handler = std::thread::Builder::new()
+            .name("farmem-bare-fault".into())
+            .spawn(move || {
+                let page = crate::runtime::PageBuf::zeroed();
+                let waiter = uffd.waiter().ok();
+                let mut last = Instant::now();
+                while !stop.load(Ordering::Relaxed) {
+                    match uffd.read() {
+                        Ok(ReadResult::Fault(f)) => {
+                            // SAFETY: `page` is a live 4 KiB buffer.
+                            let _ = unsafe {
+                                uffd.copy(f.addr & !(PAGE - 1), page.0.as_ptr(), PAGE, false)
+                            };
+                            last = Instant::now();
+                        }
+                        Ok(ReadResult::Other(_)) => {}
+                        Ok(ReadResult::Empty) | Err(_) => {
+                            let _ = crate::runtime::idle(&uffd, waiter.as_ref(), wait, last);
+                        }
+                    }
+                }
+            })
+            .map_err(RuntimeError::Thread)?;
+        me.handler = Some(handler);
+        Ok(me)
+    }
+
+    /// Faults page `i` in (once; later touches are plain reads).
+    fn touch(&self, i: u64) {
+        if i * PAGE < self.len {
+            // SAFETY: in bounds of our mapping; the handler resolves the fault.
+            let _ = unsafe { ((self.base + i * PAGE) as *const u8).read_volatile() };
+        }
+    }
+}
+
+impl Drop for BareFaults {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(h) = self.handler.take() {
+            let _ = h.join();
+        }
+        let _ = self.uffd.unregister(self.base, self.len);
+        // SAFETY: our mapping, no longer touched by anyone.
+        unsafe { libc::munmap(self.base as *mut libc::c_void, self.len as usize) };
+    }
 }

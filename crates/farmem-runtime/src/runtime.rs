@@ -17,7 +17,7 @@ use crate::evict::{self, Segment};
 use crate::slab::{Backing, LazyTable, ResourceManager, SlabTable};
 use crate::stats::{Metrics, Stats};
 use crate::store::{RemoteStore, SlabSource};
-use crate::uffd::{Fault, ReadResult, Uffd};
+use crate::uffd::{Fault, ReadResult, Uffd, Waiter};
 use crate::{PAGE, RuntimeError};
 
 /// One page of memory, aligned as UFFDIO_COPY requires of its source.
@@ -467,17 +467,7 @@ fn monitor(sh: Arc<Shared>, tx: Option<Sender<FetchJob>>) {
             }
             Ok(ReadResult::Other(_)) => {}
             Ok(ReadResult::Empty) => {
-                let spin = match sh.cfg.wait {
-                    WaitMode::Spin => true,
-                    WaitMode::Poll => false,
-                    WaitMode::Hybrid { spin_us } => last.elapsed() < Duration::from_micros(spin_us),
-                };
-                if spin {
-                    std::hint::spin_loop();
-                } else if let Err(e) = match &waiter {
-                    Some(w) => w.wait(20),
-                    None => sh.uffd.poll(20),
-                } {
+                if let Err(e) = idle(&sh.uffd, waiter.as_ref(), sh.cfg.wait, last) {
                     sh.report(format!("polling userfaultfd: {e}"));
                     std::thread::sleep(Duration::from_millis(1));
                 }
@@ -488,6 +478,31 @@ fn monitor(sh: Arc<Shared>, tx: Option<Sender<FetchJob>>) {
             }
         }
     }
+}
+
+/// What a fault handler does when the descriptor is empty, by `wait` mode:
+/// spin, or sleep (at most 20 ms, so shutdown is seen) until a message may
+/// be readable. `last` is when the previous fault was read.
+pub(crate) fn idle(
+    uffd: &Uffd,
+    waiter: Option<&Waiter>,
+    wait: WaitMode,
+    last: Instant,
+) -> std::io::Result<()> {
+    let spin = match wait {
+        WaitMode::Spin => true,
+        WaitMode::Poll => false,
+        WaitMode::Hybrid { spin_us } => last.elapsed() < Duration::from_micros(spin_us),
+    };
+    if spin {
+        std::hint::spin_loop();
+        return Ok(());
+    }
+    match waiter {
+        Some(w) => w.wait(20),
+        None => uffd.poll(20),
+    }
+    .map(drop)
 }
 
 fn filler(sh: Arc<Shared>, rx: Receiver<FetchJob>) {

@@ -82,9 +82,14 @@ fn runtime_benches_report_both_modes_over_a_local_rack() {
         "fault_us_p99",
         "wire_read4k_us_p50",
         "fault_ratio",
+        "bare_fault_us_p50",
+        "floor_ratio",
     ] {
         assert!(v[key].as_f64().is_some_and(|x| x > 0.0), "{key} in {v}");
     }
+    // Every fault went to the store: the bare ones are served beside it.
+    assert_eq!(v["stats"]["pages_fetched"].as_u64(), Some(200), "{v}");
+    assert!(v["host"].is_object(), "{v}");
 }
 
 #[test]
