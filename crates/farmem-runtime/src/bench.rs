@@ -252,21 +252,7 @@ impl BareFaults {
     fn new(pages: u64, wait: WaitMode) -> Result<Self, RuntimeError> {
         let uffd = Arc::new(Uffd::open().map_err(RuntimeError::Uffd)?);
         let len = pages * PAGE;
-        // SAFETY: a fresh anonymous mapping; nothing else refers to it.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len as usize,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-                -1,
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(RuntimeError::Mmap(std::io::Error::last_os_error()));
-        }
-        let base = p as u64;
+        let base = crate::runtime::map_pages(len)?;
         let stop = Arc::new(AtomicBool::new(false));
         let mut me = Self {
             uffd: uffd.clone(),
@@ -275,8 +261,6 @@ impl BareFaults {
             stop: stop.clone(),
             handler: None,
         };
-        // SAFETY: our own mapping; 4 KiB pages, as the runtime's regions.
-        unsafe { libc::madvise(p, len as usize, libc::MADV_NOHUGEPAGE) };
         uffd.register(base, len).map_err(RuntimeError::Uffd)?;
         let handler = std::thread::Builder::new()
             .name("farmem-bare-fault".into())

@@ -480,6 +480,29 @@ fn monitor(sh: Arc<Shared>, tx: Option<Sender<FetchJob>>) {
     }
 }
 
+/// A fresh private anonymous mapping of `len` bytes for userfaultfd to
+/// serve, in 4 KiB pages only: a huge page would be fetched and tracked as
+/// one block. Returns its address.
+pub(crate) fn map_pages(len: u64) -> Result<u64, RuntimeError> {
+    // SAFETY: a fresh anonymous mapping; nothing else refers to it.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len as usize,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(RuntimeError::Mmap(std::io::Error::last_os_error()));
+    }
+    // SAFETY: advice on our own mapping.
+    unsafe { libc::madvise(p, len as usize, libc::MADV_NOHUGEPAGE) };
+    Ok(p as u64)
+}
+
 /// What a fault handler does when the descriptor is empty, by `wait` mode:
 /// spin, or sleep (at most 20 ms, so shutdown is seen) until a message may
 /// be readable. `last` is when the previous fault was read.
@@ -658,21 +681,7 @@ impl Runtime {
             Backing::Eager(t) => t.len(),
             Backing::Lazy(t) => t.len(),
         };
-        // SAFETY: a fresh anonymous mapping; nothing else refers to it.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len as usize,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-                -1,
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(RuntimeError::Mmap(std::io::Error::last_os_error()));
-        }
-        let start = p as u64;
+        let start = map_pages(len)?;
         let inner = Arc::new(RegionInner {
             start,
             len,
@@ -681,9 +690,6 @@ impl Runtime {
             backing,
             dead: AtomicBool::new(false),
         });
-        // Whole 4 KiB pages only: a huge page would be fetched and tracked as one block.
-        // SAFETY: advice on our own mapping.
-        unsafe { libc::madvise(p, len as usize, libc::MADV_NOHUGEPAGE) };
         self.sh
             .uffd
             .register(start, len)

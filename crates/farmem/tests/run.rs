@@ -40,6 +40,20 @@ fn unavailable() -> Option<String> {
     None
 }
 
+/// The compiled alloc test, or None (reason printed) where these tests
+/// cannot run.
+fn alloc_test_or_skip() -> Option<PathBuf> {
+    if let Some(why) = unavailable() {
+        eprintln!("skipping: {why}");
+        return None;
+    }
+    let bin = alloc_test_binary();
+    if bin.is_none() {
+        eprintln!("skipping: no C compiler (cc)");
+    }
+    bin
+}
+
 /// Compiles tests/c/alloc_test.c of farmem-preload; None without a C compiler.
 fn alloc_test_binary() -> Option<PathBuf> {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../farmem-preload/tests/c/alloc_test.c");
@@ -58,12 +72,7 @@ fn alloc_test_binary() -> Option<PathBuf> {
 
 #[test]
 fn c_program_on_far_memory_matches_a_local_run() {
-    if let Some(why) = unavailable() {
-        eprintln!("skipping: {why}");
-        return;
-    }
-    let Some(bin) = alloc_test_binary() else {
-        eprintln!("skipping: no C compiler (cc)");
+    let Some(bin) = alloc_test_or_skip() else {
         return;
     };
     // 8 blocks of 16 MiB = 128 MiB of large allocations against 32 MiB local.
@@ -158,12 +167,7 @@ fn missing_command_and_bad_flags_are_clear_errors() {
 
 #[test]
 fn unreachable_controller_falls_back_to_local_memory() {
-    if let Some(why) = unavailable() {
-        eprintln!("skipping: {why}");
-        return;
-    }
-    let Some(bin) = alloc_test_binary() else {
-        eprintln!("skipping: no C compiler (cc)");
+    let Some(bin) = alloc_test_or_skip() else {
         return;
     };
     let local = Command::new(&bin).args(["2", "4"]).output().unwrap();
@@ -530,12 +534,7 @@ int main(void) {
 /// writes back, so four at once fit and each keeps its own data.
 #[test]
 fn several_processes_share_a_rack_smaller_than_their_far_heaps() {
-    if let Some(why) = unavailable() {
-        eprintln!("skipping: {why}");
-        return;
-    }
-    let Some(bin) = alloc_test_binary() else {
-        eprintln!("skipping: no C compiler (cc)");
+    let Some(bin) = alloc_test_or_skip() else {
         return;
     };
     let local = Command::new(&bin).args(["4", "16"]).output().unwrap();
