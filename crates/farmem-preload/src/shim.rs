@@ -213,6 +213,8 @@ static HEAP_END: AtomicUsize = AtomicUsize::new(0);
 /// 0 until read from FARMEM_THRESHOLD.
 static THRESHOLD: AtomicUsize = AtomicUsize::new(0);
 static RUNTIME: AtomicPtr<Runtime> = AtomicPtr::new(std::ptr::null_mut());
+/// The rack the runtime took its remote memory from, to give it back at exit.
+static STORE: AtomicPtr<RackStore> = AtomicPtr::new(std::ptr::null_mut());
 static INIT_PID: AtomicUsize = AtomicUsize::new(0);
 
 /// The heap's book-keeping under a spin lock (no allocation, no futex
@@ -427,8 +429,9 @@ fn init() -> Result<(), String> {
         )
         .map_err(|e| format!("connecting to controller {controller}: {e}"))?,
     );
-    let rt = Runtime::new(cfg, store.clone(), store)
+    let rt = Runtime::new(cfg, store.clone(), store.clone())
         .map_err(|e| format!("starting the far-memory runtime: {e}"))?;
+    STORE.store(Arc::into_raw(store) as *mut RackStore, Ordering::Release);
     let rt: &'static Runtime = Box::leak(Box::new(rt));
     let region = rt
         .region(far)
@@ -490,6 +493,27 @@ extern "C" fn fork_child() {
 
 extern "C" fn at_exit() {
     let _ = std::panic::catch_unwind(write_stats);
+    let _ = std::panic::catch_unwind(release_remote);
+}
+
+/// Gives the process's remote memory back to the controller: the heap dies
+/// with the process, and a rack that outlives it (`--controller`, or many
+/// processes under one `farmem run`) would otherwise keep it granted for
+/// good. Threads still running see their write-backs refused from here on,
+/// which only costs them the data the exiting process discards anyway.
+fn release_remote() {
+    // SAFETY: getpid has no preconditions.
+    let pid = unsafe { libc::getpid() } as usize;
+    let store = STORE.load(Ordering::Acquire);
+    if store.is_null() || pid != INIT_PID.load(Ordering::Relaxed) {
+        // A forked child: the memory is its parent's.
+        return;
+    }
+    let _busy = Busy::enter();
+    // SAFETY: leaked in init(), so it lives until the process ends.
+    if let Err(e) = unsafe { &*store }.release_all() {
+        say(&format!("giving remote memory back at exit: {e}"));
+    }
 }
 
 fn write_stats() {

@@ -583,3 +583,50 @@ fn several_processes_share_a_rack_smaller_than_their_far_heaps() {
         assert!(p["stats"]["bytes_written_back"].as_u64() > Some(0), "{p}");
     }
 }
+
+/// The rack holds five processes' remote memory (one 256 MiB batch each
+/// against 1.25 GiB); seven in a row each write back, so the later ones only
+/// fit if every process gives its memory back when it exits.
+#[test]
+fn exiting_processes_give_their_remote_memory_back() {
+    let Some(bin) = alloc_test_or_skip() else {
+        return;
+    };
+    let local = Command::new(&bin).args(["4", "16"]).output().unwrap();
+    assert!(local.status.success(), "local run failed: {local:?}");
+    let stats = std::env::temp_dir().join(format!("farmem-run-seq-{}.json", std::process::id()));
+    // A rack that cannot take more blocks write-back instead of failing,
+    // so a regression shows as a timeout here.
+    let far = Command::new("timeout")
+        .arg("300")
+        .arg(farmem())
+        .args(["run", "--memnodes", "1", "--far-mem", "256MiB"])
+        .args(["--local-mem", "16MiB", "--stats-json"])
+        .arg(&stats)
+        .args([
+            "--",
+            "sh",
+            "-c",
+            "for i in 1 2 3 4 5 6 7; do \"$0\" 4 16 || exit 1; done",
+        ])
+        .arg(&bin)
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_file(&bin);
+    let stderr = String::from_utf8_lossy(&far.stderr);
+    assert_eq!(far.status.code(), Some(0), "stderr: {stderr}");
+    assert_eq!(
+        String::from_utf8_lossy(&far.stdout),
+        String::from_utf8_lossy(&local.stdout).repeat(7),
+        "stderr: {stderr}"
+    );
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
+    let _ = std::fs::remove_file(&stats);
+    let processes = report["processes"].as_array().cloned().unwrap_or_default();
+    assert_eq!(processes.len(), 7, "{report}");
+    for p in &processes {
+        assert!(p["stats"]["bytes_written_back"].as_u64() > Some(0), "{p}");
+        assert_eq!(p["last_error"], serde_json::Value::Null, "{p}");
+    }
+}
