@@ -68,33 +68,37 @@ fn graph_kernel<'a, S: Sink + ?Sized>(
     (g, gr, regions, em)
 }
 
-/// PageRank, pull direction (GAP `pr`): 2 iterations, damping 0.85.
+/// PageRank, pull direction (GAP `pr`, its Jacobi `PageRankPull`): 2
+/// iterations, damping 0.85. Scores and contributions are `float`, as GAP's
+/// `ScoreT`: the randomly read `contrib` array is 4 B per vertex.
 pub fn pr<S: Sink + ?Sized>(sink: &mut S, p: &Params) {
-    let (g, gr, r, mut em) = graph_kernel(sink, p, 19, &[("scores", 8), ("contrib", 8)]);
+    let (g, gr, r, mut em) = graph_kernel(sink, p, 19, &[("scores", 4), ("contrib", 4)]);
     let (scores_r, contrib_r) = (r[0], r[1]);
     let n = g.vertices();
-    let mut scores = vec![1.0 / n as f64; n];
-    let mut contrib = vec![0.0f64; n];
+    let mut scores = vec![1.0 / n as f32; n];
+    let mut contrib = vec![0.0f32; n];
     em.contents(&scores_r, &scores);
-    let base = (1.0 - 0.85) / n as f64;
+    let base = (1.0 - 0.85) / n as f32;
     for _ in 0..2 {
         for v in 0..n {
             em.ld(&scores_r, v as u64, 1);
             em.ld(&gr.offsets, v as u64, 0);
             em.ld(&gr.offsets, v as u64 + 1, 0);
-            contrib[v] = scores[v] / g.degree(v).max(1) as f64;
+            contrib[v] = scores[v] / g.degree(v).max(1) as f32;
             em.st(&contrib_r, v as u64, 3);
         }
         for v in 0..n {
             em.ld(&gr.offsets, v as u64, 1);
             em.ld(&gr.offsets, v as u64 + 1, 0);
-            let mut sum = 0.0;
+            let mut sum = 0.0f32;
             for e in g.offsets[v]..g.offsets[v + 1] {
                 em.ld(&gr.neigh, e, 1);
                 let u = g.neigh[e as usize] as usize;
                 em.ld(&contrib_r, u as u64, 0);
                 sum += contrib[u];
             }
+            // GAP reads the old score for its convergence error.
+            em.ld(&scores_r, v as u64, 1);
             scores[v] = base + 0.85 * sum;
             em.st(&scores_r, v as u64, 3);
         }
