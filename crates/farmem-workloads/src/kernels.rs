@@ -760,3 +760,60 @@ pub fn linreg<S: Sink + ?Sized>(sink: &mut S, p: &Params) {
     }
     std::hint::black_box((sx, sy, sxx, syy, sxy));
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::Access;
+
+    /// GAP's pr: 8 B offsets, 4 B neighbours, 4 B (`float`) scores and
+    /// contributions, and per iteration a contrib pass (4 accesses per
+    /// vertex) then a pull pass (2 offsets, 2 per in-edge, the old score
+    /// read and the new one stored).
+    #[test]
+    fn pr_has_gaps_widths_and_accesses() {
+        let p = Params {
+            factor: 1.0 / 1024.0,
+            seed: 3,
+        };
+        let g = rmat(p.graph_scale(19), 8, p.seed);
+        let (n, e) = (g.vertices() as u64, g.edges() as u64);
+        let mut v: Vec<Access> = Vec::new();
+        pr(&mut v, &p);
+        assert_eq!(v.len() as u64, 2 * (4 * n + 4 * n + 2 * e));
+        let mut space = Space::default();
+        let offsets = space.alloc("offsets", 8, n + 1);
+        let neigh = space.alloc("neighbors", 4, e);
+        let scores = space.alloc("scores", 4, n);
+        let contrib = space.alloc("contrib", 4, n);
+        let width = |r: &Region| {
+            let mut sizes: Vec<u16> = v
+                .iter()
+                .filter(|a| (r.base..r.base + r.bytes()).contains(&a.addr))
+                .map(|a| a.size)
+                .collect();
+            sizes.dedup();
+            sizes
+        };
+        assert_eq!(width(&offsets), [8]);
+        assert_eq!(width(&neigh), [4]);
+        assert_eq!(width(&scores), [4]);
+        assert_eq!(width(&contrib), [4]);
+        // Vertex 0's pull in the first iteration: offsets, its in-edges
+        // (neighbour then contrib), the old score, the new score.
+        let pull = &v[4 * n as usize..];
+        assert!(g.degree(0) > 0);
+        let mut want = vec![
+            Access::load(offsets.addr(0), 8, 1),
+            Access::load(offsets.addr(1), 8, 0),
+        ];
+        for i in 0..g.degree(0) as u64 {
+            let u = u64::from(g.neigh[i as usize]);
+            want.push(Access::load(neigh.addr(i), 4, 1));
+            want.push(Access::load(contrib.addr(u), 4, 0));
+        }
+        want.push(Access::load(scores.addr(0), 4, 1));
+        want.push(Access::store(scores.addr(0), 4, 3));
+        assert_eq!(&pull[..want.len()], &want[..]);
+    }
+}
