@@ -124,6 +124,55 @@ fn c_program_on_far_memory_matches_a_local_run() {
     );
 }
 
+/// The names the UniMem issue uses pick the same policy objects the simulator
+/// runs (2q is kona-pc, set-assoc is Kona's 4-way), and each keeps every byte.
+#[test]
+fn each_local_cache_policy_runs_a_program_under_eviction() {
+    let Some(bin) = alloc_test_or_skip() else {
+        return;
+    };
+    // 4 blocks of 8 MiB against 8 MiB local: every policy must evict.
+    let local = Command::new(&bin).args(["4", "8"]).output().unwrap();
+    assert!(local.status.success(), "local run failed: {local:?}");
+    for policy in ["filter", "2q", "set-assoc", "clock"] {
+        let stats = std::env::temp_dir().join(format!(
+            "farmem-run-policy-{policy}-{}.json",
+            std::process::id()
+        ));
+        let far = Command::new(farmem())
+            .args(["run", "--memnodes", "1", "--local-mem", "8MiB"])
+            .args(["--policy", policy, "--stats-json"])
+            .arg(&stats)
+            .arg("--")
+            .arg(&bin)
+            .args(["4", "8"])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&far.stderr);
+        assert_eq!(
+            String::from_utf8_lossy(&far.stdout),
+            String::from_utf8_lossy(&local.stdout),
+            "{policy}: {stderr}"
+        );
+        let report: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
+        let _ = std::fs::remove_file(&stats);
+        let n = |k: &str| report["total"][k].as_u64().unwrap_or(0);
+        assert!(
+            n("pages_evicted_clean") + n("pages_evicted_dirty") > 0,
+            "{policy}: {report}"
+        );
+    }
+    let _ = std::fs::remove_file(&bin);
+    let out = Command::new(farmem())
+        .args(["run", "--policy", "mru", "--", "true"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("unknown policy `mru`"), "{stderr}");
+}
+
 #[test]
 fn exit_codes_and_signals_pass_through() {
     if let Some(why) = unavailable() {

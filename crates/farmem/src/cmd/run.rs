@@ -45,7 +45,9 @@ pub struct Args {
     /// Dirty tracking: `line` (Kona) or `page`.
     #[arg(long, default_value = "line")]
     dirty: String,
-    /// Replacement policy of the local cache: lru, fifo, 4-way, clock, kona-pc, filter.
+    /// Replacement policy of the local cache, at page granularity: lru, fifo, 4-way (alias
+    /// set-assoc; Kona), clock, kona-pc (alias 2q; Linux active/inactive), filter (UniMem's
+    /// Filter-Cache). The same policy objects the simulator uses. Default: lru.
     #[arg(long)]
     policy: Option<String>,
     /// Smallest allocation placed in far memory.
