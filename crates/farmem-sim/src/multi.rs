@@ -22,6 +22,8 @@ const SPACE_SHIFT: u32 = 48;
 enum Msg {
     Begin(u64),
     Batch(Vec<Access>),
+    /// A page's initial contents, for compression-aware schemes.
+    Page(u64, Box<[u8]>),
 }
 
 /// Batches a workload's accesses into a channel.
@@ -29,6 +31,7 @@ struct ChannelSink {
     tx: SyncSender<Msg>,
     buf: Vec<Access>,
     closed: bool,
+    wants_contents: bool,
 }
 
 impl ChannelSink {
@@ -53,6 +56,16 @@ impl Sink for ChannelSink {
             self.flush();
         }
     }
+    fn wants_contents(&self) -> bool {
+        self.wants_contents
+    }
+    fn page(&mut self, addr: u64, data: &[u8]) {
+        // Accesses before it go first, so the engine sees the workload's order.
+        self.flush();
+        if !self.closed {
+            self.closed = self.tx.send(Msg::Page(addr, data.into())).is_err();
+        }
+    }
 }
 
 enum Source {
@@ -74,7 +87,9 @@ struct Lane {
 }
 
 impl Lane {
-    fn open(input: &Input, index: usize) -> Result<Self, SimError> {
+    /// `wants_contents`: whether the engine takes page contents (a
+    /// workload only produces them then; they are costly).
+    fn open(input: &Input, index: usize, wants_contents: bool) -> Result<Self, SimError> {
         let (source, footprint) = match input {
             Input::Trace(path) => {
                 let r = TraceReader::open(path)?;
@@ -93,6 +108,7 @@ impl Lane {
                         tx,
                         buf: Vec::with_capacity(BATCH),
                         closed: false,
+                        wants_contents,
                     };
                     farmem_workloads::run_workload(&name, scale, seed, &mut sink)?;
                     sink.flush();
@@ -132,8 +148,10 @@ impl Lane {
         })
     }
 
-    /// Refills the buffer; false when the input is exhausted.
-    fn refill(&mut self) -> Result<bool, SimError> {
+    /// Refills the buffer, handing page contents met on the way to
+    /// `engine` (in this input's address space); false when the input is
+    /// exhausted.
+    fn refill<C: CoreModel>(&mut self, engine: &mut Engine<C>) -> Result<bool, SimError> {
         self.buf.clear();
         self.pos = 0;
         match &mut self.source {
@@ -141,15 +159,29 @@ impl Lane {
                 while self.buf.len() < BATCH {
                     match r.next_record()? {
                         Some(TraceRecord::Access(a)) => self.buf.push(a),
-                        Some(TraceRecord::Page { .. }) => {}
+                        Some(TraceRecord::Page { addr, data }) => {
+                            if engine.wants_contents() {
+                                let addr = addr.wrapping_add(self.offset);
+                                engine.page(addr, data.unwrap_or(&ZERO_PAGE));
+                            }
+                        }
                         None => break,
                     }
                 }
             }
-            Source::Workload { rx, handle } => match rx.recv() {
-                Ok(Msg::Batch(b)) => self.buf = b,
-                Ok(Msg::Begin(_)) => {}
-                Err(_) => join(handle)?,
+            Source::Workload { rx, handle } => loop {
+                match rx.recv() {
+                    Ok(Msg::Batch(b)) => {
+                        self.buf = b;
+                        break;
+                    }
+                    Ok(Msg::Page(addr, data)) => engine.page(addr.wrapping_add(self.offset), &data),
+                    Ok(Msg::Begin(_)) => {}
+                    Err(_) => {
+                        join(handle)?;
+                        break;
+                    }
+                }
             },
         }
         for a in &mut self.buf {
@@ -180,7 +212,7 @@ pub fn run<C: CoreModel>(engine: &mut Engine<C>, inputs: &[Input]) -> Result<(),
     let mut lanes = inputs
         .iter()
         .enumerate()
-        .map(|(i, input)| Lane::open(input, i))
+        .map(|(i, input)| Lane::open(input, i, engine.wants_contents()))
         .collect::<Result<Vec<_>, _>>()?;
     engine.begin(lanes.iter().map(|l| l.footprint).sum());
     loop {
@@ -197,7 +229,7 @@ pub fn run<C: CoreModel>(engine: &mut Engine<C>, inputs: &[Input]) -> Result<(),
         let Some(i) = next else { break };
         let lane = &mut lanes[i];
         for _ in 0..QUANTUM {
-            if lane.pos == lane.buf.len() && !lane.refill()? {
+            if lane.pos == lane.buf.len() && !lane.refill(engine)? {
                 lane.done = true;
                 break;
             }
@@ -207,6 +239,9 @@ pub fn run<C: CoreModel>(engine: &mut Engine<C>, inputs: &[Input]) -> Result<(),
     }
     Ok(())
 }
+
+/// A zero page is recorded in a trace without its bytes.
+static ZERO_PAGE: [u8; farmem_core::PAGE_SIZE as usize] = [0; farmem_core::PAGE_SIZE as usize];
 
 /// Records a demultiplexed trace may read ahead of the core furthest behind.
 const READ_AHEAD: usize = 1 << 20;
@@ -256,11 +291,7 @@ pub fn run_demux<C: CoreModel>(
                 }
                 Some(TraceRecord::Page { addr, data }) => {
                     if engine.wants_contents() {
-                        // A zero page is recorded without its bytes.
-                        match data {
-                            Some(d) => engine.page(addr, d),
-                            None => engine.page(addr, &[0u8; farmem_core::PAGE_SIZE as usize]),
-                        }
+                        engine.page(addr, data.unwrap_or(&ZERO_PAGE));
                     }
                 }
                 None => eof = true,

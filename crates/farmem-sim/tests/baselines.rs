@@ -246,6 +246,39 @@ fn two_workloads_share_the_link_on_two_cores() {
     assert!(simulate(&cfg1, "remote", &both).is_err());
 }
 
+/// Several inputs keep their page contents (each in its own address space),
+/// so link compression sees them; before, a multi-input run compressed
+/// nothing and lc only paid its codec latency.
+#[test]
+fn several_inputs_carry_their_page_contents_to_link_compression() {
+    use farmem_sim::{Input, simulate};
+    use farmem_workloads::Scale;
+    let one = |w: &str| Input::Workload {
+        name: w.into(),
+        scale: Scale::Factor(1.0 / 32.0),
+        seed: 1,
+    };
+    let mut b = ConfigBuilder::preset("daemon").unwrap();
+    b.set("core.count", "2").unwrap();
+    let both = simulate(
+        &b.build().unwrap(),
+        "lc",
+        &Input::Multi(vec![one("stream"), one("spmv")]),
+    )
+    .unwrap();
+    let cfg1 = ConfigBuilder::preset("daemon").unwrap().build().unwrap();
+    let alone = |w: &str| simulate(&cfg1, "lc", &one(w)).unwrap();
+    let (a, m) = (alone("stream"), alone("spmv"));
+    assert_eq!(
+        stat(&both, "lc.pages_with_contents"),
+        stat(&a, "lc.pages_with_contents") + stat(&m, "lc.pages_with_contents")
+    );
+    // stream's pages compress far better than spmv's; the pair sits between.
+    let ratio = |r| stat(r, "lc.compression_ratio");
+    assert!(ratio(&m) > 1.5, "spmv {}", ratio(&m));
+    assert!(ratio(&both) > ratio(&m) && ratio(&both) < ratio(&a));
+}
+
 #[test]
 fn absurd_configs_are_errors_not_aborts() {
     for (k, v) in [
