@@ -27,7 +27,10 @@ pub const WORKLOADS: &[(&str, &str)] = &[
         "kc",
         "k-core decomposition (bucket peeling) on an RMAT graph",
     ),
-    ("spmv", "sparse matrix-vector multiply, banded CSR matrix"),
+    (
+        "spmv",
+        "sparse matrix-vector multiply, CSR, a stiffness matrix shaped like pkustk14",
+    ),
     (
         "nw",
         "Needleman-Wunsch alignment of two 4096-base sequences",
