@@ -34,7 +34,8 @@ fn svg_at(path: &Path) -> bool {
 fn eval_daemon_tiny_grid_writes_every_output() {
     let (v, passed, out_dir) = eval("daemon", &["--workloads", "pr,stream", "--scale", "0.01"]);
     assert_eq!(v["eval"], "daemon");
-    let s = &v["summary"];
+    // The keys are at the top level.
+    let s = &v;
     for scheme in ["lc", "bp", "pq", "daemon"] {
         for bw in ["0.5", "0.25", "0.125"] {
             assert!(

@@ -293,19 +293,22 @@ pub fn run(args: Args) -> Outcome {
     }
     let wall = started.elapsed().as_secs_f64();
     if args.json {
-        println!(
-            "{}",
-            serde_json::to_string(&serde_json::json!({
-                "eval": "daemon",
-                "quick": quick,
-                "scale": scale,
-                "runs": results.len(),
-                "wall_seconds": wall,
-                "out": out,
-                "pass": e.pass(),
-                "summary": e,
-            }))?
-        );
+        // The summary's fields sit beside the run's facts in one flat object.
+        let mut json = serde_json::to_value(&e)?;
+        if let Some(o) = json.as_object_mut() {
+            for (k, v) in [
+                ("eval", serde_json::json!("daemon")),
+                ("quick", quick.into()),
+                ("scale", serde_json::to_value(scale)?),
+                ("runs", results.len().into()),
+                ("wall_seconds", wall.into()),
+                ("out", serde_json::to_value(&out)?),
+                ("pass", e.pass().into()),
+            ] {
+                o.insert(k.to_string(), v);
+            }
+        }
+        println!("{}", serde_json::to_string(&json)?);
     } else {
         print_table(&e, results.len(), wall);
     }
