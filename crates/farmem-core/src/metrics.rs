@@ -65,6 +65,20 @@ impl LatencyHistogram {
         self.0.lock().saturating_record(ns.max(1));
     }
 
+    /// Records unless another thread holds the histogram: for code that
+    /// must not park (a signal handler), where one lost sample is cheaper.
+    /// Recording never allocates (the bounds are fixed).
+    pub fn try_record(&self, latency: Duration) -> bool {
+        let ns = latency.as_nanos().min(u64::MAX as u128) as u64;
+        match self.0.try_lock() {
+            Some(mut h) => {
+                h.saturating_record(ns.max(1));
+                true
+            }
+            None => false,
+        }
+    }
+
     /// Adds every sample of `other` to this histogram.
     pub fn merge(&self, other: &LatencyHistogram) {
         let theirs = other.0.lock().clone();

@@ -13,7 +13,10 @@ use farmem_wire::{Extent, LINE_LEN, LOG_RECORD_LEN, LogRecords, Msg, NodeInfo, P
 use parking_lot::{Mutex, RwLock};
 
 use crate::conn::copy_read_reply;
-use crate::{ClientConfig, Connection, NetError, Reply, Ticket};
+use crate::{ClientConfig, Connection, NetError, PageReadError, PageReader, Reply, Ticket};
+
+/// Largest read a page reader serves: one 4 KiB page.
+const PAGE_READ_MAX: usize = 4096;
 
 /// A client of the rack controller.
 #[derive(Clone, Debug)]
@@ -74,6 +77,9 @@ struct NodeConns {
     addr: String,
     conns: Vec<Mutex<Connection>>,
     next: AtomicUsize,
+    /// Allocation-free readers for faults served in a signal handler
+    /// ([`Cluster::keep_page_readers`]); empty unless asked for.
+    readers: RwLock<Vec<Mutex<PageReader>>>,
 }
 
 impl NodeConns {
@@ -97,6 +103,8 @@ pub struct Cluster {
     /// Extents held, by base address.
     extents: RwLock<BTreeMap<u64, Extent>>,
     nodes: RwLock<HashMap<u32, NodeConns>>,
+    /// Page readers kept open to each node, including nodes connected later.
+    page_readers: AtomicUsize,
 }
 
 impl Cluster {
@@ -113,6 +121,7 @@ impl Cluster {
             conns_per_node: conns_per_node.max(1),
             extents: RwLock::new(BTreeMap::new()),
             nodes: RwLock::new(HashMap::new()),
+            page_readers: AtomicUsize::new(0),
         })
     }
 
@@ -130,6 +139,7 @@ impl Cluster {
             conns_per_node: conns_per_node.max(1),
             extents: RwLock::new(BTreeMap::new()),
             nodes: RwLock::new(HashMap::new()),
+            page_readers: AtomicUsize::new(0),
         };
         cluster.adopt(vec![Extent {
             node: 0,
@@ -218,8 +228,67 @@ impl Cluster {
             addr: addr.to_string(),
             conns,
             next: AtomicUsize::new(0),
+            readers: RwLock::new(Vec::new()),
         });
+        self.refresh_page_readers()
+    }
+
+    /// Keeps `per_node` [`PageReader`]s open to every memory node, now and
+    /// as nodes are added; each holds one page-sized buffer.
+    pub fn keep_page_readers(&self, per_node: usize) -> Result<(), NetError> {
+        self.page_readers.store(per_node, Ordering::SeqCst);
+        self.refresh_page_readers()
+    }
+
+    /// Opens missing page readers and replaces dead ones (a node that
+    /// restarted, a reply that timed out).
+    pub fn refresh_page_readers(&self) -> Result<(), NetError> {
+        let want = self.page_readers.load(Ordering::SeqCst);
+        if want == 0 {
+            return Ok(());
+        }
+        let nodes = self.nodes.read();
+        for n in nodes.values() {
+            let connect = || PageReader::connect(&n.addr, &self.cfg, PAGE_READ_MAX);
+            let mut readers = n.readers.write();
+            for r in readers.iter_mut() {
+                let mut r = r.lock();
+                if !r.is_alive() {
+                    *r = connect()?;
+                }
+            }
+            while readers.len() < want {
+                readers.push(Mutex::new(connect()?));
+            }
+        }
         Ok(())
+    }
+
+    /// Reads `out` at `addr` through an idle page reader of its node,
+    /// without allocating and without parking on a lock: what a fault
+    /// served in a signal handler may call. `None` when that is not
+    /// possible now (no reader kept, every reader busy, the tables being
+    /// changed): the caller takes the ordinary path instead.
+    pub fn read_without_allocating(
+        &self,
+        addr: u64,
+        out: &mut [u8],
+    ) -> Option<Result<(), PageReadError>> {
+        let node = {
+            let extents = self.extents.try_read()?;
+            let (_, e) = extents.range(..=addr).next_back()?;
+            if addr.checked_add(out.len() as u64)? > e.base + e.len {
+                return None;
+            }
+            e.node
+        };
+        let nodes = self.nodes.try_read()?;
+        let readers = nodes.get(&node)?.readers.try_read()?;
+        let mut reader = readers
+            .iter()
+            .filter_map(|r| r.try_lock())
+            .find(|r| r.is_alive())?;
+        Some(reader.read(addr, out))
     }
 
     /// The node holding [addr, addr+len), which must lie inside one extent.

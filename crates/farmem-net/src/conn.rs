@@ -388,7 +388,7 @@ pub(crate) fn copy_read_reply(reply: &Reply, buf: &mut [u8]) -> Result<(), NetEr
     }
 }
 
-fn handshake(
+pub(crate) fn handshake(
     reader: &mut BufReader<TcpStream>,
     writer: &mut TcpStream,
     cfg: &ClientConfig,

@@ -8,6 +8,7 @@
 use std::time::{Duration, Instant};
 
 use farmem_core::Counter;
+use farmem_core::sync::lock_without_parking;
 use farmem_policy::delay::{DelayGate, DelayModel};
 use parking_lot::Mutex;
 
@@ -39,10 +40,12 @@ impl EgressDelay {
         self.gate.lock().model().clone()
     }
 
-    /// Blocks until one more request may leave.
+    /// Blocks until one more request may leave. Never parks on the gate's
+    /// lock (held for one admission), so a fault served in a signal
+    /// handler may pass the gate too.
     pub fn pass(&self) {
         let now = self.origin.elapsed().as_nanos() as u64;
-        let at = self.gate.lock().admit(now);
+        let at = lock_without_parking(&self.gate).admit(now);
         self.admitted.inc();
         if at <= now {
             return;

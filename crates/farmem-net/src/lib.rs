@@ -14,6 +14,7 @@ pub mod cluster;
 mod conn;
 pub mod delay;
 mod frame;
+mod page_reader;
 pub mod server;
 
 use std::time::Duration;
@@ -21,6 +22,7 @@ use std::time::Duration;
 pub use cluster::{Cluster, ControllerClient};
 pub use conn::{Connection, Reply, Ticket};
 pub use frame::{read_frame, write_all_frames};
+pub use page_reader::{PageReadError, PageReader};
 
 use farmem_wire::{ErrorCode, WireError};
 

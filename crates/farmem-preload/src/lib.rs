@@ -10,6 +10,7 @@
 //! | `FARMEM_FAR_MEM` | size of the far heap | 8GiB |
 //! | `FARMEM_THRESHOLD` | smallest allocation placed far | 1MiB |
 //! | `FARMEM_DIRTY` | `line` or `page` | line |
+//! | `FARMEM_FAULT_PATH` | `thread` or `signal` (faults served in the faulting thread's SIGBUS handler) | thread |
 //! | `FARMEM_POLICY` | replacement policy name | runtime default |
 //! | `FARMEM_STATS_JSON` | file that gets one JSON line of stats per process that used far memory | — |
 //! | `FARMEM_NAME` | client name shown to the controller | farmem-run |

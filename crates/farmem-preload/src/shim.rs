@@ -412,10 +412,15 @@ fn init() -> Result<(), String> {
         local_bytes: local,
         zeroed_slabs: true,
         slab_batch: 256 << 20,
+        // Not the runtime's default: see `farmem run --fault-path`.
+        fault_path: farmem_runtime::FaultPath::Thread,
         ..Config::default()
     };
     if let Some(d) = getenv(c"FARMEM_DIRTY") {
         cfg.dirty = d.parse().map_err(|e| format!("FARMEM_DIRTY: {e}"))?;
+    }
+    if let Some(f) = getenv(c"FARMEM_FAULT_PATH") {
+        cfg.fault_path = f.parse().map_err(|e| format!("FARMEM_FAULT_PATH: {e}"))?;
     }
     if let Some(p) = getenv(c"FARMEM_POLICY") {
         cfg.policy = p.parse().map_err(|e| format!("FARMEM_POLICY: {e}"))?;

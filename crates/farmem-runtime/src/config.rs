@@ -32,6 +32,47 @@ impl std::str::FromStr for DirtyMode {
     }
 }
 
+/// Which thread serves a fault.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FaultPath {
+    /// Handler threads read faults from the userfaultfd and resolve them
+    /// while the faulting thread sleeps in the kernel: two thread wakeups
+    /// per fault (handler, then the faulting thread).
+    Thread,
+    /// The kernel raises SIGBUS in the faulting thread (UFFD_FEATURE_SIGBUS)
+    /// and its handler fetches and installs the page itself, with no
+    /// allocation and no parking lock: no wakeup but the reply's. What it
+    /// cannot do at once (every page reader busy, a read failing) it hands
+    /// to a filler thread and retries. The process's SIGBUS handler is
+    /// ours; a genuine SIGBUS is passed on to the one installed before.
+    /// The default: faster by 2-7x where measured (crate README).
+    #[default]
+    Signal,
+}
+
+impl std::str::FromStr for FaultPath {
+    type Err = RuntimeError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "thread" => Ok(Self::Thread),
+            "signal" => Ok(Self::Signal),
+            _ => Err(RuntimeError::Config(format!(
+                "unknown fault path `{s}` (known: thread, signal)"
+            ))),
+        }
+    }
+}
+
+impl std::fmt::Display for FaultPath {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Thread => "thread",
+            Self::Signal => "signal",
+        })
+    }
+}
+
 /// How the fault monitor waits for the next userfaultfd message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -74,6 +115,8 @@ pub struct Config {
     /// Victim selection; every [`farmem_policy::cache::ReplacementPolicy`] plugs in here.
     pub policy: PolicyConfig,
     pub dirty: DirtyMode,
+    pub fault_path: FaultPath,
+    /// How handler threads wait (fault path `thread`).
     pub wait: WaitMode,
     /// Threads reading the userfaultfd. Each resolves the faults it reads
     /// itself (no hand-off: one wakeup less per fault), so this many faults
@@ -112,6 +155,7 @@ impl Default for Config {
             low_watermark: 0.85,
             policy: PolicyConfig::default(),
             dirty: DirtyMode::default(),
+            fault_path: FaultPath::default(),
             wait: WaitMode::default(),
             handlers: 2,
             fillers: 0,
@@ -190,6 +234,10 @@ mod tests {
             WaitMode::Hybrid { spin_us: 50 }
         );
         assert!("hybrid:x".parse::<WaitMode>().is_err());
+        for path in [FaultPath::Thread, FaultPath::Signal] {
+            assert_eq!(path.to_string().parse::<FaultPath>().unwrap(), path);
+        }
+        assert!("irq".parse::<FaultPath>().is_err());
         Config::default().validate().unwrap();
     }
 }

@@ -74,7 +74,7 @@ fn claim(sh: &Shared, r: &Arc<RegionInner>, idx: usize, keep: bool) -> Option<(V
                     "backing page {page:#x} with remote memory: {e}; kept resident"
                 ));
                 // The evictor popped it: back into the order, to be tried again.
-                let mut policy = sh.policy.lock();
+                let mut policy = sh.lock_policy();
                 if !policy.contains(page / PAGE)
                     && let Some(v) = policy.insert(page / PAGE, sh.now())
                 {
@@ -96,7 +96,7 @@ fn claim(sh: &Shared, r: &Arc<RegionInner>, idx: usize, keep: bool) -> Option<(V
     let page = r.page_addr(idx);
     // Remove here too: the block may have been re-inserted after the
     // evictor popped it (a sync completed in between).
-    sh.policy.lock().remove(page / PAGE);
+    sh.lock_policy().remove(page / PAGE);
     let v = Victim {
         region: r.clone(),
         idx,
@@ -184,7 +184,7 @@ fn finish_kept(sh: &Shared, mut v: Victim) {
     }
     // Still write-protected, now identical to the store: Clean.
     m.state = State::Clean;
-    sh.policy.lock().insert(v.page / PAGE, sh.now());
+    sh.lock_policy().insert(v.page / PAGE, sh.now());
     drop(m);
     sh.m.pages_synced.inc();
     if waiters {
@@ -213,7 +213,7 @@ fn revert(sh: &Shared, v: Victim, keep: bool) {
     m.zero_base = v.zero_base;
     m.force |= v.shipped;
     m.waiters = false;
-    sh.policy.lock().insert(v.page / PAGE, sh.now());
+    sh.lock_policy().insert(v.page / PAGE, sh.now());
     // Writable again; this also wakes writers that waited on the eviction.
     if let Err(e) = sh.uffd.writeprotect(v.page, PAGE, false) {
         sh.report(format!(
@@ -389,6 +389,11 @@ pub(crate) fn evictor(sh: Arc<Shared>, ship_tx: Sender<Segment>, free_rx: Receiv
         if sh.shutdown.load(Ordering::SeqCst) {
             break;
         }
+        if sh.handoff.is_some() {
+            // Signal handlers take snapshot buffers only from the pool and
+            // never allocate one: keep it topped up between rounds too.
+            sh.refill_pool();
+        }
         let kept_before = sh.m.writeback_kept.get();
         loop {
             let mut blocks = std::mem::take(&mut *sh.forced.lock());
@@ -401,7 +406,7 @@ pub(crate) fn evictor(sh: Arc<Shared>, ship_tx: Sender<Segment>, free_rx: Receiv
                 // Never more than the excess: the newest pages are the ones
                 // the program is using right now.
                 let want = excess.min(sh.cfg.evict_batch);
-                let mut p = sh.policy.lock();
+                let mut p = sh.lock_policy();
                 let now = sh.now();
                 while blocks.len() < want {
                     match p.evict(now) {

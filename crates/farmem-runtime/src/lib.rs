@@ -21,12 +21,13 @@ pub mod config;
 mod evict;
 pub mod remote;
 mod runtime;
+mod signal;
 mod slab;
 pub mod stats;
 pub mod store;
 pub mod uffd;
 
-pub use config::{Config, DirtyMode, WaitMode};
+pub use config::{Config, DirtyMode, FaultPath, WaitMode};
 pub use runtime::{Region, Runtime};
 pub use stats::{StageTimes, Stats};
 pub use store::{FaultOp, MemStore, MemStoreStats, RemoteStore, SlabSource, StoreError};

@@ -7,6 +7,11 @@ use farmem_wire::Placement;
 
 use crate::store::{RemoteStore, SlabSource, StoreError};
 
+/// Page readers per memory node for faults served in signal handlers: how
+/// many threads of a program can fetch from one node at once before the
+/// rest hand their faults to the filler threads.
+const SIGNAL_READERS_PER_NODE: usize = 4;
+
 /// Remote memory on a rack.
 #[derive(Debug)]
 pub struct RackStore {
@@ -61,6 +66,20 @@ impl RemoteStore for RackStore {
 
     fn write_lines(&self, lines: &[(u64, [u8; 64])]) -> Result<(), StoreError> {
         self.cluster.write_lines(lines).map_err(store_error)
+    }
+
+    fn prepare_read_in_signal(&self) -> Result<bool, StoreError> {
+        self.cluster
+            .keep_page_readers(SIGNAL_READERS_PER_NODE)
+            .map_err(store_error)?;
+        Ok(true)
+    }
+
+    fn read_in_signal(&self, addr: u64, buf: &mut [u8]) -> bool {
+        matches!(
+            self.cluster.read_without_allocating(addr, buf),
+            Some(Ok(()))
+        )
     }
 }
 

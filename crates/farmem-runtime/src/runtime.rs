@@ -7,12 +7,14 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
-use parking_lot::{Condvar, Mutex, RwLock};
+use parking_lot::{Condvar, Mutex, MutexGuard, RwLock};
+
+use farmem_core::sync::lock_without_parking;
 
 use farmem_policy::BlockId;
 use farmem_policy::cache::ReplacementPolicy;
 
-use crate::config::{Config, DirtyMode, WaitMode};
+use crate::config::{Config, DirtyMode, FaultPath, WaitMode};
 use crate::evict::{self, Segment};
 use crate::slab::{Backing, LazyTable, ResourceManager, SlabTable};
 use crate::stats::{Metrics, Stats};
@@ -130,8 +132,44 @@ pub(crate) struct FetchJob {
     pub write: bool,
     /// Never written to the store: zero-fill instead of reading it.
     pub zero: bool,
+    /// Its slot in the cache is taken already (a fault handed over by a
+    /// signal handler).
+    pub reserved: bool,
     pub t0: Instant,
 }
+
+/// Where runtime code runs: an ordinary thread, or a SIGBUS handler on a
+/// program thread that may hold any lock or be inside the allocator, where
+/// nothing may allocate or park.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Ctx {
+    Thread,
+    Signal,
+}
+
+impl Ctx {
+    fn lock<T>(self, m: &Mutex<T>) -> MutexGuard<'_, T> {
+        match self {
+            Ctx::Thread => m.lock(),
+            Ctx::Signal => lock_without_parking(m),
+        }
+    }
+}
+
+/// What serving a fault in a signal handler came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SignalOutcome {
+    /// The address is in none of this runtime's regions.
+    NotOurs,
+    /// The page is there now; the access may go on.
+    Served,
+    /// Someone else has the page (a fetch, a write-back, a filler) or the
+    /// cache is full: return, let the access fault again.
+    Retry,
+}
+
+/// Faults a signal handler can hand to the fillers at once.
+const HANDOFF_QUEUE: usize = 1024;
 
 pub(crate) struct Shared {
     pub cfg: Config,
@@ -159,6 +197,21 @@ pub(crate) struct Shared {
     pub last_error: Mutex<Option<String>>,
     /// Recycled page buffers for snapshots, off the allocator on the fault path.
     pub pool: Mutex<Vec<Box<PageBuf>>>,
+    /// Fault path `signal`: where handlers pass what they cannot do at once.
+    pub handoff: Option<(Sender<FetchJob>, Receiver<FetchJob>)>,
+    /// Fault path `signal`: replacement-order updates from signal handlers,
+    /// applied under the policy lock by whoever takes it next
+    /// ([`Shared::lock_policy`]): a policy may allocate as it grows, which a
+    /// handler must not. Room for an insert and a touch per cached page,
+    /// the most that can be pending, so sending never fails.
+    pub policy_updates: Option<(Sender<PolicyUpdate>, Receiver<PolicyUpdate>)>,
+}
+
+/// A replacement-order event a signal handler could not apply itself.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum PolicyUpdate {
+    Insert(BlockId, u64),
+    Touch(BlockId, u64),
 }
 
 /// Snapshot buffers kept ready while the evictor is idle (4 MiB).
@@ -178,8 +231,16 @@ impl Shared {
         }
         let have = self.pool.lock().len() as u64;
         let resident = self.resident.load(Ordering::Relaxed);
-        let want = POOL_LOW.min(self.limit.saturating_sub(resident));
-        if have < want / 2 {
+        let (want, refill_below) = if self.handoff.is_some() {
+            // Signal handlers cannot allocate a missing buffer: keep the
+            // pool full even when the cache is (4 MiB at most).
+            let want = POOL_LOW.min(self.limit);
+            (want, want)
+        } else {
+            let want = POOL_LOW.min(self.limit.saturating_sub(resident));
+            (want, want / 2)
+        };
+        if have < refill_below {
             let fresh = (have..want).map(|_| PageBuf::zeroed()).collect();
             self.put_bufs(fresh);
         }
@@ -213,9 +274,80 @@ impl Shared {
         (addr < r.start + r.len).then(|| r.clone())
     }
 
+    /// The replacement policy, locked, with every update signal handlers
+    /// queued applied first.
+    pub(crate) fn lock_policy(&self) -> MutexGuard<'_, Box<dyn ReplacementPolicy>> {
+        let mut policy = self.policy.lock();
+        if let Some((_, rx)) = &self.policy_updates {
+            while let Ok(u) = rx.try_recv() {
+                let victim = match u {
+                    PolicyUpdate::Insert(block, now) => policy.insert(block, now),
+                    PolicyUpdate::Touch(block, now) => {
+                        policy.touch(block, now);
+                        None
+                    }
+                };
+                if let Some(v) = victim {
+                    self.forced.lock().push(v);
+                    self.kick_evictor();
+                }
+            }
+        }
+        policy
+    }
+
+    /// Applies a replacement-order update now, or (in a signal handler)
+    /// queues it for the next [`Shared::lock_policy`]. Returns a victim a
+    /// full policy pushed out.
+    fn update_policy(&self, u: PolicyUpdate, ctx: Ctx) -> Option<BlockId> {
+        match (ctx, &self.policy_updates) {
+            (Ctx::Signal, Some((tx, _))) => {
+                let mut u = u;
+                // Never full (see `policy_updates`); should it be, wait
+                // for the evictor to drain it.
+                while let Err(e) = tx.try_send(u) {
+                    u = e.into_inner();
+                    self.kick_evictor();
+                    std::thread::yield_now();
+                }
+                None
+            }
+            _ => {
+                let mut policy = self.lock_policy();
+                match u {
+                    PolicyUpdate::Insert(block, now) => policy.insert(block, now),
+                    PolicyUpdate::Touch(block, now) => {
+                        policy.touch(block, now);
+                        None
+                    }
+                }
+            }
+        }
+    }
+
+    /// Safe in a signal handler: the flag's lock is held only briefly by
+    /// the evictor, and notifying never parks.
     pub(crate) fn kick_evictor(&self) {
-        *self.evict_kick.lock() = true;
+        *lock_without_parking(&self.evict_kick) = true;
         self.evict_cv.notify_one();
+    }
+
+    /// A buffer for a page's snapshot: in a signal handler only one the
+    /// pool has ready.
+    fn snapshot_buf(&self, ctx: Ctx) -> Option<Box<PageBuf>> {
+        match ctx {
+            Ctx::Thread => Some(self.get_buf()),
+            Ctx::Signal => {
+                let mut pool = ctx.lock(&self.pool);
+                let buf = pool.pop();
+                if (pool.len() as u64) < POOL_LOW.min(self.limit) / 2 {
+                    // The evictor refills it.
+                    drop(pool);
+                    self.kick_evictor();
+                }
+                buf
+            }
+        }
     }
 
     pub(crate) fn release_page(&self) {
@@ -228,27 +360,38 @@ impl Shared {
         *self.last_error.lock() = Some(msg);
     }
 
+    /// Takes a slot in the local cache if one is free, kicking the
+    /// evictor past the high watermark or when there is none.
+    fn try_reserve(&self) -> bool {
+        loop {
+            let cur = self.resident.load(Ordering::SeqCst);
+            if cur >= self.limit {
+                self.kick_evictor();
+                return false;
+            }
+            if self
+                .resident
+                .compare_exchange(cur, cur + 1, Ordering::SeqCst, Ordering::SeqCst)
+                .is_ok()
+            {
+                if cur + 1 > self.high {
+                    self.kick_evictor();
+                }
+                return true;
+            }
+        }
+    }
+
     /// Takes a slot in the local cache for a page about to be fetched,
     /// waiting for the evictor when the cache is full. False at shutdown.
     fn reserve(&self) -> bool {
         let mut waited: Option<Instant> = None;
         loop {
-            let cur = self.resident.load(Ordering::SeqCst);
-            if cur < self.limit {
-                if self
-                    .resident
-                    .compare_exchange(cur, cur + 1, Ordering::SeqCst, Ordering::SeqCst)
-                    .is_ok()
-                {
-                    if cur + 1 > self.high {
-                        self.kick_evictor();
-                    }
-                    if let Some(t) = waited {
-                        self.m.st_wait_space.since(t);
-                    }
-                    return true;
+            if self.try_reserve() {
+                if let Some(t) = waited {
+                    self.m.st_wait_space.since(t);
                 }
-                continue;
+                return true;
             }
             if self.shutdown.load(Ordering::SeqCst) {
                 return false;
@@ -257,7 +400,6 @@ impl Shared {
                 waited = Some(Instant::now());
                 self.m.filler_waits.inc();
             }
-            self.kick_evictor();
             let mut g = self.space_lock.lock();
             if self.resident.load(Ordering::SeqCst) >= self.limit {
                 // Timed, so a notify racing with this check costs 1 ms, not a hang.
@@ -290,6 +432,7 @@ impl Shared {
                     idx,
                     write: f.write && self.cfg.writable_on_write_fault,
                     zero,
+                    reserved: false,
                     t0,
                 };
                 match tx {
@@ -307,12 +450,30 @@ impl Shared {
                 self.m.faults_waited.inc();
             }
             State::Clean if f.wp => {
-                // First write to a clean page: keep its current (= remote)
-                // contents as the diff base, then let the write through.
-                if self.cfg.dirty == DirtyMode::Line && !(m.stored || r.all_stored) {
-                    m.zero_base = true;
-                } else if self.cfg.dirty == DirtyMode::Line {
-                    let mut snap = self.get_buf();
+                self.first_write(&r, &mut m, page, Ctx::Thread);
+                drop(m);
+                self.m.st_snapshot.since(t0);
+                self.m.wp_latency.record(t0.elapsed());
+            }
+            State::Clean | State::Dirty => {
+                // Resolved between the fault and now: let the thread retry.
+                drop(m);
+                self.m.faults_spurious.inc();
+                let _ = self.uffd.wake(page, PAGE);
+            }
+        }
+    }
+
+    /// A first write to a clean page: keeps its current (= stored) contents
+    /// as the diff base (line mode), marks it dirty and lets the write
+    /// through. Without a snapshot buffer (a signal handler finding the
+    /// pool empty) the page has no diff base and is written back whole.
+    fn first_write(&self, r: &RegionInner, m: &mut PageMeta, page: u64, ctx: Ctx) {
+        if self.cfg.dirty == DirtyMode::Line && !(m.stored || r.all_stored) {
+            m.zero_base = true;
+        } else if self.cfg.dirty == DirtyMode::Line {
+            match self.snapshot_buf(ctx) {
+                Some(mut snap) => {
                     // SAFETY: the page is mapped and write-protected, so
                     // nothing writes it while we copy.
                     unsafe {
@@ -325,21 +486,18 @@ impl Shared {
                     m.snapshot = Some(snap);
                     self.m.snapshots.inc();
                 }
-                m.state = State::Dirty;
-                self.policy.lock().touch(page / PAGE, self.now());
-                if let Err(e) = self.uffd.writeprotect(page, PAGE, false) {
-                    self.report(format!("lifting protection of {page:#x}: {e}"));
-                }
-                drop(m);
-                self.m.st_snapshot.since(t0);
-                self.m.wp_latency.record(t0.elapsed());
+                None => self.m.snapshots_missed.inc(),
             }
-            State::Clean | State::Dirty => {
-                // Resolved between the fault and now: let the thread retry.
-                drop(m);
-                self.m.faults_spurious.inc();
-                let _ = self.uffd.wake(page, PAGE);
-            }
+        }
+        m.state = State::Dirty;
+        if let Some(v) = self.update_policy(PolicyUpdate::Touch(page / PAGE, self.now()), ctx) {
+            self.forced.lock().push(v);
+            self.kick_evictor();
+        }
+        if let Err(e) = self.uffd.writeprotect(page, PAGE, false)
+            && ctx == Ctx::Thread
+        {
+            self.report(format!("lifting protection of {page:#x}: {e}"));
         }
     }
 
@@ -367,7 +525,7 @@ impl Shared {
     /// Brings one page in: reserve room, read it from the store, install it.
     pub(crate) fn fetch(&self, job: FetchJob, buf: &mut Box<PageBuf>) {
         let r = &job.region;
-        if !self.reserve() {
+        if !job.reserved && !self.reserve() {
             r.pages[job.idx].lock().state = State::Absent;
             return;
         }
@@ -394,6 +552,18 @@ impl Shared {
             return;
         }
         self.m.st_fetch.since(t);
+        if let Err(e) = self.install(&job, buf, Ctx::Thread) {
+            self.report(format!("installing {page:#x}: {e}"));
+        }
+    }
+
+    /// Installs a page whose contents are in `buf` and makes it resident:
+    /// state, snapshot, replacement order. Err only if UFFDIO_COPY failed
+    /// (the page stays Fetching in a signal handler, to be handed over;
+    /// an ordinary thread reports it and carries on, as before).
+    fn install(&self, job: &FetchJob, buf: &PageBuf, ctx: Ctx) -> std::io::Result<()> {
+        let r = &job.region;
+        let page = r.page_addr(job.idx);
         // Counted before the install wakes the program, so a program that
         // checks stats after its accesses sees every fetch.
         if !job.zero {
@@ -406,27 +576,30 @@ impl Shared {
         // SAFETY: buf is a live, aligned page.
         let installed = unsafe { self.uffd.copy(page, buf.0.as_ptr(), PAGE, !job.write) };
         self.m.st_install.since(t);
-        if let Err(e) = installed {
-            self.report(format!("installing {page:#x}: {e}"));
+        if ctx == Ctx::Signal && installed.is_err() {
+            return installed;
         }
-        let mut m = r.pages[job.idx].lock();
+        let mut m = ctx.lock(&r.pages[job.idx]);
         if r.dead.load(Ordering::SeqCst) {
             m.state = State::Absent;
             drop(m);
             self.release_page();
-            return;
+            return installed;
         }
         if job.write {
             m.state = State::Dirty;
             if self.cfg.dirty == DirtyMode::Line && job.zero {
                 m.zero_base = true;
             } else if self.cfg.dirty == DirtyMode::Line {
-                // The fetched bytes are the diff base: keep the buffer itself
-                // and take a fresh one for the next fetch, instead of copying.
-                let mut snap = self.get_buf();
-                snap.0.copy_from_slice(&buf.0);
-                m.snapshot = Some(snap);
-                self.m.snapshots.inc();
+                // The fetched bytes are the diff base.
+                match self.snapshot_buf(ctx) {
+                    Some(mut snap) => {
+                        snap.0.copy_from_slice(&buf.0);
+                        m.snapshot = Some(snap);
+                        self.m.snapshots.inc();
+                    }
+                    None => self.m.snapshots_missed.inc(),
+                }
             }
         } else {
             m.state = State::Clean;
@@ -435,7 +608,7 @@ impl Shared {
         // COPY and this lock (a write right after a read install, say)
         // found Fetching and waits for us.
         let waiters = std::mem::take(&mut m.waiters);
-        let victim = self.policy.lock().insert(page / PAGE, self.now());
+        let victim = self.update_policy(PolicyUpdate::Insert(page / PAGE, self.now()), ctx);
         drop(m);
         if waiters {
             let _ = self.uffd.wake(page, PAGE);
@@ -444,7 +617,99 @@ impl Shared {
             self.forced.lock().push(v);
             self.kick_evictor();
         }
-        self.m.fault_latency.record(job.t0.elapsed());
+        match ctx {
+            Ctx::Thread => self.m.fault_latency.record(job.t0.elapsed()),
+            Ctx::Signal => {
+                self.m.fault_latency.try_record(job.t0.elapsed());
+            }
+        }
+        installed
+    }
+
+    /// Serves a fault at `addr` in the faulting thread's SIGBUS handler
+    /// (fault path `signal`): no allocation, no parking, no report. A page
+    /// it cannot fetch at once goes to a filler, and the thread retries.
+    pub(crate) fn signal_fault(&self, addr: u64, write: Option<bool>) -> SignalOutcome {
+        let t0 = Instant::now();
+        let page = addr & !(PAGE - 1);
+        let r = {
+            let Some(regions) = self.regions.try_read() else {
+                // A region being mapped or dropped; ours or not, ask again.
+                return SignalOutcome::Retry;
+            };
+            match regions.range(..=page).next_back() {
+                Some((_, r)) if page < r.start + r.len => r.clone(),
+                _ => return SignalOutcome::NotOurs,
+            }
+        };
+        let idx = ((page - r.start) / PAGE) as usize;
+        let mut m = lock_without_parking(&r.pages[idx]);
+        match m.state {
+            State::Absent => {
+                if !self.try_reserve() {
+                    return SignalOutcome::Retry;
+                }
+                m.state = State::Fetching;
+                let zero = !(m.stored || r.all_stored);
+                drop(m);
+                self.m.faults_missing.inc();
+                let job = FetchJob {
+                    region: r,
+                    idx,
+                    write: write == Some(true) && self.cfg.writable_on_write_fault,
+                    zero,
+                    reserved: true,
+                    t0,
+                };
+                self.fetch_in_signal(job)
+            }
+            State::Fetching | State::Busy => SignalOutcome::Retry,
+            // Mapped and write-protected: this access is a write, unless
+            // the fault raced with the install and was a read.
+            State::Clean if write != Some(false) => {
+                self.m.faults_wp.inc();
+                self.first_write(&r, &mut m, page, Ctx::Signal);
+                drop(m);
+                self.m.st_snapshot.since(t0);
+                self.m.wp_latency.try_record(t0.elapsed());
+                SignalOutcome::Served
+            }
+            State::Clean | State::Dirty => {
+                self.m.faults_spurious.inc();
+                SignalOutcome::Served
+            }
+        }
+    }
+
+    /// Reads and installs a page from a signal handler, or hands it over.
+    fn fetch_in_signal(&self, job: FetchJob) -> SignalOutcome {
+        let mut buf = PageBuf([0; PAGE as usize]);
+        let t = Instant::now();
+        let filled = if job.zero {
+            self.m.pages_zero_filled.inc();
+            true
+        } else {
+            job.region
+                .remote(job.idx)
+                .is_some_and(|remote| self.store.read_in_signal(remote, &mut buf.0))
+        };
+        if filled {
+            self.m.st_fetch.since(t);
+            if self.install(&job, &buf, Ctx::Signal).is_ok() {
+                return SignalOutcome::Served;
+            }
+        }
+        self.m.faults_handed_off.inc();
+        let refused = match &self.handoff {
+            Some((tx, _)) => tx.try_send(job).err().map(|e| e.into_inner()),
+            None => Some(job),
+        };
+        if let Some(job) = refused {
+            // Queue full: give the page and its slot back, and retry.
+            lock_without_parking(&job.region.pages[job.idx]).state = State::Absent;
+            self.release_page();
+        }
+        SignalOutcome::Retry
     }
 }
 
@@ -535,12 +800,35 @@ fn filler(sh: Arc<Shared>, rx: Receiver<FetchJob>) {
     }
 }
 
+/// Fault path `signal`: fetches what signal handlers handed over (through
+/// the ordinary path, which retries and reports), and reopens the store's
+/// signal-safe readers that broke.
+fn handoff_filler(sh: Arc<Shared>) {
+    let Some((_, rx)) = &sh.handoff else { return };
+    let mut buf = PageBuf::zeroed();
+    while !sh.shutdown.load(Ordering::SeqCst) {
+        if let Ok(job) = rx.recv_timeout(Duration::from_millis(20)) {
+            if let Err(e) = sh.store.prepare_read_in_signal() {
+                sh.report(format!("reopening signal-safe store readers: {e}"));
+            }
+            sh.fetch(job, &mut buf);
+        }
+    }
+    // Shutting down: pages handed over stay Absent, their slots given back.
+    while let Ok(job) = rx.try_recv() {
+        job.region.pages[job.idx].lock().state = State::Absent;
+        sh.release_page();
+    }
+}
+
 /// A compute node's runtime: owns the userfaultfd, the local cache and the
 /// threads that serve faults and evict.
 pub struct Runtime {
     sh: Arc<Shared>,
     rm: Arc<ResourceManager>,
     threads: Vec<JoinHandle<()>>,
+    /// Fault path `signal`: this runtime's place in the SIGBUS handler.
+    signal: Option<crate::signal::Registration>,
 }
 
 impl Runtime {
@@ -551,7 +839,19 @@ impl Runtime {
         slabs: Arc<dyn SlabSource>,
     ) -> Result<Self, RuntimeError> {
         cfg.validate()?;
-        let uffd = Uffd::open().map_err(RuntimeError::Uffd)?;
+        let uffd = match cfg.fault_path {
+            FaultPath::Thread => Uffd::open(),
+            FaultPath::Signal => {
+                if !store.prepare_read_in_signal()? {
+                    return Err(RuntimeError::Config(
+                        "fault path `signal` needs a store that can be read from a signal handler"
+                            .into(),
+                    ));
+                }
+                Uffd::open_signalling()
+            }
+        }
+        .map_err(RuntimeError::Uffd)?;
         if uffd.features & crate::uffd::UFFD_FEATURE_PAGEFAULT_FLAG_WP == 0 {
             return Err(RuntimeError::Config(
                 "kernel userfaultfd lacks write-protect support".into(),
@@ -588,8 +888,19 @@ impl Runtime {
             epoch: Instant::now(),
             last_error: Mutex::new(None),
             pool: Mutex::new(Vec::new()),
+            handoff: (cfg.fault_path == FaultPath::Signal)
+                .then(|| crossbeam_channel::bounded(HANDOFF_QUEUE)),
+            policy_updates: (cfg.fault_path == FaultPath::Signal)
+                .then(|| crossbeam_channel::bounded(2 * limit as usize + 64)),
             cfg,
         });
+        let signal = match sh.cfg.fault_path {
+            FaultPath::Thread => None,
+            FaultPath::Signal => {
+                sh.refill_pool();
+                Some(crate::signal::register(&sh)?)
+            }
+        };
         let mut threads = Vec::new();
         let spawn = |name: &str, f: Box<dyn FnOnce() + Send>| {
             std::thread::Builder::new()
@@ -612,7 +923,16 @@ impl Runtime {
             "farmem-ship",
             Box::new(move || evict::shipper(s, ship_rx, free_tx)),
         )?);
-        let tx = if sh.cfg.fillers > 0 {
+        if sh.cfg.fault_path == FaultPath::Signal {
+            for i in 0..sh.cfg.fillers.max(1) {
+                let s = sh.clone();
+                threads.push(spawn(
+                    &format!("farmem-fill{i}"),
+                    Box::new(move || handoff_filler(s)),
+                )?);
+            }
+        }
+        let tx = if sh.cfg.fillers > 0 && sh.cfg.fault_path == FaultPath::Thread {
             let (tx, rx) = crossbeam_channel::unbounded();
             for i in 0..sh.cfg.fillers {
                 let (s, rx) = (sh.clone(), rx.clone());
@@ -625,7 +945,12 @@ impl Runtime {
         } else {
             None
         };
-        for i in 0..sh.cfg.handlers {
+        let handlers = match sh.cfg.fault_path {
+            FaultPath::Thread => sh.cfg.handlers,
+            // No fault reaches the descriptor: the faulting threads serve them.
+            FaultPath::Signal => 0,
+        };
+        for i in 0..handlers {
             let (s, tx) = (sh.clone(), tx.clone());
             threads.push(spawn(
                 &format!("farmem-fault{i}"),
@@ -633,7 +958,12 @@ impl Runtime {
             )?);
         }
         drop(tx);
-        let rt = Self { sh, rm, threads };
+        let rt = Self {
+            sh,
+            rm,
+            threads,
+            signal,
+        };
         // Resource Manager: the first batch now, so eager regions rarely
         // wait for one (lazy ones take it at their first write-back).
         if !rt.sh.cfg.zeroed_slabs
@@ -732,7 +1062,7 @@ impl Runtime {
         }
         format!(
             "states {counts:?} waiters {waiters} policy {} resident {} in_flight {} forced {} limit {} high {} low {}",
-            self.sh.policy.lock().len(),
+            self.sh.lock_policy().len(),
             self.sh.resident.load(Ordering::SeqCst),
             self.sh.in_flight.load(Ordering::SeqCst),
             self.sh.forced.lock().len(),
@@ -754,6 +1084,8 @@ impl Runtime {
 
 impl Drop for Runtime {
     fn drop(&mut self) {
+        // First, so no signal handler is inside `sh` while it goes away.
+        self.signal.take();
         self.sh.shutdown.store(true, Ordering::SeqCst);
         self.sh.kick_evictor();
         for t in self.threads.drain(..) {
@@ -865,7 +1197,7 @@ impl Drop for Region<'_> {
         for (idx, p) in r.pages.iter().enumerate() {
             let mut m = p.lock();
             if matches!(m.state, State::Clean | State::Dirty) {
-                sh.policy.lock().remove(r.page_addr(idx) / PAGE);
+                sh.lock_policy().remove(r.page_addr(idx) / PAGE);
                 m.state = State::Absent;
                 sh.put_buf(m.snapshot.take());
                 drop(m);

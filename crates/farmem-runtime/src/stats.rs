@@ -43,6 +43,12 @@ pub(crate) struct Metrics {
     /// Dirty pages whose write-back failed for good and stayed resident.
     pub writeback_kept: Counter,
     pub filler_waits: Counter,
+    /// Faults a signal handler passed to a filler thread (fault path
+    /// `signal`: no idle page reader, a read failed).
+    pub faults_handed_off: Counter,
+    /// First writes served in a signal handler with no snapshot buffer
+    /// ready: the page has no diff base and is written back whole.
+    pub snapshots_missed: Counter,
     pub fault_latency: LatencyHistogram,
     pub wp_latency: LatencyHistogram,
     pub st_fetch: Stage,
@@ -98,6 +104,8 @@ pub struct Stats {
     pub writeback_errors: u64,
     pub writeback_kept: u64,
     pub filler_waits: u64,
+    pub faults_handed_off: u64,
+    pub snapshots_missed: u64,
     pub resident_pages: u64,
     pub limit_pages: u64,
     /// Missing-fault latency, message read to page installed.
@@ -128,6 +136,8 @@ impl Metrics {
             writeback_errors: self.writeback_errors.get(),
             writeback_kept: self.writeback_kept.get(),
             filler_waits: self.filler_waits.get(),
+            faults_handed_off: self.faults_handed_off.get(),
+            snapshots_missed: self.snapshots_missed.get(),
             resident_pages,
             limit_pages,
             fault_latency: self.fault_latency.summary(),

@@ -45,6 +45,21 @@ pub trait RemoteStore: Send + Sync + 'static {
     fn write(&self, addr: u64, data: &[u8]) -> Result<(), StoreError>;
     /// Apply many (address, 64-byte line) records; returns once they are durable on the store (acknowledged).
     fn write_lines(&self, lines: &[(u64, [u8; 64])]) -> Result<(), StoreError>;
+
+    /// Makes [`RemoteStore::read_in_signal`] possible (again): opens what
+    /// it needs, replaces what broke. False: this store has no such path.
+    fn prepare_read_in_signal(&self) -> Result<bool, StoreError> {
+        Ok(false)
+    }
+
+    /// Reads like [`RemoteStore::read`], from a signal handler on a thread
+    /// that may hold any lock or be inside the allocator: no allocation,
+    /// no parking on a lock. False when that is not possible now
+    /// (unsupported, busy, failed; `buf` is then unspecified): the caller
+    /// takes the ordinary path, which reports what is wrong.
+    fn read_in_signal(&self, _addr: u64, _buf: &mut [u8]) -> bool {
+        false
+    }
 }
 
 /// Hands out remote memory in large slabs (Kona's Resource Manager asks the controller).
@@ -229,6 +244,42 @@ impl RemoteStore for MemStore {
         self.counters.reads.inc();
         self.counters.bytes_read.add(buf.len() as u64);
         Ok(())
+    }
+
+    fn prepare_read_in_signal(&self) -> Result<bool, StoreError> {
+        Ok(true)
+    }
+
+    fn read_in_signal(&self, addr: u64, buf: &mut [u8]) -> bool {
+        let Some(want) = self.fail_op.try_lock().map(|g| *g) else {
+            return false;
+        };
+        if want == FaultOp::Any || want == FaultOp::Read {
+            if self.fail_at.load(Ordering::SeqCst) != u64::MAX {
+                // An injected failure is armed: the ordinary path takes it.
+                return false;
+            }
+            self.calls.fetch_add(1, Ordering::SeqCst);
+        }
+        if self.check_range(addr, buf.len() as u64).is_err() {
+            return false;
+        }
+        let mut done = true;
+        Self::pieces(addr, buf.len(), |page, off, r| {
+            let Some(shard) = self.shard(page).try_lock() else {
+                done = false;
+                return;
+            };
+            match shard.get(&page) {
+                Some(p) => buf[r.clone()].copy_from_slice(&p[off..off + r.len()]),
+                None => buf[r].fill(0),
+            }
+        });
+        if done {
+            self.counters.reads.inc();
+            self.counters.bytes_read.add(buf.len() as u64);
+        }
+        done
     }
 
     fn write(&self, addr: u64, data: &[u8]) -> Result<(), StoreError> {

@@ -188,6 +188,20 @@ impl Uffd {
     /// Opens a userfaultfd that reports write-protect faults. Falls back to
     /// user-mode-only when the kernel refuses the plain form.
     pub fn open() -> io::Result<Self> {
+        Self::open_with(0)
+    }
+
+    /// Opens one that raises SIGBUS in the faulting thread instead of
+    /// queueing faults (missing and write-protect alike).
+    pub fn open_signalling() -> io::Result<Self> {
+        let uffd = Self::open_with(UFFD_FEATURE_SIGBUS)?;
+        if uffd.features & UFFD_FEATURE_SIGBUS == 0 {
+            return Err(io::Error::other("the kernel lacks UFFD_FEATURE_SIGBUS"));
+        }
+        Ok(uffd)
+    }
+
+    fn open_with(extra_features: u64) -> io::Result<Self> {
         let flags = libc::O_CLOEXEC | libc::O_NONBLOCK;
         // SAFETY: plain syscall with integer flags.
         let mut fd = unsafe { libc::syscall(libc::SYS_userfaultfd, flags) };
@@ -202,7 +216,7 @@ impl Uffd {
         let fd = unsafe { OwnedFd::from_raw_fd(fd as RawFd) };
         let mut api = UffdioApi {
             api: UFFD_API,
-            features: UFFD_FEATURE_PAGEFAULT_FLAG_WP,
+            features: UFFD_FEATURE_PAGEFAULT_FLAG_WP | extra_features,
             ioctls: 0,
         };
         // SAFETY: UFFDIO_API takes a pointer to a live UffdioApi.

@@ -1,8 +1,9 @@
-//! Every way of waiting for faults and of fetching gives the same bytes.
+//! Every fault path, way of waiting for faults and of fetching gives the
+//! same bytes.
 
 use std::sync::Arc;
 
-use farmem_runtime::{Config, MemStore, PAGE, Runtime, WaitMode, uffd};
+use farmem_runtime::{Config, FaultPath, MemStore, PAGE, Runtime, WaitMode, uffd};
 
 #[test]
 fn wait_modes_handlers_and_fillers_all_serve_faults() {
@@ -11,16 +12,20 @@ fn wait_modes_handlers_and_fillers_all_serve_faults() {
         return;
     }
     let pages = 512usize;
-    for (wait, handlers, fillers) in [
-        (WaitMode::Poll, 1, 0),
-        (WaitMode::Poll, 1, 2),
-        (WaitMode::Poll, 3, 0),
-        (WaitMode::Spin, 1, 0),
-        (WaitMode::Hybrid { spin_us: 200 }, 2, 1),
+    use FaultPath::{Signal, Thread};
+    for (path, wait, handlers, fillers) in [
+        (Thread, WaitMode::Poll, 1, 0),
+        (Thread, WaitMode::Poll, 1, 2),
+        (Thread, WaitMode::Poll, 3, 0),
+        (Thread, WaitMode::Spin, 1, 0),
+        (Thread, WaitMode::Hybrid { spin_us: 200 }, 2, 1),
+        (Signal, WaitMode::Poll, 1, 0),
+        (Signal, WaitMode::Poll, 1, 2),
     ] {
         let store = Arc::new(MemStore::new(1 << 30));
         let cfg = Config {
             local_bytes: 64 * PAGE,
+            fault_path: path,
             wait,
             handlers,
             fillers,
@@ -46,7 +51,7 @@ fn wait_modes_handlers_and_fillers_all_serve_faults() {
             assert_eq!(
                 u64::from_le_bytes(b),
                 p as u64,
-                "{wait:?}/{handlers}/{fillers}: page {p}"
+                "{path}/{wait:?}/{handlers}/{fillers}: page {p}"
             );
         }
         let st = rt.stats();

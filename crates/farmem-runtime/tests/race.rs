@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-use farmem_runtime::{Config, DirtyMode, MemStore, PAGE, Runtime};
+use farmem_runtime::{Config, DirtyMode, FaultPath, MemStore, PAGE, Runtime};
 
 mod common;
 use common::skip;
@@ -13,11 +13,12 @@ const COLD: usize = 2048;
 /// Full sweeps of the cold pages the writer must overlap with.
 const SWEEPS: usize = 4;
 
-fn race(dirty: DirtyMode) {
+fn race(dirty: DirtyMode, fault_path: FaultPath) {
     let store = Arc::new(MemStore::new(1 << 30));
     let cfg = Config {
         local_bytes: 48 * PAGE,
         dirty,
+        fault_path,
         slab_batch: 64 << 20,
         evict_batch: 8,
         ..Config::default()
@@ -115,7 +116,18 @@ fn writes_racing_with_eviction_survive_line_mode() {
     if skip() {
         return;
     }
-    race(DirtyMode::Line);
+    race(DirtyMode::Line, FaultPath::Thread);
+}
+
+/// The same race with faults served in the writer's and the churner's own
+/// SIGBUS handlers: a write to a page under write-back retries until the
+/// page is gone, then fetches it back.
+#[test]
+fn writes_racing_with_eviction_survive_signal_path() {
+    if skip() {
+        return;
+    }
+    race(DirtyMode::Line, FaultPath::Signal);
 }
 
 #[test]
@@ -123,5 +135,5 @@ fn writes_racing_with_eviction_survive_page_mode() {
     if skip() {
         return;
     }
-    race(DirtyMode::Page);
+    race(DirtyMode::Page, FaultPath::Thread);
 }

@@ -13,7 +13,7 @@ use farmem_controller::{Controller, ControllerConfig};
 use farmem_memnode::{MemNode, MemNodeConfig};
 use farmem_net::ClientConfig;
 use farmem_runtime::remote::RackStore;
-use farmem_runtime::{Config, DirtyMode, PAGE, Runtime};
+use farmem_runtime::{Config, DirtyMode, FaultPath, PAGE, Runtime};
 use farmem_wire::Role;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -57,10 +57,11 @@ fn store(rack: &Rack) -> Arc<RackStore> {
     Arc::new(RackStore::connect(&rack.controller.local_addr().to_string(), cfg, 2).unwrap())
 }
 
-fn cfg(dirty: DirtyMode) -> Config {
+fn cfg(dirty: DirtyMode, fault_path: FaultPath) -> Config {
     Config {
         local_bytes: LOCAL,
         dirty,
+        fault_path,
         slab_batch: REGION,
         ..Config::default()
     }
@@ -68,13 +69,13 @@ fn cfg(dirty: DirtyMode) -> Config {
 
 /// Random writes of random lengths through the region, mirrored in `shadow`,
 /// then a read-back through a fresh runtime and a fresh connection.
-fn round_trip(rack: &Rack, dirty: DirtyMode, ops: usize) {
+fn round_trip(rack: &Rack, dirty: DirtyMode, path: FaultPath, ops: usize) {
     let mut shadow = vec![0u8; REGION as usize];
     let mut rng = SmallRng::seed_from_u64(7);
     let extents;
     {
         let store = store(rack);
-        let rt = Runtime::new(cfg(dirty), store.clone(), store.clone()).unwrap();
+        let rt = Runtime::new(cfg(dirty, path), store.clone(), store.clone()).unwrap();
         let region = rt.region(REGION).unwrap();
         let mut buf = [0u8; 256];
         for _ in 0..ops {
@@ -86,7 +87,13 @@ fn round_trip(rack: &Rack, dirty: DirtyMode, ops: usize) {
         }
         region.sync().unwrap();
         let st = rt.stats();
-        eprintln!("{dirty:?}: {}", serde_json::to_string(&st).unwrap());
+        eprintln!("{dirty:?} {path}: {}", serde_json::to_string(&st).unwrap());
+        if path == FaultPath::Signal {
+            assert!(
+                st.pages_fetched > st.faults_handed_off,
+                "most faults must be served in their own thread: {st:?}"
+            );
+        }
         assert!(
             st.pages_evicted_dirty > 0,
             "the workload must overflow the cache"
@@ -116,7 +123,7 @@ fn round_trip(rack: &Rack, dirty: DirtyMode, ops: usize) {
                 .collect(),
         )
         .unwrap();
-    let rt = Runtime::new(cfg(dirty), store.clone(), store.clone()).unwrap();
+    let rt = Runtime::new(cfg(dirty, path), store.clone(), store.clone()).unwrap();
     let region = rt.region_over(&extents).unwrap();
     let mut page = vec![0u8; PAGE as usize];
     let mut bad = 0;
@@ -133,8 +140,10 @@ fn pages_written_through_the_runtime_read_back_from_memory_nodes() {
         return;
     }
     let rack = rack(|_, addr| addr);
-    round_trip(&rack, DirtyMode::Line, 200_000);
-    round_trip(&rack, DirtyMode::Page, 50_000);
+    round_trip(&rack, DirtyMode::Line, FaultPath::Thread, 200_000);
+    round_trip(&rack, DirtyMode::Page, FaultPath::Thread, 50_000);
+    // Fetched by the faulting thread through the nodes' page readers.
+    round_trip(&rack, DirtyMode::Line, FaultPath::Signal, 200_000);
 }
 
 #[test]
@@ -154,7 +163,10 @@ fn connections_cut_mid_batch_lose_nothing() {
         }));
         addr
     });
-    round_trip(&rack, DirtyMode::Line, 200_000);
+    round_trip(&rack, DirtyMode::Line, FaultPath::Thread, 200_000);
+    // Page readers die with their connections too: faults go to the
+    // fillers, which reopen them.
+    round_trip(&rack, DirtyMode::Line, FaultPath::Signal, 200_000);
     assert!(
         cuts.load(Ordering::Relaxed) > 0,
         "the proxy never cut a connection"

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-use farmem_runtime::{Config, DirtyMode, MemStore, PAGE, Region, Runtime};
+use farmem_runtime::{Config, DirtyMode, FaultPath, MemStore, PAGE, Region, Runtime};
 
 mod common;
 use common::skip;
@@ -25,10 +25,11 @@ struct Shadow(*mut u8);
 unsafe impl Send for Shadow {}
 unsafe impl Sync for Shadow {}
 
-fn cfg(dirty: DirtyMode) -> Config {
+fn cfg(dirty: DirtyMode, fault_path: FaultPath) -> Config {
     Config {
         local_bytes: LOCAL,
         dirty,
+        fault_path,
         slab_batch: REGION,
         ..Config::default()
     }
@@ -70,13 +71,13 @@ fn compare_all(region: &Region<'_>, shadow: &[u8]) -> usize {
     bad
 }
 
-fn stress(dirty: DirtyMode) {
+fn stress(dirty: DirtyMode, path: FaultPath) {
     let store = Arc::new(MemStore::new(2 * REGION));
     // Zero-filled by the OS lazily: only touched shadow pages cost memory.
     let mut shadow = vec![0u8; REGION as usize];
     let extents;
     {
-        let rt = Runtime::new(cfg(dirty), store.clone(), store.clone()).unwrap();
+        let rt = Runtime::new(cfg(dirty, path), store.clone(), store.clone()).unwrap();
         let region = rt.region(REGION).unwrap();
         let mismatches = AtomicU64::new(0);
         let sp = Shadow(shadow.as_mut_ptr());
@@ -88,7 +89,7 @@ fn stress(dirty: DirtyMode) {
         });
         let st = rt.stats();
         eprintln!(
-            "{dirty:?} after workload: {}",
+            "{dirty:?} {path} after workload: {}",
             serde_json::to_string(&st).unwrap()
         );
         assert_eq!(
@@ -107,7 +108,7 @@ fn stress(dirty: DirtyMode) {
         assert!(rt.last_error().is_none(), "{:?}", rt.last_error());
         extents = region.extents().unwrap();
     }
-    let rt = Runtime::new(cfg(dirty), store.clone(), store.clone()).unwrap();
+    let rt = Runtime::new(cfg(dirty, path), store.clone(), store.clone()).unwrap();
     let region = rt.region_over(&extents).unwrap();
     assert_eq!(
         compare_all(&region, &shadow),
@@ -122,7 +123,7 @@ fn two_threads_random_1g_region_64m_cache_line_mode() {
     if skip() {
         return;
     }
-    stress(DirtyMode::Line);
+    stress(DirtyMode::Line, FaultPath::Thread);
 }
 
 #[test]
@@ -130,5 +131,15 @@ fn two_threads_random_1g_region_64m_cache_page_mode() {
     if skip() {
         return;
     }
-    stress(DirtyMode::Page);
+    stress(DirtyMode::Page, FaultPath::Thread);
+}
+
+/// Faults served in the faulting threads' SIGBUS handlers, racing each
+/// other and the evictor for the same pages.
+#[test]
+fn two_threads_random_1g_region_64m_cache_signal_path() {
+    if skip() {
+        return;
+    }
+    stress(DirtyMode::Line, FaultPath::Signal);
 }

@@ -127,20 +127,29 @@ fn c_program_on_far_memory_matches_a_local_run() {
 /// The names the UniMem issue uses pick the same policy objects the simulator
 /// runs (2q is kona-pc, set-assoc is Kona's 4-way), and each keeps every byte.
 #[test]
-fn each_local_cache_policy_runs_a_program_under_eviction() {
+fn each_local_cache_policy_and_fault_path_runs_a_program_under_eviction() {
     let Some(bin) = alloc_test_or_skip() else {
         return;
     };
     // 4 blocks of 8 MiB against 8 MiB local: every policy must evict.
     let local = Command::new(&bin).args(["4", "8"]).output().unwrap();
     assert!(local.status.success(), "local run failed: {local:?}");
-    for policy in ["filter", "2q", "set-assoc", "clock"] {
+    // The last one also has its faults served in the program's own
+    // threads (SIGBUS handler) instead of the runtime's.
+    for (policy, fault_path) in [
+        ("filter", "thread"),
+        ("2q", "thread"),
+        ("set-assoc", "thread"),
+        ("clock", "thread"),
+        ("lru", "signal"),
+    ] {
         let stats = std::env::temp_dir().join(format!(
             "farmem-run-policy-{policy}-{}.json",
             std::process::id()
         ));
         let far = Command::new(farmem())
             .args(["run", "--memnodes", "1", "--local-mem", "8MiB"])
+            .args(["--fault-path", fault_path])
             .args(["--policy", policy, "--stats-json"])
             .arg(&stats)
             .arg("--")

@@ -8,7 +8,7 @@ use farmem_core::{ByteSize, Ratio};
 use farmem_net::ClientConfig;
 use farmem_runtime::bench::{FaultOpts, KonaOpts};
 use farmem_runtime::remote::RackStore;
-use farmem_runtime::{Config, MemStore, RemoteStore, SlabSource, WaitMode};
+use farmem_runtime::{Config, FaultPath, MemStore, RemoteStore, SlabSource, WaitMode};
 use farmem_wire::Role;
 
 use crate::cmd::Outcome;
@@ -23,21 +23,25 @@ pub struct StoreArgs {
     /// Keep remote memory in this process (no network): isolates the runtime's own cost.
     #[arg(long, conflicts_with = "controller")]
     in_process: bool,
-    /// How the fault monitor waits: poll, spin, or hybrid:MICROS.
-    #[arg(long, default_value = "poll", value_parser = parse_wait)]
+    /// Who serves a fault: `thread` (handler threads read the
+    /// userfaultfd while the faulting thread sleeps) or `signal` (the
+    /// faulting thread itself, in its SIGBUS handler: no thread wakeups).
+    #[arg(long, default_value = "signal")]
+    fault_path: FaultPath,
+    /// How fault handler threads wait (fault path `thread`): poll, spin,
+    /// or hybrid:MICROS.
+    #[arg(long, default_value = "poll")]
     wait: WaitMode,
 }
 
-fn parse_wait(s: &str) -> Result<WaitMode, String> {
-    match s {
-        "poll" => Ok(WaitMode::Poll),
-        "spin" => Ok(WaitMode::Spin),
-        _ => match s.strip_prefix("hybrid:").map(str::parse) {
-            Some(Ok(spin_us)) => Ok(WaitMode::Hybrid { spin_us }),
-            _ => Err(format!(
-                "`{s}` is not a wait mode (poll, spin, hybrid:MICROS)"
-            )),
-        },
+impl StoreArgs {
+    /// The runtime settings these flags choose.
+    fn config(&self) -> Config {
+        Config {
+            wait: self.wait,
+            fault_path: self.fault_path,
+            ..Config::default()
+        }
     }
 }
 
@@ -116,9 +120,8 @@ pub fn kona(args: KonaArgs) -> Outcome {
         region_bytes: args.region.bytes(),
         local_fraction: args.local.get(),
         base: Config {
-            wait: args.store.wait,
             zeroed_slabs: !args.prefilled,
-            ..Config::default()
+            ..args.store.config()
         },
     };
     if !args.json {
@@ -139,6 +142,7 @@ pub fn kona(args: KonaArgs) -> Outcome {
         .context("running the benchmark")?;
     let mut v = serde_json::to_value(&report)?;
     v["benchmark"] = "kona".into();
+    v["fault_path"] = args.store.fault_path.to_string().into();
     v["prefilled"] = args.prefilled.into();
     v["store"] = b.what.clone().into();
     v["host"] = host_idle();
@@ -192,15 +196,13 @@ pub fn fault(args: FaultArgs) -> Outcome {
     let opts = FaultOpts {
         pages: args.pages,
         reads: args.reads,
-        base: Config {
-            wait: args.store.wait,
-            ..Config::default()
-        },
+        base: args.store.config(),
     };
     let report = farmem_runtime::bench::fault(&opts, b.store.clone(), b.slabs.clone())
         .context("running the benchmark")?;
     let mut v = serde_json::to_value(&report)?;
     v["benchmark"] = "fault".into();
+    v["fault_path"] = args.store.fault_path.to_string().into();
     v["store"] = b.what.clone().into();
     v["host"] = host_idle();
     if args.json {

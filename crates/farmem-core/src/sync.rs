@@ -1,0 +1,43 @@
+//! Locking for code that must never park: a fault served inside the
+//! faulting thread's signal handler. Parking may allocate on a thread's
+//! first park (thread-local data), and that thread may have been stopped
+//! inside the allocator.
+
+use parking_lot::{Mutex, MutexGuard};
+
+/// Takes `m` by trying, spinning briefly, then yielding the CPU between
+/// tries: the holder is always another thread, which holds it briefly.
+pub fn lock_without_parking<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    let mut tries = 0u32;
+    loop {
+        if let Some(g) = m.try_lock() {
+            return g;
+        }
+        tries += 1;
+        if tries < 64 {
+            std::hint::spin_loop();
+        } else {
+            std::thread::yield_now();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    #[test]
+    fn waits_for_the_holder_then_takes_the_lock() {
+        let m = Arc::new(Mutex::new(0u64));
+        let held = m.lock();
+        let m2 = m.clone();
+        let t = std::thread::spawn(move || {
+            *lock_without_parking(&m2) += 1;
+        });
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        drop(held);
+        t.join().unwrap();
+        assert_eq!(*m.lock(), 1);
+    }
+}

@@ -1,0 +1,217 @@
+//! A connection that reads one page at a time and never allocates after it
+//! is made: the transport of a fault served inside the faulting thread's
+//! signal handler, where that thread may have been stopped inside the
+//! allocator or holding any lock. One request at a time, the reply read by
+//! the caller itself: the same round trip as [`crate::Connection`]'s lone
+//! caller, with a fixed buffer instead of an owned reply.
+
+use std::io::{Read, Write};
+use std::net::{TcpStream, ToSocketAddrs};
+use std::sync::Arc;
+
+use farmem_wire::{HEADER_LEN, Msg, decode_header};
+
+use crate::delay::EgressDelay;
+use crate::{ClientConfig, NetError};
+
+/// Why a page read failed. Copy, carries no message: making one must not
+/// allocate. Every error but [`PageReadError::Refused`] kills the reader.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum PageReadError {
+    #[error("i/o error (os error {0})")]
+    Io(i32),
+    #[error("the memory node closed the connection")]
+    Closed,
+    #[error("the connection failed earlier")]
+    Dead,
+    #[error("malformed or unexpected reply")]
+    Protocol,
+    #[error("the memory node refused the read")]
+    Refused,
+    #[error("a read of {0} bytes does not fit the reader's buffer")]
+    TooLong(usize),
+}
+
+/// An authenticated connection for single reads of at most `max_len` bytes.
+pub struct PageReader {
+    stream: TcpStream,
+    max_frame: u32,
+    next_id: u64,
+    /// Encoded request; its capacity is reserved, so encoding never grows it.
+    request: Vec<u8>,
+    /// Room for the largest reply frame this reader accepts.
+    frame: Box<[u8]>,
+    delay: Option<Arc<EgressDelay>>,
+    dead: bool,
+}
+
+/// How long a read polls for its reply before sleeping for it: longer
+/// than a loopback round trip, shorter than anything worth a core.
+const POLL_FOR: std::time::Duration = std::time::Duration::from_micros(200);
+
+/// Request bytes a read needs: header plus address and length.
+const READ_REQUEST_LEN: usize = HEADER_LEN + 12;
+
+impl PageReader {
+    /// Connects and authenticates (this part allocates, as any connect).
+    pub fn connect(addr: &str, cfg: &ClientConfig, max_len: usize) -> Result<Self, NetError> {
+        let connect_err = |source| NetError::Connect {
+            addr: addr.to_string(),
+            source,
+        };
+        let sock_addr = addr
+            .to_socket_addrs()
+            .map_err(connect_err)?
+            .next()
+            .ok_or_else(|| connect_err(std::io::Error::other("address resolves to nothing")))?;
+        let mut stream =
+            TcpStream::connect_timeout(&sock_addr, cfg.timeout).map_err(connect_err)?;
+        stream.set_nodelay(true)?;
+        stream.set_read_timeout(Some(cfg.timeout))?;
+        let mut reader = std::io::BufReader::new(stream.try_clone()?);
+        let max_frame = crate::conn::handshake(&mut reader, &mut stream, cfg, addr)?;
+        if !reader.buffer().is_empty() {
+            return Err(NetError::Auth(format!(
+                "{addr} sent bytes after its welcome"
+            )));
+        }
+        Ok(Self {
+            stream,
+            max_frame,
+            next_id: 1,
+            request: Vec::with_capacity(READ_REQUEST_LEN * 2),
+            // ReadOk's body is the data itself.
+            frame: vec![0; HEADER_LEN + max_len].into_boxed_slice(),
+            delay: cfg.delay.clone(),
+            dead: false,
+        })
+    }
+
+    pub fn is_alive(&self) -> bool {
+        !self.dead
+    }
+
+    /// Reads `out.len()` bytes at global address `addr` into `out`, without
+    /// allocating. Blocks for the round trip (at most the timeout).
+    pub fn read(&mut self, addr: u64, out: &mut [u8]) -> Result<(), PageReadError> {
+        if self.dead {
+            return Err(PageReadError::Dead);
+        }
+        if HEADER_LEN + out.len() > self.frame.len() {
+            return Err(PageReadError::TooLong(out.len()));
+        }
+        let result = self.round_trip(addr, out);
+        if matches!(
+            result,
+            Err(PageReadError::Io(_)
+                | PageReadError::Closed
+                | PageReadError::Protocol
+                | PageReadError::Dead)
+        ) {
+            // Whatever is left of the reply would be read as the next one.
+            self.dead = true;
+            let _ = self.stream.shutdown(std::net::Shutdown::Both);
+        }
+        result
+    }
+
+    fn round_trip(&mut self, addr: u64, out: &mut [u8]) -> Result<(), PageReadError> {
+        if let Some(delay) = &self.delay {
+            delay.pass();
+        }
+        let id = self.next_id;
+        self.next_id += 1;
+        self.request.clear();
+        Msg::Read {
+            addr,
+            len: out.len() as u32,
+        }
+        .encode(id, &mut self.request);
+        self.stream.write_all(&self.request).map_err(io_error)?;
+        // The whole reply usually arrives at once: read into one buffer,
+        // header and body together, so one receive call takes it.
+        let mut got = 0;
+        while got < HEADER_LEN {
+            got += self.receive(got)?;
+        }
+        let header: &[u8; HEADER_LEN] = self.frame[..HEADER_LEN].try_into().expect("16 bytes");
+        let h = decode_header(header, self.max_frame).map_err(|_| PageReadError::Protocol)?;
+        let end = HEADER_LEN + h.body_len as usize;
+        if h.id != id || end > self.frame.len() || got > end {
+            return Err(PageReadError::Protocol);
+        }
+        while got < end {
+            got += self.receive(got)?;
+        }
+        match Msg::decode(h.op, &self.frame[HEADER_LEN..end]) {
+            Ok(Msg::ReadOk { data }) if data.len() == out.len() => {
+                out.copy_from_slice(data);
+                Ok(())
+            }
+            Ok(Msg::Error { .. }) => Err(PageReadError::Refused),
+            _ => Err(PageReadError::Protocol),
+        }
+    }
+}
+
+impl PageReader {
+    /// One receive into the frame buffer from `at`; 0 bytes is the end.
+    /// Polls first: the caller is a thread stopped on a page fault, with
+    /// nothing else to do, and a thread that sleeps for the reply costs a
+    /// wakeup (on a VM, a halted vCPU's) on top of the round trip.
+    fn receive(&mut self, at: usize) -> Result<usize, PageReadError> {
+        let started = std::time::Instant::now();
+        let mut polls = 0u32;
+        while started.elapsed() < POLL_FOR {
+            let buf = &mut self.frame[at..];
+            // SAFETY: a receive into our own buffer, never blocking.
+            let n = unsafe {
+                libc::recv(
+                    std::os::fd::AsRawFd::as_raw_fd(&self.stream),
+                    buf.as_mut_ptr().cast(),
+                    buf.len(),
+                    libc::MSG_DONTWAIT,
+                )
+            };
+            match n {
+                0 => return Err(PageReadError::Closed),
+                n if n > 0 => return Ok(n as usize),
+                _ => {
+                    let errno = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
+                    if errno != libc::EAGAIN && errno != libc::EINTR {
+                        return Err(PageReadError::Io(errno));
+                    }
+                }
+            }
+            polls += 1;
+            if polls.is_multiple_of(64) {
+                // Let a memory node sharing this CPU run.
+                std::thread::yield_now();
+            } else {
+                std::hint::spin_loop();
+            }
+        }
+        loop {
+            match self.stream.read(&mut self.frame[at..]) {
+                Ok(0) => return Err(PageReadError::Closed),
+                Ok(n) => return Ok(n),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(io_error(e)),
+            }
+        }
+    }
+}
+
+/// An errno; an end of stream has none (read_exact's own error).
+fn io_error(e: std::io::Error) -> PageReadError {
+    e.raw_os_error()
+        .map_or(PageReadError::Closed, PageReadError::Io)
+}
+
+impl std::fmt::Debug for PageReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PageReader")
+            .field("alive", &!self.dead)
+            .finish()
+    }
+}
