@@ -101,18 +101,7 @@ impl Ticket {
 impl Connection {
     /// Connects and authenticates.
     pub fn connect(addr: &str, cfg: &ClientConfig) -> Result<Self, NetError> {
-        let connect_err = |source| NetError::Connect {
-            addr: addr.to_string(),
-            source,
-        };
-        let sock_addr = addr
-            .to_socket_addrs()
-            .map_err(connect_err)?
-            .next()
-            .ok_or_else(|| connect_err(std::io::Error::other("address resolves to nothing")))?;
-        let stream = TcpStream::connect_timeout(&sock_addr, cfg.timeout).map_err(connect_err)?;
-        stream.set_nodelay(true)?;
-        stream.set_read_timeout(Some(cfg.timeout))?;
+        let stream = dial(addr, cfg)?;
         let mut reader = BufReader::with_capacity(256 << 10, stream.try_clone()?);
         let mut writer = stream;
         let max_frame = handshake(&mut reader, &mut writer, cfg, addr)?;
@@ -386,6 +375,24 @@ pub(crate) fn copy_read_reply(reply: &Reply, buf: &mut [u8]) -> Result<(), NetEr
             got: other.op(),
         }),
     }
+}
+
+/// A TCP connection to `addr` as every client wants it: within the
+/// timeout, no Nagle delay, reads bounded by the timeout.
+pub(crate) fn dial(addr: &str, cfg: &ClientConfig) -> Result<TcpStream, NetError> {
+    let connect_err = |source| NetError::Connect {
+        addr: addr.to_string(),
+        source,
+    };
+    let sock_addr = addr
+        .to_socket_addrs()
+        .map_err(connect_err)?
+        .next()
+        .ok_or_else(|| connect_err(std::io::Error::other("address resolves to nothing")))?;
+    let stream = TcpStream::connect_timeout(&sock_addr, cfg.timeout).map_err(connect_err)?;
+    stream.set_nodelay(true)?;
+    stream.set_read_timeout(Some(cfg.timeout))?;
+    Ok(stream)
 }
 
 pub(crate) fn handshake(

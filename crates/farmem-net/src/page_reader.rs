@@ -6,7 +6,7 @@
 //! caller, with a fixed buffer instead of an owned reply.
 
 use std::io::{Read, Write};
-use std::net::{TcpStream, ToSocketAddrs};
+use std::net::TcpStream;
 use std::sync::Arc;
 
 use farmem_wire::{HEADER_LEN, Msg, decode_header};
@@ -55,19 +55,7 @@ const READ_REQUEST_LEN: usize = HEADER_LEN + 12;
 impl PageReader {
     /// Connects and authenticates (this part allocates, as any connect).
     pub fn connect(addr: &str, cfg: &ClientConfig, max_len: usize) -> Result<Self, NetError> {
-        let connect_err = |source| NetError::Connect {
-            addr: addr.to_string(),
-            source,
-        };
-        let sock_addr = addr
-            .to_socket_addrs()
-            .map_err(connect_err)?
-            .next()
-            .ok_or_else(|| connect_err(std::io::Error::other("address resolves to nothing")))?;
-        let mut stream =
-            TcpStream::connect_timeout(&sock_addr, cfg.timeout).map_err(connect_err)?;
-        stream.set_nodelay(true)?;
-        stream.set_read_timeout(Some(cfg.timeout))?;
+        let mut stream = crate::conn::dial(addr, cfg)?;
         let mut reader = std::io::BufReader::new(stream.try_clone()?);
         let max_frame = crate::conn::handshake(&mut reader, &mut stream, cfg, addr)?;
         if !reader.buffer().is_empty() {
