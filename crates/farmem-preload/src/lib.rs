@@ -10,7 +10,7 @@
 //! | `FARMEM_FAR_MEM` | size of the far heap | 8GiB |
 //! | `FARMEM_THRESHOLD` | smallest allocation placed far | 1MiB |
 //! | `FARMEM_DIRTY` | `line` or `page` | line |
-//! | `FARMEM_FAULT_PATH` | `thread` or `signal` (faults served in the faulting thread's SIGBUS handler) | thread |
+//! | `FARMEM_FAULT_PATH` | `thread`, or `signal` (faults served in the faulting thread's SIGBUS handler; system calls on far pages not yet local fail with EFAULT) | thread |
 //! | `FARMEM_POLICY` | replacement policy name | runtime default |
 //! | `FARMEM_STATS_JSON` | file that gets one JSON line of stats per process that used far memory | — |
 //! | `FARMEM_NAME` | client name shown to the controller | farmem-run |
@@ -32,6 +32,10 @@
 //! allocator's `mmap` would deadlock on that allocator. If it cannot start
 //! (no controller, bad variable, no userfaultfd), the shim prints one
 //! `farmem: …` line on stderr and the whole process uses local memory.
+//! With fault path `signal` the runtime's SIGBUS handler serves far-memory
+//! faults; `sigaction` and `signal` are interposed so that a program's own
+//! SIGBUS handler is kept for the SIGBUSes that are not far faults instead
+//! of replacing ours (a raw `rt_sigaction` system call would still replace it).
 //! `mremap` of a far range fails with `ENOMEM` (glibc's `realloc` then
 //! copies); `madvise(MADV_DONTNEED)` of a far range zeroes it.
 //!

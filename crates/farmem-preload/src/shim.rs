@@ -412,8 +412,6 @@ fn init() -> Result<(), String> {
         local_bytes: local,
         zeroed_slabs: true,
         slab_batch: 256 << 20,
-        // Not the runtime's default: see `farmem run --fault-path`.
-        fault_path: farmem_runtime::FaultPath::Thread,
         ..Config::default()
     };
     if let Some(d) = getenv(c"FARMEM_DIRTY") {
@@ -940,5 +938,49 @@ pub unsafe extern "C" fn mremap(
     // SAFETY: the caller's arguments, passed to the system call unchanged.
     unsafe {
         libc::syscall(libc::SYS_mremap, old, old_len, new_len, flags, new_addr) as *mut c_void
+    }
+}
+
+/// A program setting its own SIGBUS disposition must not replace the
+/// runtime's handler (fault path `signal`): the request is recorded as the
+/// disposition foreign SIGBUSes go to, as if it had been installed.
+///
+/// # Safety
+/// As sigaction(2).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn sigaction(
+    sig: c_int,
+    act: *const libc::sigaction,
+    old: *mut libc::sigaction,
+) -> c_int {
+    // SAFETY: the caller's arguments, valid as sigaction(2) requires.
+    unsafe {
+        if sig == libc::SIGBUS && farmem_runtime::signal::intercept_sigbus(act, old) {
+            return 0;
+        }
+        farmem_runtime::signal::real_sigaction(sig, act, old)
+    }
+}
+
+/// glibc's `signal` calls its internal sigaction, past the interposer
+/// above, so it is interposed too, with glibc's (BSD) semantics.
+///
+/// # Safety
+/// As signal(2).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn signal(sig: c_int, handler: libc::sighandler_t) -> libc::sighandler_t {
+    // SAFETY: zeroed sigaction structs are valid; the calls get pointers
+    // to live locals.
+    unsafe {
+        let mut act: libc::sigaction = std::mem::zeroed();
+        act.sa_sigaction = handler;
+        act.sa_flags = libc::SA_RESTART;
+        libc::sigemptyset(&mut act.sa_mask);
+        libc::sigaddset(&mut act.sa_mask, sig);
+        let mut old: libc::sigaction = std::mem::zeroed();
+        if sigaction(sig, &act, &mut old) != 0 {
+            return libc::SIG_ERR;
+        }
+        old.sa_sigaction
     }
 }

@@ -21,7 +21,7 @@ pub mod config;
 mod evict;
 pub mod remote;
 mod runtime;
-mod signal;
+pub mod signal;
 mod slab;
 pub mod stats;
 pub mod store;

@@ -341,9 +341,11 @@ impl Shared {
                 let mut pool = ctx.lock(&self.pool);
                 let buf = pool.pop();
                 if (pool.len() as u64) < POOL_LOW.min(self.limit) / 2 {
-                    // The evictor refills it.
+                    // Wake the evictor without a kick: idle, it refills the
+                    // pool; kicked, it would also evict down to the low
+                    // watermark.
                     drop(pool);
-                    self.kick_evictor();
+                    self.evict_cv.notify_one();
                 }
                 buf
             }

@@ -15,10 +15,15 @@
 //! [`crate::runtime::Ctx`]), and errno is preserved. A SIGBUS at an address
 //! no runtime owns goes to the handler installed before ours, or kills the
 //! process as it would have.
+//!
+//! A program that sets its own SIGBUS disposition later would replace ours;
+//! an LD_PRELOAD shim can interpose `sigaction` and `signal` and pass SIGBUS
+//! requests to [`intercept_sigbus`], which records them as the disposition
+//! ours passes foreign faults to, and leaves ours in place.
 
 use std::ptr::null_mut;
-use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 use crate::RuntimeError;
 use crate::runtime::{Shared, SignalOutcome};
@@ -29,9 +34,70 @@ const SLOTS: usize = 8;
 static RUNTIMES: [AtomicPtr<Shared>; SLOTS] = [const { AtomicPtr::new(null_mut()) }; SLOTS];
 /// Handlers running now; a runtime leaving waits for them.
 static IN_HANDLER: AtomicUsize = AtomicUsize::new(0);
-/// The SIGBUS disposition before ours, for faults that are not ours.
-static PREVIOUS: OnceLock<libc::sigaction> = OnceLock::new();
+/// Our handler is the process's SIGBUS handler.
+static INSTALLED: AtomicBool = AtomicBool::new(false);
+/// The disposition a foreign SIGBUS goes to: the one before ours, or the
+/// program's since (handler and flags; atomics, read in the handler).
+static PREVIOUS_HANDLER: AtomicUsize = AtomicUsize::new(libc::SIG_DFL);
+static PREVIOUS_FLAGS: AtomicI32 = AtomicI32::new(0);
 static INSTALL: Mutex<()> = Mutex::new(());
+
+/// The C library's own `sigaction`, past any interposer (an LD_PRELOAD shim
+/// defining `sigaction` would otherwise see, and keep, our own calls).
+///
+/// # Safety
+/// As sigaction(2).
+pub unsafe fn real_sigaction(
+    sig: libc::c_int,
+    act: *const libc::sigaction,
+    old: *mut libc::sigaction,
+) -> libc::c_int {
+    #[cfg(target_env = "gnu")]
+    {
+        unsafe extern "C" {
+            fn __sigaction(
+                sig: libc::c_int,
+                act: *const libc::sigaction,
+                old: *mut libc::sigaction,
+            ) -> libc::c_int;
+        }
+        // SAFETY: glibc's exported alias of sigaction, same contract.
+        unsafe { __sigaction(sig, act, old) }
+    }
+    #[cfg(not(target_env = "gnu"))]
+    // SAFETY: the caller's arguments.
+    unsafe {
+        libc::sigaction(sig, act, old)
+    }
+}
+
+/// For a shim interposing `sigaction`: while our handler is installed, a
+/// program's SIGBUS request is recorded as the disposition foreign faults
+/// go to, instead of replacing ours, and `old` (if not null) gets the one
+/// recorded before (with an empty mask). False when our handler is not
+/// installed: the caller passes the request on.
+///
+/// # Safety
+/// `act` and `old` are null or valid, as for sigaction(2).
+pub unsafe fn intercept_sigbus(act: *const libc::sigaction, old: *mut libc::sigaction) -> bool {
+    if !INSTALLED.load(Ordering::SeqCst) {
+        return false;
+    }
+    // SAFETY: per the contract; a zeroed sigaction is valid.
+    unsafe {
+        if !old.is_null() {
+            let mut was: libc::sigaction = std::mem::zeroed();
+            was.sa_sigaction = PREVIOUS_HANDLER.load(Ordering::SeqCst);
+            was.sa_flags = PREVIOUS_FLAGS.load(Ordering::SeqCst);
+            *old = was;
+        }
+        if let Some(act) = act.as_ref() {
+            PREVIOUS_FLAGS.store(act.sa_flags, Ordering::SeqCst);
+            PREVIOUS_HANDLER.store(act.sa_sigaction, Ordering::SeqCst);
+        }
+    }
+    true
+}
 
 /// A runtime's place in the handler; dropping it waits until no handler
 /// can still be using the runtime.
@@ -71,7 +137,7 @@ impl Drop for Registration {
 
 fn install() -> Result<(), RuntimeError> {
     let _once = INSTALL.lock().unwrap_or_else(|e| e.into_inner());
-    if PREVIOUS.get().is_some() {
+    if INSTALLED.load(Ordering::SeqCst) {
         return Ok(());
     }
     // SAFETY: zeroed sigaction structs are valid (empty mask, no flags);
@@ -84,10 +150,12 @@ fn install() -> Result<(), RuntimeError> {
         ours.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
         libc::sigemptyset(&mut ours.sa_mask);
         let mut previous: libc::sigaction = std::mem::zeroed();
-        if libc::sigaction(libc::SIGBUS, &ours, &mut previous) != 0 {
+        if real_sigaction(libc::SIGBUS, &ours, &mut previous) != 0 {
             return Err(RuntimeError::Uffd(std::io::Error::last_os_error()));
         }
-        let _ = PREVIOUS.set(previous);
+        PREVIOUS_FLAGS.store(previous.sa_flags, Ordering::SeqCst);
+        PREVIOUS_HANDLER.store(previous.sa_sigaction, Ordering::SeqCst);
+        INSTALLED.store(true, Ordering::SeqCst);
     }
     Ok(())
 }
@@ -138,9 +206,10 @@ extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut 
 
 /// A SIGBUS that is not a far page: what would have happened without us.
 fn pass_on(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
-    let previous = PREVIOUS.get().map(|p| (p.sa_sigaction, p.sa_flags));
-    match previous {
-        Some((handler, flags)) if handler != libc::SIG_DFL && handler != libc::SIG_IGN => {
+    let handler = PREVIOUS_HANDLER.load(Ordering::SeqCst);
+    let flags = PREVIOUS_FLAGS.load(Ordering::SeqCst);
+    match handler {
+        handler if handler != libc::SIG_DFL && handler != libc::SIG_IGN => {
             // SAFETY: the previous disposition was a handler of the kind
             // its flags say; we call it as the kernel would have.
             unsafe {
@@ -161,7 +230,8 @@ fn pass_on(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void)
             unsafe {
                 let mut default: libc::sigaction = std::mem::zeroed();
                 default.sa_sigaction = libc::SIG_DFL;
-                libc::sigaction(libc::SIGBUS, &default, null_mut());
+                INSTALLED.store(false, Ordering::SeqCst);
+                real_sigaction(libc::SIGBUS, &default, null_mut());
             }
         }
     }

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use farmem_runtime::{Config, DirtyMode, MemStore, PAGE, RemoteStore, Runtime};
+use farmem_runtime::{Config, DirtyMode, FaultPath, MemStore, PAGE, RemoteStore, Runtime};
 
 mod common;
 use common::skip;
@@ -371,4 +371,47 @@ fn a_large_zeroed_region_takes_remote_memory_only_for_what_it_writes_back() {
     let s = rt.stats();
     assert!(s.pages_fetched > 0 && s.pages_evicted_dirty > 0, "{s:?}");
     assert_eq!(s.fetch_errors + s.writeback_errors, 0, "{s:?}");
+}
+
+/// The kernel's own access to a far page that is not local (here a read(2)
+/// into a page never touched): the thread path makes it wait for the page
+/// like any fault; the signal path cannot (the kernel raises no signal for
+/// its own accesses), so the call fails with EFAULT, as documented.
+#[test]
+fn system_calls_on_far_pages_wait_on_the_thread_path_and_fail_on_the_signal_path() {
+    if skip() {
+        return;
+    }
+    for path in [FaultPath::Thread, FaultPath::Signal] {
+        let store = Arc::new(MemStore::new(1 << 30));
+        let cfg = Config {
+            fault_path: path,
+            ..cfg(64, DirtyMode::Line)
+        };
+        let rt = Runtime::new(cfg, store.clone(), store.clone()).unwrap();
+        let r = rt.region(16 * PAGE).unwrap();
+        let (rd, mut wr) = std::io::pipe().unwrap();
+        std::io::Write::write_all(&mut wr, b"into far memory").unwrap();
+        let at = 3 * PAGE as usize;
+        // SAFETY: 15 bytes inside the region, read from our own pipe.
+        let got = unsafe {
+            libc::read(
+                std::os::fd::AsRawFd::as_raw_fd(&rd),
+                r.as_ptr().add(at).cast(),
+                15,
+            )
+        };
+        let err = std::io::Error::last_os_error();
+        match path {
+            FaultPath::Thread => {
+                assert_eq!(got, 15, "{err}");
+                let mut b = [0u8; 15];
+                r.read_at(at, &mut b).unwrap();
+                assert_eq!(&b, b"into far memory");
+            }
+            FaultPath::Signal => {
+                assert_eq!((got, err.raw_os_error()), (-1, Some(libc::EFAULT)));
+            }
+        }
+    }
 }

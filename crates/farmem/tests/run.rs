@@ -587,6 +587,93 @@ int main(void) {
     );
 }
 
+/// A program with a SIGBUS handler of its own: far-memory faults are still
+/// served by the runtime's handler (fault path `signal`), and a genuine
+/// SIGBUS (a file mapping touched past the end of its file) still reaches
+/// the program's handler.
+#[test]
+fn a_programs_own_sigbus_handler_keeps_its_sigbuses_and_far_faults_still_work() {
+    if let Some(why) = unavailable() {
+        eprintln!("skipping: {why}");
+        return;
+    }
+    let src = std::env::temp_dir().join(format!("own-sigbus-{}.c", std::process::id()));
+    let bin = src.with_extension("");
+    std::fs::write(
+        &src,
+        r#"
+#include <setjmp.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <unistd.h>
+static sigjmp_buf env;
+static volatile int caught;
+static void on_bus(int sig, siginfo_t *si, void *ctx) {
+    (void)sig; (void)si; (void)ctx;
+    caught++;
+    siglongjmp(env, 1);
+}
+int main(void) {
+    struct sigaction sa = {0};
+    sa.sa_sigaction = on_bus;
+    sa.sa_flags = SA_SIGINFO;
+    sigemptyset(&sa.sa_mask);
+    if (sigaction(SIGBUS, &sa, 0) != 0) return 2;
+    size_t n = 64 << 20;
+    unsigned char *p = malloc(n);
+    for (size_t i = 0; i < n; i += 4096) p[i] = (i / 4096) % 251;
+    char path[] = "/tmp/farmem-sigbus-XXXXXX";
+    int fd = mkstemp(path);
+    unlink(path);
+    volatile char *m = mmap(0, 4096, PROT_READ, MAP_SHARED, fd, 0);
+    if (sigsetjmp(env, 1) == 0) {
+        (void)m[0];
+        puts("no sigbus");
+    }
+    unsigned long s = 0;
+    for (size_t i = 0; i < n; i += 4096) s += p[i];
+    printf("caught %d sum %lu\n", caught, s);
+    return 0;
+}
+"#,
+    )
+    .unwrap();
+    let built = Command::new("cc")
+        .arg("-O1")
+        .arg("-o")
+        .arg(&bin)
+        .arg(&src)
+        .status();
+    let _ = std::fs::remove_file(&src);
+    if !built.is_ok_and(|s| s.success()) {
+        eprintln!("skipping: no C compiler (cc)");
+        return;
+    }
+    let local = Command::new(&bin).output().unwrap();
+    let local_out = String::from_utf8_lossy(&local.stdout).into_owned();
+    assert!(local_out.starts_with("caught 1 sum "), "{local_out}");
+    // 64 MiB against 16 MiB local: pages are evicted and faulted back in.
+    let far = Command::new(farmem())
+        .args([
+            "run",
+            "--fault-path",
+            "signal",
+            "--local-mem",
+            "16MiB",
+            "--",
+        ])
+        .arg(&bin)
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_file(&bin);
+    let stderr = String::from_utf8_lossy(&far.stderr);
+    assert_eq!(far.status.code(), Some(0), "{stderr}");
+    assert_eq!(String::from_utf8_lossy(&far.stdout), local_out, "{stderr}");
+    assert!(stderr.contains("evicted"), "{stderr}");
+}
+
 /// Each process reserves an 8 GiB far heap, more than the one memory node
 /// holds for two of them; remote memory is only taken for what a process
 /// writes back, so four at once fit and each keeps its own data.

@@ -53,9 +53,11 @@ pub struct Args {
     /// Who serves a page fault: `thread` (runtime threads read the
     /// userfaultfd while the program's thread sleeps) or `signal` (the
     /// program's own thread, in a SIGBUS handler: no thread wakeups per
-    /// fault; 2x faster on a fault-bound program). Default `thread`: a
-    /// program that installs a SIGBUS handler of its own (JVMs do) would
-    /// replace ours, and its far-memory faults would reach it instead.
+    /// fault; 2x faster on a fault-bound program; a SIGBUS handler the
+    /// program sets still gets every SIGBUS that is not a far fault). With
+    /// `signal`, a system call reading or writing a far page that is not
+    /// local fails with EFAULT (the kernel raises no signal for its own
+    /// accesses): only for programs that do no I/O on their large buffers.
     #[arg(long, default_value = "thread")]
     fault_path: farmem_runtime::FaultPath,
     /// Smallest allocation placed in far memory.
