@@ -517,16 +517,34 @@ fn demo_ranks_agree_between_local_and_far_memory() {
     assert!(far["far_bytes_peak"].as_u64().unwrap() >= 40 << 20, "{v}");
 }
 
-#[test]
-fn a_forked_child_touching_far_memory_fails_loudly_and_the_parent_goes_on() {
+/// Compiles `source` as a C program named after `name`; None (with the
+/// reason printed) when userfaultfd or a C compiler is missing here.
+fn c_program_or_skip(name: &str, source: &str) -> Option<PathBuf> {
     if let Some(why) = unavailable() {
         eprintln!("skipping: {why}");
-        return;
+        return None;
     }
-    let src = std::env::temp_dir().join(format!("fork-touch-{}.c", std::process::id()));
+    let src = std::env::temp_dir().join(format!("{name}-{}.c", std::process::id()));
     let bin = src.with_extension("");
-    std::fs::write(
-        &src,
+    std::fs::write(&src, source).unwrap();
+    let built = Command::new("cc")
+        .arg("-O1")
+        .arg("-o")
+        .arg(&bin)
+        .arg(&src)
+        .status();
+    let _ = std::fs::remove_file(&src);
+    if !built.is_ok_and(|s| s.success()) {
+        eprintln!("skipping: no C compiler (cc)");
+        return None;
+    }
+    Some(bin)
+}
+
+#[test]
+fn a_forked_child_touching_far_memory_fails_loudly_and_the_parent_goes_on() {
+    let Some(bin) = c_program_or_skip(
+        "fork-touch",
         r#"
 #include <stdio.h>
 #include <stdlib.h>
@@ -553,19 +571,9 @@ int main(void) {
     return 0;
 }
 "#,
-    )
-    .unwrap();
-    let built = Command::new("cc")
-        .arg("-O1")
-        .arg("-o")
-        .arg(&bin)
-        .arg(&src)
-        .status();
-    let _ = std::fs::remove_file(&src);
-    if !built.is_ok_and(|s| s.success()) {
-        eprintln!("skipping: no C compiler (cc)");
+    ) else {
         return;
-    }
+    };
     let local = Command::new(&bin).output().unwrap();
     assert_eq!(
         String::from_utf8_lossy(&local.stdout),
@@ -593,14 +601,8 @@ int main(void) {
 /// the program's handler.
 #[test]
 fn a_programs_own_sigbus_handler_keeps_its_sigbuses_and_far_faults_still_work() {
-    if let Some(why) = unavailable() {
-        eprintln!("skipping: {why}");
-        return;
-    }
-    let src = std::env::temp_dir().join(format!("own-sigbus-{}.c", std::process::id()));
-    let bin = src.with_extension("");
-    std::fs::write(
-        &src,
+    let Some(bin) = c_program_or_skip(
+        "own-sigbus",
         r#"
 #include <setjmp.h>
 #include <signal.h>
@@ -638,19 +640,9 @@ int main(void) {
     return 0;
 }
 "#,
-    )
-    .unwrap();
-    let built = Command::new("cc")
-        .arg("-O1")
-        .arg("-o")
-        .arg(&bin)
-        .arg(&src)
-        .status();
-    let _ = std::fs::remove_file(&src);
-    if !built.is_ok_and(|s| s.success()) {
-        eprintln!("skipping: no C compiler (cc)");
+    ) else {
         return;
-    }
+    };
     let local = Command::new(&bin).output().unwrap();
     let local_out = String::from_utf8_lossy(&local.stdout).into_owned();
     assert!(local_out.starts_with("caught 1 sum "), "{local_out}");
