@@ -214,6 +214,19 @@ pub(crate) enum PolicyUpdate {
     Touch(BlockId, u64),
 }
 
+impl PolicyUpdate {
+    /// Applies it; returns a victim a full policy pushed out.
+    fn apply(self, policy: &mut dyn ReplacementPolicy) -> Option<BlockId> {
+        match self {
+            PolicyUpdate::Insert(block, now) => policy.insert(block, now),
+            PolicyUpdate::Touch(block, now) => {
+                policy.touch(block, now);
+                None
+            }
+        }
+    }
+}
+
 /// Snapshot buffers kept ready while the evictor is idle (4 MiB).
 const POOL_LOW: u64 = 1024;
 
@@ -280,16 +293,8 @@ impl Shared {
         let mut policy = self.policy.lock();
         if let Some((_, rx)) = &self.policy_updates {
             while let Ok(u) = rx.try_recv() {
-                let victim = match u {
-                    PolicyUpdate::Insert(block, now) => policy.insert(block, now),
-                    PolicyUpdate::Touch(block, now) => {
-                        policy.touch(block, now);
-                        None
-                    }
-                };
-                if let Some(v) = victim {
-                    self.forced.lock().push(v);
-                    self.kick_evictor();
+                if let Some(v) = u.apply(policy.as_mut()) {
+                    self.force_out(v);
                 }
             }
         }
@@ -312,17 +317,14 @@ impl Shared {
                 }
                 None
             }
-            _ => {
-                let mut policy = self.lock_policy();
-                match u {
-                    PolicyUpdate::Insert(block, now) => policy.insert(block, now),
-                    PolicyUpdate::Touch(block, now) => {
-                        policy.touch(block, now);
-                        None
-                    }
-                }
-            }
+            _ => u.apply(self.lock_policy().as_mut()),
         }
+    }
+
+    /// Queues a victim a full policy pushed out, for the evictor to take first.
+    fn force_out(&self, v: BlockId) {
+        self.forced.lock().push(v);
+        self.kick_evictor();
     }
 
     /// Safe in a signal handler: the flag's lock is held only briefly by
@@ -468,38 +470,43 @@ impl Shared {
 
     /// A first write to a clean page: keeps its current (= stored) contents
     /// as the diff base (line mode), marks it dirty and lets the write
-    /// through. Without a snapshot buffer (a signal handler finding the
-    /// pool empty) the page has no diff base and is written back whole.
+    /// through.
     fn first_write(&self, r: &RegionInner, m: &mut PageMeta, page: u64, ctx: Ctx) {
-        if self.cfg.dirty == DirtyMode::Line && !(m.stored || r.all_stored) {
-            m.zero_base = true;
-        } else if self.cfg.dirty == DirtyMode::Line {
-            match self.snapshot_buf(ctx) {
-                Some(mut snap) => {
-                    // SAFETY: the page is mapped and write-protected, so
-                    // nothing writes it while we copy.
-                    unsafe {
-                        std::ptr::copy_nonoverlapping(
-                            page as *const u8,
-                            snap.0.as_mut_ptr(),
-                            PAGE as usize,
-                        )
-                    };
-                    m.snapshot = Some(snap);
-                    self.m.snapshots.inc();
-                }
-                None => self.m.snapshots_missed.inc(),
-            }
-        }
+        // SAFETY: the page is mapped and write-protected, so nothing
+        // writes it while it is read.
+        let current = unsafe { std::slice::from_raw_parts(page as *const u8, PAGE as usize) };
+        self.keep_diff_base(m, !(m.stored || r.all_stored), current, ctx);
         m.state = State::Dirty;
         if let Some(v) = self.update_policy(PolicyUpdate::Touch(page / PAGE, self.now()), ctx) {
-            self.forced.lock().push(v);
-            self.kick_evictor();
+            self.force_out(v);
         }
         if let Err(e) = self.uffd.writeprotect(page, PAGE, false)
             && ctx == Ctx::Thread
         {
             self.report(format!("lifting protection of {page:#x}: {e}"));
+        }
+    }
+
+    /// Line mode, a page about to be written: records what the store holds
+    /// for it, the base its dirty lines are diffed against. Zeros need no
+    /// copy (`zero_base`); else `current` is copied into a snapshot buffer.
+    /// Without one (a signal handler finding the pool empty) the page has
+    /// no diff base and is written back whole.
+    fn keep_diff_base(&self, m: &mut PageMeta, store_zero: bool, current: &[u8], ctx: Ctx) {
+        if self.cfg.dirty != DirtyMode::Line {
+            return;
+        }
+        if store_zero {
+            m.zero_base = true;
+            return;
+        }
+        match self.snapshot_buf(ctx) {
+            Some(mut snap) => {
+                snap.0.copy_from_slice(current);
+                m.snapshot = Some(snap);
+                self.m.snapshots.inc();
+            }
+            None => self.m.snapshots_missed.inc(),
         }
     }
 
@@ -590,19 +597,8 @@ impl Shared {
         }
         if job.write {
             m.state = State::Dirty;
-            if self.cfg.dirty == DirtyMode::Line && job.zero {
-                m.zero_base = true;
-            } else if self.cfg.dirty == DirtyMode::Line {
-                // The fetched bytes are the diff base.
-                match self.snapshot_buf(ctx) {
-                    Some(mut snap) => {
-                        snap.0.copy_from_slice(&buf.0);
-                        m.snapshot = Some(snap);
-                        self.m.snapshots.inc();
-                    }
-                    None => self.m.snapshots_missed.inc(),
-                }
-            }
+            // The fetched bytes are the diff base.
+            self.keep_diff_base(&mut m, job.zero, &buf.0, ctx);
         } else {
             m.state = State::Clean;
         }
@@ -616,8 +612,7 @@ impl Shared {
             let _ = self.uffd.wake(page, PAGE);
         }
         if let Some(v) = victim {
-            self.forced.lock().push(v);
-            self.kick_evictor();
+            self.force_out(v);
         }
         match ctx {
             Ctx::Thread => self.m.fault_latency.record(job.t0.elapsed()),
