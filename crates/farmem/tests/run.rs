@@ -43,29 +43,40 @@ fn unavailable() -> Option<String> {
 /// The compiled alloc test, or None (reason printed) where these tests
 /// cannot run.
 fn alloc_test_or_skip() -> Option<PathBuf> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../farmem-preload/tests/c/alloc_test.c");
+    compiled_or_skip("alloc-test", &src)
+}
+
+/// Compiles `source` as a C program named after `name`; None (reason
+/// printed) where these tests cannot run.
+fn c_program_or_skip(name: &str, source: &str) -> Option<PathBuf> {
+    let src = std::env::temp_dir().join(format!("{name}-{}.c", std::process::id()));
+    std::fs::write(&src, source).unwrap();
+    let bin = compiled_or_skip(name, &src);
+    let _ = std::fs::remove_file(&src);
+    bin
+}
+
+/// Compiles the C file `src` into a fresh binary; None (reason printed)
+/// without userfaultfd or a C compiler.
+fn compiled_or_skip(name: &str, src: &Path) -> Option<PathBuf> {
     if let Some(why) = unavailable() {
         eprintln!("skipping: {why}");
         return None;
     }
-    let bin = alloc_test_binary();
-    if bin.is_none() {
-        eprintln!("skipping: no C compiler (cc)");
-    }
-    bin
-}
-
-/// Compiles tests/c/alloc_test.c of farmem-preload; None without a C compiler.
-fn alloc_test_binary() -> Option<PathBuf> {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../farmem-preload/tests/c/alloc_test.c");
+    // Tests run in parallel and may compile the same program.
     static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let out = std::env::temp_dir().join(format!("alloc-test-{}-{n}", std::process::id()));
-    let status = Command::new("cc")
+    let out = std::env::temp_dir().join(format!("{name}-{}-{n}", std::process::id()));
+    let Ok(status) = Command::new("cc")
         .args(["-O2", "-Wall", "-pthread", "-o"])
         .arg(&out)
-        .arg(&src)
+        .arg(src)
         .status()
-        .ok()?;
+    else {
+        eprintln!("skipping: no C compiler (cc)");
+        return None;
+    };
     assert!(status.success(), "cc failed on {}", src.display());
     Some(out)
 }
@@ -515,30 +526,6 @@ fn demo_ranks_agree_between_local_and_far_memory() {
     );
     assert!(far["faults_missing"].as_u64().unwrap() > 10_000, "{v}");
     assert!(far["far_bytes_peak"].as_u64().unwrap() >= 40 << 20, "{v}");
-}
-
-/// Compiles `source` as a C program named after `name`; None (with the
-/// reason printed) when userfaultfd or a C compiler is missing here.
-fn c_program_or_skip(name: &str, source: &str) -> Option<PathBuf> {
-    if let Some(why) = unavailable() {
-        eprintln!("skipping: {why}");
-        return None;
-    }
-    let src = std::env::temp_dir().join(format!("{name}-{}.c", std::process::id()));
-    let bin = src.with_extension("");
-    std::fs::write(&src, source).unwrap();
-    let built = Command::new("cc")
-        .arg("-O1")
-        .arg("-o")
-        .arg(&bin)
-        .arg(&src)
-        .status();
-    let _ = std::fs::remove_file(&src);
-    if !built.is_ok_and(|s| s.success()) {
-        eprintln!("skipping: no C compiler (cc)");
-        return None;
-    }
-    Some(bin)
 }
 
 #[test]
