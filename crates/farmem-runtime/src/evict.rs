@@ -69,10 +69,14 @@ fn claim(sh: &Shared, r: &Arc<RegionInner>, idx: usize, keep: bool) -> Option<(V
         State::Dirty => match r.remote_or_back(idx, &sh.rm) {
             Ok(remote) => remote,
             Err(e) => {
+                sh.m.writeback_kept.inc();
                 let page = r.page_addr(idx);
-                sh.report(format!(
-                    "backing page {page:#x} with remote memory: {e}; kept resident"
-                ));
+                if !sh.store_refusing.load(Ordering::SeqCst) {
+                    sh.report(format!(
+                        "backing page {page:#x} with remote memory: {e}; kept resident, \
+                         and the local limit is soft until the store takes write-backs again"
+                    ));
+                }
                 // The evictor popped it: back into the order, to be tried again.
                 let mut policy = sh.lock_policy();
                 if !policy.contains(page / PAGE)
@@ -429,11 +433,15 @@ pub(crate) fn evictor(sh: Arc<Shared>, ship_tx: Sender<Segment>, free_rx: Receiv
                 }
             }
             if sh.m.writeback_kept.get() != kept_before {
-                // The store is refusing: pages went back to Dirty. Back off
-                // instead of cycling the same pages through failing writes.
+                // The store is refusing: pages went back to Dirty. Let the
+                // program past the limit (waiting would hang it), and back
+                // off instead of cycling the same pages through failing writes.
+                sh.store_refusing.store(true, Ordering::SeqCst);
+                sh.space_cv.notify_all();
                 std::thread::sleep(Duration::from_millis(10));
                 break;
             }
+            sh.store_refusing.store(false, Ordering::SeqCst);
         }
     }
     if let Some(s) = seg.filter(|s| !s.pages.is_empty())

@@ -192,6 +192,11 @@ pub(crate) struct Shared {
     pub evict_kick: Mutex<bool>,
     pub evict_cv: Condvar,
     pub shutdown: AtomicBool,
+    /// The store refuses the evictor's write-backs (writes fail for good,
+    /// or it has no memory left to back a page): the limit turns soft, so
+    /// the program runs on in local memory instead of waiting forever for
+    /// room the evictor cannot make. Cleared by a round that keeps nothing.
+    pub store_refusing: AtomicBool,
     pub m: Metrics,
     pub epoch: Instant,
     pub last_error: Mutex<Option<String>>,
@@ -369,7 +374,8 @@ impl Shared {
     fn try_reserve(&self) -> bool {
         loop {
             let cur = self.resident.load(Ordering::SeqCst);
-            if cur >= self.limit {
+            let over = cur >= self.limit;
+            if over && !self.store_refusing.load(Ordering::SeqCst) {
                 self.kick_evictor();
                 return false;
             }
@@ -378,6 +384,9 @@ impl Shared {
                 .compare_exchange(cur, cur + 1, Ordering::SeqCst, Ordering::SeqCst)
                 .is_ok()
             {
+                if over {
+                    self.m.limit_overruns.inc();
+                }
                 if cur + 1 > self.high {
                     self.kick_evictor();
                 }
@@ -881,6 +890,7 @@ impl Runtime {
             evict_kick: Mutex::new(false),
             evict_cv: Condvar::new(),
             shutdown: AtomicBool::new(false),
+            store_refusing: AtomicBool::new(false),
             m: Metrics::default(),
             epoch: Instant::now(),
             last_error: Mutex::new(None),

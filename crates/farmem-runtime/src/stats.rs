@@ -42,6 +42,8 @@ pub(crate) struct Metrics {
     pub writeback_errors: Counter,
     /// Dirty pages whose write-back failed for good and stayed resident.
     pub writeback_kept: Counter,
+    /// Pages cached beyond the limit while the store refused write-backs.
+    pub limit_overruns: Counter,
     pub filler_waits: Counter,
     /// Faults a signal handler passed to a filler thread (fault path
     /// `signal`: no idle page reader, a read failed).
@@ -103,6 +105,9 @@ pub struct Stats {
     pub fetch_errors: u64,
     pub writeback_errors: u64,
     pub writeback_kept: u64,
+    /// Pages cached beyond the limit while the store refused write-backs
+    /// (the limit is soft then: the program runs on instead of hanging).
+    pub limit_overruns: u64,
     pub filler_waits: u64,
     pub faults_handed_off: u64,
     pub snapshots_missed: u64,
@@ -135,6 +140,7 @@ impl Metrics {
             fetch_errors: self.fetch_errors.get(),
             writeback_errors: self.writeback_errors.get(),
             writeback_kept: self.writeback_kept.get(),
+            limit_overruns: self.limit_overruns.get(),
             filler_waits: self.filler_waits.get(),
             faults_handed_off: self.faults_handed_off.get(),
             snapshots_missed: self.snapshots_missed.get(),

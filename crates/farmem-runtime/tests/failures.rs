@@ -135,3 +135,70 @@ fn a_dropped_batch_during_eviction_is_retried() {
         assert_eq!(b, [p as u8 | 1; 64], "page {p}");
     }
 }
+
+/// Writes `pages` pages of `r` with distinct bytes, then checks every one
+/// reads back (from the cache, whatever the store did).
+fn write_and_check(r: &farmem_runtime::Region<'_>, pages: usize) {
+    for p in 0..pages {
+        r.write_at(p * PAGE as usize, &[p as u8 | 1; PAGE as usize])
+            .unwrap();
+    }
+    let mut page = vec![0u8; PAGE as usize];
+    for p in 0..pages {
+        r.read_at(p * PAGE as usize, &mut page).unwrap();
+        assert!(page.iter().all(|&b| b == p as u8 | 1), "page {p}");
+    }
+}
+
+#[test]
+fn a_full_store_makes_the_limit_soft_instead_of_hanging_the_program() {
+    if skip() {
+        return;
+    }
+    // Room for 32 pages; the program writes 256 with a 64-page cache. Lazy
+    // regions (as under `farmem run`) take remote memory only at write-back,
+    // so the store runs out while the program is running.
+    let store = Arc::new(MemStore::new(32 * PAGE));
+    let rt = Runtime::new(
+        Config {
+            slab_batch: 32 * PAGE,
+            zeroed_slabs: true,
+            ..cfg(64)
+        },
+        store.clone(),
+        store.clone(),
+    )
+    .unwrap();
+    let r = rt.region(256 * PAGE).unwrap();
+    write_and_check(&r, 256);
+    let s = rt.stats();
+    assert!(s.limit_overruns > 0 && s.writeback_kept > 0, "{s:?}");
+    assert!(
+        rt.last_error().is_some_and(|e| e.contains("exhausted")),
+        "{:?}",
+        rt.last_error()
+    );
+}
+
+#[test]
+fn refused_writes_past_the_limit_let_the_program_run_on_and_recover() {
+    if skip() {
+        return;
+    }
+    let store = Arc::new(MemStore::new(1 << 30));
+    let rt = Runtime::new(cfg(64), store.clone(), store.clone()).unwrap();
+    let pages = 256usize;
+    let r = rt.region(pages as u64 * PAGE).unwrap();
+    store.set_refuse_writes(true);
+    write_and_check(&r, pages);
+    let s = rt.stats();
+    assert!(s.limit_overruns > 0, "{s:?}");
+    assert_eq!(s.pages_evicted_dirty, 0, "{s:?}");
+    // The store takes writes again: everything lands, nothing lost.
+    store.set_refuse_writes(false);
+    r.sync().unwrap();
+    let extents = r.extents().unwrap();
+    drop(r);
+    drop(rt);
+    verify_fresh(&store, &extents, |p| p as u8 | 1);
+}

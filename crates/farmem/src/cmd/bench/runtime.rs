@@ -55,6 +55,8 @@ struct Backing {
     _rack: Option<LocalRack>,
 }
 
+/// `bytes`: remote memory the benchmark's runs take in all. Both stores are
+/// sparse, so the headroom (a runtime keeps a slab batch in reserve) is free.
 fn backing(args: &StoreArgs, bytes: u64, name: &str) -> anyhow::Result<Backing> {
     if args.in_process {
         let mem = Arc::new(MemStore::new(bytes * 2 + (1 << 30)));
@@ -116,7 +118,8 @@ pub struct KonaArgs {
 pub fn kona(args: KonaArgs) -> Outcome {
     anyhow::ensure!(args.threads >= 1, "--threads must be at least 1");
     let total = args.region.bytes() * args.threads as u64;
-    let b = backing(&args.store, total, "bench-kona")?;
+    // Three runs (line, page, Kona-VM), each on fresh remote memory.
+    let b = backing(&args.store, 3 * total, "bench-kona")?;
     let opts = KonaOpts {
         threads: args.threads,
         region_bytes: args.region.bytes(),
