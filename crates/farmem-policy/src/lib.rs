@@ -10,6 +10,7 @@ pub mod daemon;
 pub mod delay;
 pub mod list;
 pub mod promote;
+pub mod readahead;
 
 /// Nanoseconds, virtual (simulator) or monotonic (runtime).
 pub type Nanos = u64;

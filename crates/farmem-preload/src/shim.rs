@@ -420,6 +420,11 @@ fn init() -> Result<(), String> {
     if let Some(f) = getenv(c"FARMEM_FAULT_PATH") {
         cfg.fault_path = f.parse().map_err(|e| format!("FARMEM_FAULT_PATH: {e}"))?;
     }
+    if let Some(n) = getenv(c"FARMEM_FAULT_AROUND") {
+        cfg.fault_around.max_blocks = n
+            .parse()
+            .map_err(|e| format!("FARMEM_FAULT_AROUND `{n}`: {e}"))?;
+    }
     if let Some(p) = getenv(c"FARMEM_POLICY") {
         cfg.policy = p.parse().map_err(|e| format!("FARMEM_POLICY: {e}"))?;
     }

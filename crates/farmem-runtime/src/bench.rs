@@ -46,7 +46,7 @@ pub struct KonaReport {
     pub line: KonaRun,
     pub page: KonaRun,
     /// Page mode as Kona-VM runs it: a write to a missing page takes a
-    /// second (write-protect) fault to mark it dirty.
+    /// second (write-protect) fault to mark it dirty, and no fault-around.
     pub kona_vm: KonaRun,
     /// page seconds / line seconds.
     pub speedup: f64,
@@ -65,13 +65,17 @@ fn kona_run(
 ) -> Result<KonaRun, RuntimeError> {
     let total = opts.region_bytes * opts.threads as u64;
     let local = ((total as f64 * opts.local_fraction) as u64 / PAGE).max(64) * PAGE;
-    let cfg = Config {
+    let mut cfg = Config {
         local_bytes: local,
         dirty,
         slab_batch: total,
         writable_on_write_fault,
         ..opts.base.clone()
     };
+    if !writable_on_write_fault {
+        // Kona-VM as the paper runs it: two faults per page, none avoided.
+        cfg.fault_around.max_blocks = 0;
+    }
     let rt = Runtime::new(cfg, store.clone(), slabs.clone())?;
     let regions = (0..opts.threads)
         .map(|_| rt.region(opts.region_bytes))

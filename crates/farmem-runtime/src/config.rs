@@ -3,6 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use farmem_policy::cache::PolicyConfig;
+use farmem_policy::readahead::ReadaheadConfig;
 
 use crate::RuntimeError;
 
@@ -149,6 +150,11 @@ pub struct Config {
     /// 001 §5.1: "two page faults for caching a remote page"); the
     /// benchmark's faithful baseline.
     pub writable_on_write_fault: bool,
+    /// Fault-around of fresh memory: a fault on a never-written page in a
+    /// sequential stream also installs the never-written pages after it,
+    /// up to this window ([`farmem_policy::readahead`]; at most
+    /// [`crate::MAX_FAULT_AROUND`] pages; 0 or 1 turns it off).
+    pub fault_around: ReadaheadConfig,
 }
 
 impl Default for Config {
@@ -170,6 +176,7 @@ impl Default for Config {
             evict_batch: 64,
             store_attempts: 3,
             writable_on_write_fault: true,
+            fault_around: ReadaheadConfig::default(),
         }
     }
 }
@@ -209,6 +216,13 @@ impl Config {
         }
         if self.log_segments == 0 || self.evict_batch == 0 || self.store_attempts == 0 {
             return err("log_segments, evict_batch and store_attempts must be positive".into());
+        }
+        if self.fault_around.max_blocks > crate::MAX_FAULT_AROUND {
+            return err(format!(
+                "fault_around.max_blocks {} is above the most, {}",
+                self.fault_around.max_blocks,
+                crate::MAX_FAULT_AROUND
+            ));
         }
         if self.slab_batch == 0 {
             return err("slab_batch must be positive".into());

@@ -21,7 +21,8 @@ pub(crate) struct Victim {
     region: Arc<RegionInner>,
     idx: usize,
     page: u64,
-    remote: u64,
+    /// Where its lines go; None until backed (see [`claim`]).
+    remote: Option<u64>,
     snapshot: Option<Box<PageBuf>>,
     /// Without a snapshot: the store holds zeros, so diff against zero.
     zero_base: bool,
@@ -64,39 +65,14 @@ fn claim(sh: &Shared, r: &Arc<RegionInner>, idx: usize, keep: bool) -> Option<(V
     let mut m = r.pages.get(idx)?.lock();
     let was = m.state;
     let remote = match was {
-        // A lazy region takes remote memory here, off the fault path; if
-        // none can be had the page stays resident and dirty, reported.
-        State::Dirty => match r.remote_or_back(idx, &sh.rm) {
-            Ok(remote) => remote,
-            Err(e) => {
-                sh.m.writeback_kept.inc();
-                let page = r.page_addr(idx);
-                if !sh.store_refusing.load(Ordering::SeqCst) {
-                    sh.report(format!(
-                        "backing page {page:#x} with remote memory: {e}; kept resident, \
-                         and the local limit is soft until the store takes write-backs again"
-                    ));
-                }
-                // The evictor popped it: back into the order, to be tried again.
-                let mut policy = sh.lock_policy();
-                if !policy.contains(page / PAGE)
-                    && let Some(v) = policy.insert(page / PAGE, sh.now())
-                {
-                    sh.forced.lock().push(v);
-                }
-                return None;
-            }
-        },
+        // None: a lazy region's chunk not backed yet; `diff_into` backs it
+        // if the page has lines to ship.
+        State::Dirty => r.remote(idx),
         // A clean page is dropped, never written: it needs no address.
-        State::Clean if !keep => r.remote(idx).unwrap_or(0),
+        State::Clean if !keep => None,
         _ => return None,
     };
     m.state = State::Busy;
-    if was == State::Dirty {
-        // From the first write-back attempt on (even a failed, half-applied
-        // one) the store may hold this page's data.
-        m.stored = true;
-    }
     let page = r.page_addr(idx);
     // Remove here too: the block may have been re-inserted after the
     // evictor popped it (a sync completed in between).
@@ -230,7 +206,10 @@ fn revert(sh: &Shared, v: Victim, keep: bool) {
 /// Appends the page's dirty lines to the segment: those that differ from
 /// the snapshot (line mode), or all 64 (page mode: the same log carries
 /// whole pages, so the two modes differ only in tracking granularity).
-fn diff_into(sh: &Shared, mut v: Victim, seg: &mut Segment) {
+/// A page with lines to ship and no remote memory yet is backed here; if
+/// none can be had it goes back to Dirty (reverted), and the error is
+/// returned.
+fn diff_into(sh: &Shared, mut v: Victim, seg: &mut Segment) -> Result<(), RuntimeError> {
     let t = Instant::now();
     let whole = sh.cfg.dirty == DirtyMode::Page;
     // SAFETY: the page is mapped (Busy pages are unmapped only by their
@@ -246,16 +225,43 @@ fn diff_into(sh: &Shared, mut v: Victim, seg: &mut Segment) {
                 // No diff base: every line may be dirty.
                 None => true,
             };
-        if changed {
-            mask |= 1 << i;
+        mask |= (changed as u64) << i;
+    }
+    if mask != 0 {
+        let remote = match v.remote {
+            Some(r) => r,
+            None => match v.region.remote_or_back(v.idx, &sh.rm) {
+                Ok(r) => r,
+                Err(e) => {
+                    if !sh.store_refusing.load(Ordering::SeqCst) {
+                        sh.report(format!(
+                            "backing page {:#x} with remote memory: {e}; kept resident, \
+                             and the local limit is soft until the store takes write-backs again",
+                            v.page
+                        ));
+                    }
+                    let keep = seg.keep;
+                    revert(sh, v, keep);
+                    sh.m.st_diff.since(t);
+                    return Err(e);
+                }
+            },
+        };
+        // From the first write-back attempt on (even a failed, half-applied
+        // one) the store may hold this page's data. A page whose lines all
+        // still equal the zeros of a fresh slab (faulted around, never
+        // written) stays unstored: its next touch is filled locally.
+        v.region.pages[v.idx].lock().stored = true;
+        for i in (0..LINES_PER_PAGE).filter(|i| mask >> i & 1 == 1) {
             let mut line = [0u8; 64];
-            line.copy_from_slice(cur);
-            seg.lines.push((v.remote + (i * LINE) as u64, line));
+            line.copy_from_slice(&data[i * LINE..(i + 1) * LINE]);
+            seg.lines.push((remote + (i * LINE) as u64, line));
         }
     }
     v.shipped = mask;
     seg.pages.push(v);
     sh.m.st_diff.since(t);
+    Ok(())
 }
 
 fn send_once(sh: &Shared, seg: &Segment) -> Result<(), StoreError> {
@@ -497,7 +503,8 @@ fn evict_round(
             );
         }
         if let Some(s) = seg.as_mut() {
-            diff_into(sh, v, s);
+            // A page that cannot be backed is reverted and counted there.
+            let _ = diff_into(sh, v, s);
         }
     }
 }
@@ -524,7 +531,10 @@ pub(crate) fn sync_region(sh: &Shared, r: &Arc<RegionInner>) -> Result<(), Runti
         *failed += n - batch.len();
         let mut seg = Segment::new(sh.cfg.log_lines, true);
         for v in batch {
-            diff_into(sh, v, &mut seg);
+            if let Err(e) = diff_into(sh, v, &mut seg) {
+                *failed += 1;
+                *last = Some(StoreError::Other(e.to_string().into()));
+            }
         }
         if let Err((n, e)) = ship(sh, &mut seg) {
             *failed += n;
@@ -544,16 +554,7 @@ pub(crate) fn sync_region(sh: &Shared, r: &Arc<RegionInner>) -> Result<(), Runti
             }
             std::thread::sleep(Duration::from_micros(20));
         };
-        let Some(v) = v else {
-            // Dirty yet not claimed: no remote memory could back it.
-            if r.pages[idx].lock().state == State::Dirty {
-                failed += 1;
-                if let Err(e) = r.remote_or_back(idx, &sh.rm) {
-                    last = Some(StoreError::Other(e.to_string().into()));
-                }
-            }
-            continue;
-        };
+        let Some(v) = v else { continue };
         batch.push(v);
         if batch.len() == per_segment {
             write_batch(std::mem::take(&mut batch), &mut failed, &mut last);

@@ -13,6 +13,7 @@ use farmem_core::sync::lock_without_parking;
 
 use farmem_policy::BlockId;
 use farmem_policy::cache::ReplacementPolicy;
+use farmem_policy::readahead::Readahead;
 
 use crate::config::{Config, DirtyMode, FaultPath, WaitMode};
 use crate::evict::{self, Segment};
@@ -99,6 +100,9 @@ pub(crate) struct RegionInner {
     pub all_stored: bool,
     pub backing: Backing,
     pub dead: AtomicBool,
+    /// Where first touches of never-written pages run in order: how many
+    /// such pages a fault installs around itself ([`Shared::fault_around`]).
+    pub readahead: Mutex<Readahead>,
 }
 
 impl RegionInner {
@@ -197,6 +201,8 @@ pub(crate) struct Shared {
     /// the program runs on in local memory instead of waiting forever for
     /// room the evictor cannot make. Cleared by a round that keeps nothing.
     pub store_refusing: AtomicBool,
+    /// Zeros for fault-around to install from (None: fault-around is off).
+    pub zeros: Option<Zeros>,
     pub m: Metrics,
     pub epoch: Instant,
     pub last_error: Mutex<Option<String>>,
@@ -229,6 +235,50 @@ impl PolicyUpdate {
                 None
             }
         }
+    }
+}
+
+/// Most pages a fault installs around itself (a window beyond it is cut).
+pub const MAX_FAULT_AROUND: u32 = 64;
+
+/// A read-only anonymous mapping: reads see the kernel's shared zero page,
+/// so it is a source of zeros for UFFDIO_COPY that takes no memory.
+pub(crate) struct Zeros {
+    addr: u64,
+    len: u64,
+}
+
+impl Zeros {
+    fn map(len: u64) -> std::io::Result<Self> {
+        // SAFETY: a fresh anonymous mapping; nothing else refers to it.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len as usize,
+                libc::PROT_READ,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(Self {
+            addr: p as u64,
+            len,
+        })
+    }
+
+    fn as_ptr(&self) -> *const u8 {
+        self.addr as *const u8
+    }
+}
+
+impl Drop for Zeros {
+    fn drop(&mut self) {
+        // SAFETY: our own mapping, unmapped once.
+        unsafe { libc::munmap(self.addr as *mut libc::c_void, self.len as usize) };
     }
 }
 
@@ -570,9 +620,15 @@ impl Shared {
             return;
         }
         self.m.st_fetch.since(t);
+        let around = if job.zero {
+            self.reserve_around(r, job.idx, Ctx::Thread)
+        } else {
+            0
+        };
         if let Err(e) = self.install(&job, buf, Ctx::Thread) {
             self.report(format!("installing {page:#x}: {e}"));
         }
+        self.install_around(r, job.idx, around, Ctx::Thread);
     }
 
     /// Installs a page whose contents are in `buf` and makes it resident:
@@ -630,6 +686,98 @@ impl Shared {
             }
         }
         installed
+    }
+
+    /// Fault-around, step one: the first touch of never-written page `idx`
+    /// is being served; if the region's readahead sees a sequential stream,
+    /// takes the never-written absent pages after it that the window
+    /// covers (Fetching, with their cache slots), and returns how many.
+    /// Done before `idx` is installed, so the program, woken by that
+    /// install, finds its next pages taken and waits for them instead of
+    /// faulting them in one by one. A full cache or a page not absent ends
+    /// the window early.
+    fn reserve_around(&self, r: &RegionInner, idx: usize, ctx: Ctx) -> usize {
+        if self.zeros.is_none() {
+            return 0;
+        }
+        let mut readahead = ctx.lock(&r.readahead);
+        let window = readahead.on_miss(idx as u64);
+        let end = (idx + window.min(MAX_FAULT_AROUND) as usize).min(r.pages.len());
+        let mut n = 0;
+        for j in idx + 1..end {
+            let mut m = ctx.lock(&r.pages[j]);
+            if m.state != State::Absent || m.stored || r.all_stored || !self.try_reserve() {
+                break;
+            }
+            m.state = State::Fetching;
+            n += 1;
+        }
+        if idx + 1 + n < end {
+            readahead.cut(idx as u64, n as u32 + 1);
+        }
+        n
+    }
+
+    /// Fault-around, step two: installs the `n` pages after `idx` that
+    /// [`Shared::reserve_around`] took, with one UFFDIO_COPY from zeros, so
+    /// a program filling fresh memory in order takes a fault per window,
+    /// not per page. Line mode maps them writable: zeros are their diff
+    /// base, so no write needs a fault to be seen. Page mode maps them
+    /// write-protected: a first write must fault to mark a page dirty.
+    fn install_around(&self, r: &RegionInner, idx: usize, n: usize, ctx: Ctx) {
+        let Some(zeros) = self.zeros.as_ref().filter(|_| n > 0) else {
+            return;
+        };
+        let first = idx + 1;
+        let writable = self.cfg.dirty == DirtyMode::Line;
+        let t = Instant::now();
+        // SAFETY: `zeros` is a live read-only mapping of MAX_FAULT_AROUND
+        // pages, and n < MAX_FAULT_AROUND.
+        let (copied, result) = unsafe {
+            self.uffd.copy_run(
+                r.page_addr(first),
+                zeros.as_ptr(),
+                n as u64 * PAGE,
+                !writable,
+            )
+        };
+        self.m.st_install.since(t);
+        if let Err(e) = result
+            && ctx == Ctx::Thread
+        {
+            self.report(format!("faulting around {:#x}: {e}", r.page_addr(first)));
+        }
+        let installed = (copied / PAGE) as usize;
+        self.m.pages_zero_filled.add(installed as u64);
+        self.m.pages_faulted_around.add(installed as u64);
+        let now = self.now();
+        for j in first..first + n {
+            let mut m = ctx.lock(&r.pages[j]);
+            let victim = if j >= first + installed || r.dead.load(Ordering::SeqCst) {
+                m.state = State::Absent;
+                None
+            } else {
+                if writable {
+                    m.state = State::Dirty;
+                    self.keep_diff_base(&mut m, true, &[], ctx);
+                } else {
+                    m.state = State::Clean;
+                }
+                self.update_policy(PolicyUpdate::Insert(r.page_addr(j) / PAGE, now), ctx)
+            };
+            let absent = m.state == State::Absent;
+            let waiters = std::mem::take(&mut m.waiters);
+            drop(m);
+            if absent {
+                self.release_page();
+            }
+            if waiters {
+                let _ = self.uffd.wake(r.page_addr(j), PAGE);
+            }
+            if let Some(v) = victim {
+                self.force_out(v);
+            }
+        }
     }
 
     /// Serves a fault at `addr` in the faulting thread's SIGBUS handler
@@ -701,7 +849,15 @@ impl Shared {
         };
         if filled {
             self.m.st_fetch.since(t);
-            if self.install(&job, &buf, Ctx::Signal).is_ok() {
+            let around = if job.zero {
+                self.reserve_around(&job.region, job.idx, Ctx::Signal)
+            } else {
+                0
+            };
+            let installed = self.install(&job, &buf, Ctx::Signal).is_ok();
+            // Installed or not, the pages around are ours to finish.
+            self.install_around(&job.region, job.idx, around, Ctx::Signal);
+            if installed {
                 return SignalOutcome::Served;
             }
         }
@@ -891,6 +1047,11 @@ impl Runtime {
             evict_cv: Condvar::new(),
             shutdown: AtomicBool::new(false),
             store_refusing: AtomicBool::new(false),
+            zeros: if cfg.fault_around.max_blocks > 1 {
+                Some(Zeros::map(MAX_FAULT_AROUND as u64 * PAGE).map_err(RuntimeError::Mmap)?)
+            } else {
+                None
+            },
             m: Metrics::default(),
             epoch: Instant::now(),
             last_error: Mutex::new(None),
@@ -1026,6 +1187,7 @@ impl Runtime {
             all_stored: stored,
             backing,
             dead: AtomicBool::new(false),
+            readahead: Mutex::new(Readahead::new(self.sh.cfg.fault_around)),
         });
         self.sh
             .uffd

@@ -30,6 +30,7 @@ pub(crate) struct Metrics {
     pub faults_spurious: Counter,
     pub pages_fetched: Counter,
     pub pages_zero_filled: Counter,
+    pub pages_faulted_around: Counter,
     pub bytes_fetched: Counter,
     pub pages_evicted_clean: Counter,
     pub pages_evicted_dirty: Counter,
@@ -94,6 +95,9 @@ pub struct Stats {
     pub pages_fetched: u64,
     /// First touches of never-written pages served without the store.
     pub pages_zero_filled: u64,
+    /// Of those, pages installed around another page's fault (readahead of
+    /// fresh memory touched in order), so never faulted on themselves.
+    pub pages_faulted_around: u64,
     pub bytes_fetched: u64,
     pub pages_evicted_clean: u64,
     pub pages_evicted_dirty: u64,
@@ -129,6 +133,7 @@ impl Metrics {
             faults_spurious: self.faults_spurious.get(),
             pages_fetched: self.pages_fetched.get(),
             pages_zero_filled: self.pages_zero_filled.get(),
+            pages_faulted_around: self.pages_faulted_around.get(),
             bytes_fetched: self.bytes_fetched.get(),
             pages_evicted_clean: self.pages_evicted_clean.get(),
             pages_evicted_dirty: self.pages_evicted_dirty.get(),

@@ -264,6 +264,32 @@ impl Uffd {
         self.ioctl(UFFDIO_COPY, &mut c)
     }
 
+    /// [`Uffd::copy`] of several pages that reports how far it got: the
+    /// bytes installed (all of `len` when Ok; a prefix when Err).
+    ///
+    /// # Safety
+    /// `src` must be readable for `len` bytes.
+    pub unsafe fn copy_run(
+        &self,
+        dst: u64,
+        src: *const u8,
+        len: u64,
+        wp: bool,
+    ) -> (u64, io::Result<()>) {
+        let mut c = UffdioCopy {
+            dst,
+            src: src as u64,
+            len,
+            mode: if wp { UFFDIO_COPY_MODE_WP } else { 0 },
+            copy: 0,
+        };
+        match self.ioctl(UFFDIO_COPY, &mut c) {
+            Ok(()) => (len, Ok(())),
+            // `copy` holds the bytes copied, or a negated errno if none were.
+            Err(e) => (c.copy.clamp(0, len as i64) as u64, Err(e)),
+        }
+    }
+
     pub fn zeropage(&self, start: u64, len: u64) -> io::Result<()> {
         let mut z = UffdioZeropage {
             range: UffdioRange { start, len },

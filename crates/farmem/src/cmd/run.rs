@@ -60,6 +60,12 @@ pub struct Args {
     /// accesses): only for programs that do no I/O on their large buffers.
     #[arg(long, default_value = "thread")]
     fault_path: farmem_runtime::FaultPath,
+    /// Fault-around of fresh memory: the most pages a fault on a
+    /// never-written page installs when the program fills memory in order
+    /// (the window doubles from 1 as the stream goes on); 0 turns it off.
+    #[arg(long, default_value_t = farmem_policy::readahead::ReadaheadConfig::default().max_blocks,
+          value_parser = clap::value_parser!(u32).range(0..=farmem_runtime::MAX_FAULT_AROUND as i64))]
+    fault_around: u32,
     /// Smallest allocation placed in far memory.
     #[arg(long, default_value = "1MiB")]
     threshold: ByteSize,
@@ -124,6 +130,7 @@ pub fn run(args: Args) -> Outcome {
         .env("FARMEM_THRESHOLD", args.threshold.bytes().to_string())
         .env("FARMEM_DIRTY", &args.dirty)
         .env("FARMEM_FAULT_PATH", args.fault_path.to_string())
+        .env("FARMEM_FAULT_AROUND", args.fault_around.to_string())
         .env("FARMEM_STATS_JSON", &stats_tmp)
         .env("FARMEM_NAME", "farmem-run");
     match &args.policy {
@@ -210,6 +217,7 @@ pub fn run(args: Args) -> Outcome {
             "threshold": args.threshold.bytes(),
             "dirty": args.dirty,
             "fault_path": args.fault_path.to_string(),
+            "fault_around": args.fault_around,
             "controller": controller,
             "page_amplification": page_amplification(&total),
             "total": total,

@@ -6,9 +6,12 @@ use std::sync::Arc;
 use anyhow::Context;
 use farmem_core::{ByteSize, Ratio};
 use farmem_net::ClientConfig;
+use farmem_policy::readahead::ReadaheadConfig;
 use farmem_runtime::bench::{FaultOpts, KonaOpts};
 use farmem_runtime::remote::RackStore;
-use farmem_runtime::{Config, FaultPath, MemStore, RemoteStore, SlabSource, WaitMode};
+use farmem_runtime::{
+    Config, FaultPath, MAX_FAULT_AROUND, MemStore, RemoteStore, SlabSource, WaitMode,
+};
 use farmem_wire::Role;
 
 use crate::cmd::Outcome;
@@ -34,6 +37,12 @@ pub struct StoreArgs {
     /// or hybrid:MICROS.
     #[arg(long, default_value = "poll")]
     wait: WaitMode,
+    /// Fault-around of fresh memory: the most pages a fault on a
+    /// never-written page installs in a sequential stream (the window
+    /// doubles from 1 as the stream goes on); 0 turns it off.
+    #[arg(long, default_value_t = ReadaheadConfig::default().max_blocks,
+          value_parser = clap::value_parser!(u32).range(0..=MAX_FAULT_AROUND as i64))]
+    fault_around: u32,
 }
 
 impl StoreArgs {
@@ -42,6 +51,9 @@ impl StoreArgs {
         Config {
             wait: self.wait,
             fault_path: self.fault_path,
+            fault_around: ReadaheadConfig {
+                max_blocks: self.fault_around,
+            },
             ..Config::default()
         }
     }

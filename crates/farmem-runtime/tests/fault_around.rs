@@ -1,0 +1,180 @@
+//! Fault-around of fresh memory: exact fault counts on sequential and
+//! random first touches, in both dirty modes and on both fault paths, and
+//! the data landing on the store.
+
+use std::sync::Arc;
+
+use farmem_policy::readahead::ReadaheadConfig;
+use farmem_runtime::{Config, DirtyMode, FaultPath, MemStore, PAGE, Runtime, Stats};
+
+mod common;
+use common::skip;
+
+const PAGES: usize = 512;
+
+fn cfg(dirty: DirtyMode, path: FaultPath, max: u32) -> Config {
+    Config {
+        // Room for every page: no eviction ends a window early.
+        local_bytes: 2 * PAGES as u64 * PAGE,
+        zeroed_slabs: true,
+        slab_batch: 4 << 20,
+        dirty,
+        fault_path: path,
+        fault_around: ReadaheadConfig { max_blocks: max },
+        ..Config::default()
+    }
+}
+
+/// Writes one line in each page in `order`, checks every page, syncs, and
+/// checks a fresh runtime sees the same bytes through the store.
+fn run(c: Config, order: &[usize]) -> Stats {
+    let store = Arc::new(MemStore::new(1 << 30));
+    let rt = Runtime::new(c.clone(), store.clone(), store.clone()).unwrap();
+    let r = rt.region(PAGES as u64 * PAGE).unwrap();
+    let line = |p: usize| [(p % 251) as u8 + 1; 64];
+    let at = |p: usize| p * PAGE as usize + (p % 64) * 64;
+    for &p in order {
+        r.write_at(at(p), &line(p)).unwrap();
+    }
+    let stats = rt.stats();
+    let mut b = [0u8; 64];
+    for p in 0..PAGES {
+        r.read_at(at(p), &mut b).unwrap();
+        assert_eq!(b, line(p), "page {p}");
+    }
+    r.sync().unwrap();
+    let extents = r.extents().unwrap();
+    drop(r);
+    drop(rt);
+    let rt = Runtime::new(
+        Config {
+            zeroed_slabs: false,
+            ..c
+        },
+        store.clone(),
+        store,
+    )
+    .unwrap();
+    let r = rt.region_over(&extents).unwrap();
+    for p in 0..PAGES {
+        r.read_at(at(p), &mut b).unwrap();
+        assert_eq!(b, line(p), "page {p} on the store");
+    }
+    stats
+}
+
+/// Missing faults for `pages` touched in order with windows doubling from
+/// 1 to `max`: 1, 2, 4, …, max, max, … pages per fault.
+fn sequential_faults(pages: usize, max: usize) -> u64 {
+    let (mut done, mut window, mut faults) = (0, 1, 0);
+    while done < pages {
+        done += window;
+        faults += 1;
+        window = (window * 2).min(max);
+    }
+    faults
+}
+
+#[test]
+fn a_sequential_fill_takes_one_fault_per_window() {
+    if skip() {
+        return;
+    }
+    let order: Vec<usize> = (0..PAGES).collect();
+    let faults = sequential_faults(PAGES, 32);
+    assert_eq!(faults, 21);
+    for path in [FaultPath::Signal, FaultPath::Thread] {
+        // On the thread path the program runs on while its handler faults
+        // around, and may fault on a page still being installed and wait:
+        // fault counts are exact on the signal path only, where the
+        // faulting thread itself installs the window before it goes on.
+        let exact = path == FaultPath::Signal;
+        // Line mode: neighbours are mapped writable (zeros are their diff
+        // base), so their writes take no fault at all.
+        let s = run(cfg(DirtyMode::Line, path, 32), &order);
+        assert_eq!(s.pages_zero_filled, PAGES as u64, "{path}: {s:?}");
+        assert_eq!(
+            s.pages_faulted_around,
+            PAGES as u64 - faults,
+            "{path}: {s:?}"
+        );
+        assert_eq!(s.faults_wp, 0, "{path}: {s:?}");
+        if exact {
+            assert_eq!(s.faults_missing, faults, "{s:?}");
+        }
+        // Page mode: neighbours are write-protected, so each first write
+        // still faults to mark its page dirty.
+        let s = run(cfg(DirtyMode::Page, path, 32), &order);
+        assert_eq!(
+            s.pages_faulted_around,
+            PAGES as u64 - faults,
+            "{path}: {s:?}"
+        );
+        if exact {
+            assert_eq!(s.faults_missing, faults, "{s:?}");
+            assert_eq!(s.faults_wp, PAGES as u64 - faults, "{s:?}");
+        } else {
+            assert!(s.faults_wp >= PAGES as u64 - faults, "{s:?}");
+        }
+        // Off: a fault per page.
+        let s = run(cfg(DirtyMode::Line, path, 0), &order);
+        assert_eq!(s.pages_faulted_around, 0, "{path}: {s:?}");
+        assert_eq!(s.faults_missing, PAGES as u64, "{path}: {s:?}");
+    }
+}
+
+#[test]
+fn scattered_first_touches_get_no_fault_around() {
+    if skip() {
+        return;
+    }
+    // Every page once, never right after the page before it.
+    let order: Vec<usize> = (0..PAGES).map(|i| i * 97 % PAGES).collect();
+    for path in [FaultPath::Signal, FaultPath::Thread] {
+        let s = run(cfg(DirtyMode::Line, path, 32), &order);
+        assert_eq!(s.faults_missing, PAGES as u64, "{path}: {s:?}");
+        assert_eq!(s.pages_faulted_around, 0, "{path}: {s:?}");
+    }
+}
+
+#[test]
+fn pages_faulted_around_and_never_written_cost_the_store_nothing() {
+    if skip() {
+        return;
+    }
+    for path in [FaultPath::Signal, FaultPath::Thread] {
+        let store = Arc::new(MemStore::new(1 << 30));
+        let rt = Runtime::new(
+            Config {
+                // 64 pages of cache: most pages are evicted.
+                local_bytes: 64 * PAGE,
+                ..cfg(DirtyMode::Line, path, 32)
+            },
+            store.clone(),
+            store.clone(),
+        )
+        .unwrap();
+        let r = rt.region(8 << 20).unwrap();
+        // Pages 0..100 written in order: the last windows reach past 100.
+        for p in 0..100usize {
+            r.write_at(p * PAGE as usize, &[7; 8]).unwrap();
+        }
+        r.sync().unwrap();
+        let s = rt.stats();
+        assert!(s.pages_faulted_around > 0, "{path}: {s:?}");
+        // Exactly the 100 written pages' first lines reached the store.
+        assert_eq!(store.stats().lines_written, 100, "{path}: {s:?}");
+        // Past page 100 nothing was written: read back as zeros, locally
+        // (no fetch: the store was never given those pages).
+        let fetched = s.pages_fetched;
+        let mut b = [1u8; 8];
+        for p in 100..140usize {
+            r.read_at(p * PAGE as usize, &mut b).unwrap();
+            assert_eq!(b, [0; 8], "{path}: page {p}");
+        }
+        let s = rt.stats();
+        assert_eq!(s.pages_fetched, fetched, "{path}: {s:?}");
+        // Only the chunk holding pages 0..100 was backed (2 MiB chunks).
+        assert_eq!(r.backed_bytes(), 2 << 20, "{path}");
+    }
+}
