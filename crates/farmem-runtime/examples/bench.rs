@@ -45,6 +45,7 @@ fn main() {
             let mib: u64 = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(1024);
             let store = Arc::new(MemStore::new(16 << 30));
             let opts = KonaOpts {
+                rounds: 1,
                 threads,
                 region_bytes: mib << 20,
                 local_fraction: 0.5,

@@ -60,6 +60,7 @@ fn main() {
             let mib: u64 = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(256);
             let s = store();
             let opts = KonaOpts {
+                rounds: 1,
                 threads: 1,
                 region_bytes: mib << 20,
                 local_fraction: 0.5,

@@ -24,6 +24,10 @@ pub struct KonaOpts {
     pub region_bytes: u64,
     /// Local cache as a fraction of the total working set (0 < f <= 1).
     pub local_fraction: f64,
+    /// Times each mode runs; each reports its median run. The modes take
+    /// turns going first, so no mode always runs on a machine warmed (or
+    /// disturbed) by the same predecessor.
+    pub rounds: usize,
     /// Everything else (wait mode, fillers, policy) comes from here.
     pub base: Config,
 }
@@ -54,6 +58,25 @@ pub struct KonaReport {
     pub speedup_vs_kona_vm: f64,
     /// page bytes written back / line bytes written back.
     pub writeback_reduction: f64,
+    pub rounds: usize,
+    /// Every run's seconds, in round order: the spread behind the medians.
+    pub seconds_by_round: RoundSeconds,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct RoundSeconds {
+    pub line: Vec<f64>,
+    pub page: Vec<f64>,
+    pub kona_vm: Vec<f64>,
+}
+
+/// The run of median time, and every run's seconds in order.
+fn median_run(runs: Vec<KonaRun>) -> (KonaRun, Vec<f64>) {
+    let seconds = runs.iter().map(|r| r.seconds).collect();
+    let mut runs = runs;
+    runs.sort_by(|a, b| a.seconds.total_cmp(&b.seconds));
+    let mid = runs.len() / 2;
+    (runs.swap_remove(mid), seconds)
 }
 
 fn kona_run(
@@ -117,16 +140,36 @@ pub fn kona(
     slabs: Arc<dyn SlabSource>,
 ) -> Result<KonaReport, RuntimeError> {
     if opts.threads == 0
+        || opts.rounds == 0
         || opts.region_bytes < PAGE
         || !(opts.local_fraction > 0.0 && opts.local_fraction <= 1.0)
     {
         return Err(RuntimeError::Config(
-            "kona bench needs threads >= 1, region >= 1 page, 0 < local <= 100%".into(),
+            "kona bench needs threads >= 1, rounds >= 1, region >= 1 page, 0 < local <= 100%"
+                .into(),
         ));
     }
-    let line = kona_run(opts, DirtyMode::Line, true, &store, &slabs)?;
-    let page = kona_run(opts, DirtyMode::Page, true, &store, &slabs)?;
-    let kona_vm = kona_run(opts, DirtyMode::Page, false, &store, &slabs)?;
+    // (dirty mode, writable on a write fault): line, page, Kona-VM.
+    const MODES: [(DirtyMode, bool); 3] = [
+        (DirtyMode::Line, true),
+        (DirtyMode::Page, true),
+        (DirtyMode::Page, false),
+    ];
+    let mut runs: [Vec<KonaRun>; 3] = Default::default();
+    for round in 0..opts.rounds {
+        for k in 0..MODES.len() {
+            let m = (round + k) % MODES.len();
+            let (dirty, writable) = MODES[m];
+            runs[m].push(kona_run(opts, dirty, writable, &store, &slabs)?);
+        }
+    }
+    let [line, page, kona_vm] = runs.map(median_run);
+    let seconds_by_round = RoundSeconds {
+        line: line.1,
+        page: page.1,
+        kona_vm: kona_vm.1,
+    };
+    let (line, page, kona_vm) = (line.0, page.0, kona_vm.0);
     let total = opts.region_bytes * opts.threads as u64;
     Ok(KonaReport {
         threads: opts.threads,
@@ -139,6 +182,8 @@ pub fn kona(
         line,
         page,
         kona_vm,
+        rounds: opts.rounds,
+        seconds_by_round,
     })
 }
 

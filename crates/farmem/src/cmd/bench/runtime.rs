@@ -120,6 +120,10 @@ pub struct KonaArgs {
     /// needs no fetch and eviction (what the two modes differ in) dominates.
     #[arg(long)]
     prefilled: bool,
+    /// Runs of each mode; each reports its median (the modes take turns
+    /// going first). This VM's timings swing from run to run.
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
     #[command(flatten)]
     store: StoreArgs,
     /// Print one JSON object on stdout.
@@ -130,12 +134,15 @@ pub struct KonaArgs {
 pub fn kona(args: KonaArgs) -> Outcome {
     anyhow::ensure!(args.threads >= 1, "--threads must be at least 1");
     let total = args.region.bytes() * args.threads as u64;
-    // Three runs (line, page, Kona-VM), each on fresh remote memory.
-    let b = backing(&args.store, 3 * total, "bench-kona")?;
+    anyhow::ensure!(args.rounds >= 1, "--rounds must be at least 1");
+    // Three runs (line, page, Kona-VM) a round, each on fresh remote memory.
+    let runs = 3 * args.rounds as u64;
+    let b = backing(&args.store, runs * total, "bench-kona")?;
     let opts = KonaOpts {
         threads: args.threads,
         region_bytes: args.region.bytes(),
         local_fraction: args.local.get(),
+        rounds: args.rounds,
         base: Config {
             zeroed_slabs: !args.prefilled,
             ..args.store.config()
@@ -180,8 +187,15 @@ pub fn kona(args: KonaArgs) -> Outcome {
             );
         }
         println!(
-            "speedup (page s / line s) {:.2}×   vs kona-vm {:.2}×   write-back reduction {:.1}×",
-            report.speedup, report.speedup_vs_kona_vm, report.writeback_reduction
+            "speedup (page s / line s) {:.2}×   vs kona-vm {:.2}×   write-back reduction {:.1}×{}",
+            report.speedup,
+            report.speedup_vs_kona_vm,
+            report.writeback_reduction,
+            if report.rounds > 1 {
+                format!("   (median runs of {} rounds)", report.rounds)
+            } else {
+                String::new()
+            }
         );
     }
     Ok(std::process::ExitCode::SUCCESS)
