@@ -101,7 +101,7 @@ pub(crate) struct RegionInner {
     pub backing: Backing,
     pub dead: AtomicBool,
     /// Where first touches of never-written pages run in order: how many
-    /// such pages a fault installs around itself ([`Shared::fault_around`]).
+    /// such pages a fault installs around itself ([`Shared::reserve_around`]).
     pub readahead: Mutex<Readahead>,
 }
 
@@ -620,15 +620,11 @@ impl Shared {
             return;
         }
         self.m.st_fetch.since(t);
-        let around = if job.zero {
-            self.reserve_around(r, job.idx, Ctx::Thread)
-        } else {
-            0
-        };
+        let around = self.reserve_around(&job, Ctx::Thread);
         if let Err(e) = self.install(&job, buf, Ctx::Thread) {
             self.report(format!("installing {page:#x}: {e}"));
         }
-        self.install_around(r, job.idx, around, Ctx::Thread);
+        self.install_around(&job, around, Ctx::Thread);
     }
 
     /// Installs a page whose contents are in `buf` and makes it resident:
@@ -688,18 +684,19 @@ impl Shared {
         installed
     }
 
-    /// Fault-around, step one: the first touch of never-written page `idx`
-    /// is being served; if the region's readahead sees a sequential stream,
-    /// takes the never-written absent pages after it that the window
-    /// covers (Fetching, with their cache slots), and returns how many.
-    /// Done before `idx` is installed, so the program, woken by that
-    /// install, finds its next pages taken and waits for them instead of
-    /// faulting them in one by one. A full cache or a page not absent ends
-    /// the window early.
-    fn reserve_around(&self, r: &RegionInner, idx: usize, ctx: Ctx) -> usize {
-        if self.zeros.is_none() {
+    /// Fault-around, step one: `job` is the first touch of a never-written
+    /// page (else this does nothing); if the region's readahead sees a
+    /// sequential stream, takes the never-written absent pages after it
+    /// that the window covers (Fetching, with their cache slots), and
+    /// returns how many. Done before the job's page is installed, so the
+    /// program, woken by that install, finds its next pages taken and
+    /// waits for them instead of faulting them in one by one. A full cache
+    /// or a page not absent ends the window early.
+    fn reserve_around(&self, job: &FetchJob, ctx: Ctx) -> usize {
+        if self.zeros.is_none() || !job.zero {
             return 0;
         }
+        let (r, idx) = (&job.region, job.idx);
         let mut readahead = ctx.lock(&r.readahead);
         let window = readahead.on_miss(idx as u64);
         let end = (idx + window.min(MAX_FAULT_AROUND) as usize).min(r.pages.len());
@@ -718,17 +715,18 @@ impl Shared {
         n
     }
 
-    /// Fault-around, step two: installs the `n` pages after `idx` that
+    /// Fault-around, step two: installs the `n` pages after `job`'s that
     /// [`Shared::reserve_around`] took, with one UFFDIO_COPY from zeros, so
     /// a program filling fresh memory in order takes a fault per window,
     /// not per page. Line mode maps them writable: zeros are their diff
     /// base, so no write needs a fault to be seen. Page mode maps them
     /// write-protected: a first write must fault to mark a page dirty.
-    fn install_around(&self, r: &RegionInner, idx: usize, n: usize, ctx: Ctx) {
+    fn install_around(&self, job: &FetchJob, n: usize, ctx: Ctx) {
         let Some(zeros) = self.zeros.as_ref().filter(|_| n > 0) else {
             return;
         };
-        let first = idx + 1;
+        let r = &job.region;
+        let first = job.idx + 1;
         let writable = self.cfg.dirty == DirtyMode::Line;
         let t = Instant::now();
         // SAFETY: `zeros` is a live read-only mapping of MAX_FAULT_AROUND
@@ -849,14 +847,10 @@ impl Shared {
         };
         if filled {
             self.m.st_fetch.since(t);
-            let around = if job.zero {
-                self.reserve_around(&job.region, job.idx, Ctx::Signal)
-            } else {
-                0
-            };
+            let around = self.reserve_around(&job, Ctx::Signal);
             let installed = self.install(&job, &buf, Ctx::Signal).is_ok();
             // Installed or not, the pages around are ours to finish.
-            self.install_around(&job.region, job.idx, around, Ctx::Signal);
+            self.install_around(&job, around, Ctx::Signal);
             if installed {
                 return SignalOutcome::Served;
             }

@@ -254,14 +254,8 @@ impl Uffd {
     /// # Safety
     /// `src` must be readable for `len` bytes.
     pub unsafe fn copy(&self, dst: u64, src: *const u8, len: u64, wp: bool) -> io::Result<()> {
-        let mut c = UffdioCopy {
-            dst,
-            src: src as u64,
-            len,
-            mode: if wp { UFFDIO_COPY_MODE_WP } else { 0 },
-            copy: 0,
-        };
-        self.ioctl(UFFDIO_COPY, &mut c)
+        // SAFETY: the caller's guarantee, passed on.
+        unsafe { self.copy_run(dst, src, len, wp) }.1
     }
 
     /// [`Uffd::copy`] of several pages that reports how far it got: the
