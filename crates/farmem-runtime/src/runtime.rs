@@ -33,6 +33,33 @@ impl PageBuf {
     }
 }
 
+/// A fetching thread's buffers: its fault's page, and (grown at first
+/// use) the pages it reads ahead after it.
+pub(crate) struct FetchBufs {
+    pub page: Box<PageBuf>,
+    run: Vec<PageBuf>,
+}
+
+impl FetchBufs {
+    pub(crate) fn new() -> Self {
+        Self {
+            page: PageBuf::zeroed(),
+            run: Vec::new(),
+        }
+    }
+
+    /// `n` contiguous, page-aligned pages (n <= MAX_FAULT_AROUND), as bytes.
+    fn run(&mut self, n: usize) -> &mut [u8] {
+        if self.run.len() < n {
+            self.run
+                .resize_with(MAX_FAULT_AROUND as usize, || PageBuf([0; PAGE as usize]));
+        }
+        // SAFETY: PageBuf is repr(C) around [u8; PAGE], so the Vec's first
+        // n elements are n * PAGE initialised bytes in one allocation.
+        unsafe { std::slice::from_raw_parts_mut(self.run.as_mut_ptr().cast(), n * PAGE as usize) }
+    }
+}
+
 /// Where a page is. Transitions happen only under the page's lock; see the
 /// crate docs for the machine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -471,7 +498,7 @@ impl Shared {
         }
     }
 
-    fn handle_fault(&self, f: Fault, tx: Option<&Sender<FetchJob>>, buf: &mut Box<PageBuf>) {
+    fn handle_fault(&self, f: Fault, tx: Option<&Sender<FetchJob>>, bufs: &mut FetchBufs) {
         let t0 = Instant::now();
         let page = f.addr & !(PAGE - 1);
         if f.wp {
@@ -502,10 +529,10 @@ impl Shared {
                     Some(tx) => {
                         if let Err(e) = tx.send(job) {
                             // Only at shutdown: fetch here so the thread is not left hanging.
-                            self.fetch(e.into_inner(), buf);
+                            self.fetch(e.into_inner(), bufs);
                         }
                     }
-                    None => self.fetch(job, buf),
+                    None => self.fetch(job, bufs),
                 }
             }
             State::Fetching | State::Busy => {
@@ -591,7 +618,8 @@ impl Shared {
     }
 
     /// Brings one page in: reserve room, read it from the store, install it.
-    pub(crate) fn fetch(&self, job: FetchJob, buf: &mut Box<PageBuf>) {
+    pub(crate) fn fetch(&self, job: FetchJob, bufs: &mut FetchBufs) {
+        let buf = &mut bufs.page;
         let r = &job.region;
         if !job.reserved && !self.reserve() {
             r.pages[job.idx].lock().state = State::Absent;
@@ -624,7 +652,11 @@ impl Shared {
         if let Err(e) = self.install(&job, buf, Ctx::Thread) {
             self.report(format!("installing {page:#x}: {e}"));
         }
-        self.install_around(&job, around, Ctx::Thread);
+        if job.zero {
+            self.install_around(&job, around, Ctx::Thread);
+        } else {
+            self.read_around(&job, around, bufs);
+        }
     }
 
     /// Installs a page whose contents are in `buf` and makes it resident:
@@ -693,17 +725,28 @@ impl Shared {
     /// waits for them instead of faulting them in one by one. A full cache
     /// or a page not absent ends the window early.
     fn reserve_around(&self, job: &FetchJob, ctx: Ctx) -> usize {
-        if self.zeros.is_none() || !job.zero {
+        // Pages on the store are read ahead by a thread (one request for
+        // the window); a signal handler serves only its own.
+        if self.zeros.is_none() || !(job.zero || ctx == Ctx::Thread) {
             return 0;
         }
         let (r, idx) = (&job.region, job.idx);
+        // Stored pages: only while their remote addresses run on, so one
+        // read covers them.
+        let base = r.remote(idx);
         let mut readahead = ctx.lock(&r.readahead);
         let window = readahead.on_miss(idx as u64);
         let end = (idx + window.min(MAX_FAULT_AROUND) as usize).min(r.pages.len());
         let mut n = 0;
         for j in idx + 1..end {
             let mut m = ctx.lock(&r.pages[j]);
-            if m.state != State::Absent || m.stored || r.all_stored || !self.try_reserve() {
+            let fresh = !(m.stored || r.all_stored);
+            let fits = if job.zero {
+                fresh
+            } else {
+                !fresh && base.is_some() && r.remote(j) == base.map(|b| b + (j - idx) as u64 * PAGE)
+            };
+            if m.state != State::Absent || !fits || !self.try_reserve() {
                 break;
             }
             m.state = State::Fetching;
@@ -728,6 +771,9 @@ impl Shared {
         let r = &job.region;
         let first = job.idx + 1;
         let writable = self.cfg.dirty == DirtyMode::Line;
+        // Counted before the install wakes the program (as in `install`).
+        self.m.pages_zero_filled.add(n as u64);
+        self.m.pages_faulted_around.add(n as u64);
         let t = Instant::now();
         // SAFETY: `zeros` is a live read-only mapping of MAX_FAULT_AROUND
         // pages, and n < MAX_FAULT_AROUND.
@@ -745,9 +791,64 @@ impl Shared {
         {
             self.report(format!("faulting around {:#x}: {e}", r.page_addr(first)));
         }
-        let installed = (copied / PAGE) as usize;
-        self.m.pages_zero_filled.add(installed as u64);
-        self.m.pages_faulted_around.add(installed as u64);
+        self.finish_around(job, n, (copied / PAGE) as usize, writable, ctx);
+    }
+
+    /// Read-ahead: the `n` stored pages after `job`'s that
+    /// [`Shared::reserve_around`] took, read in one request and installed
+    /// write-protected (clean), so a program reading far data in order
+    /// takes a fault and a round trip per window, not per page. A failed
+    /// read gives them back: each is fetched, with retries, at its own
+    /// fault.
+    fn read_around(&self, job: &FetchJob, n: usize, bufs: &mut FetchBufs) {
+        if n == 0 {
+            return;
+        }
+        let r = &job.region;
+        let first = job.idx + 1;
+        let run = bufs.run(n);
+        let t = Instant::now();
+        let read = match r.remote(first) {
+            Some(remote) => self.store.read(remote, run).map_err(|e| e.to_string()),
+            None => Err("no remote address".into()),
+        };
+        self.m.st_fetch.since(t);
+        let copied = match read {
+            Ok(()) => {
+                // Counted before the install wakes the program (as in `install`).
+                self.m.pages_fetched.add(n as u64);
+                self.m.bytes_fetched.add(n as u64 * PAGE);
+                self.m.pages_faulted_around.add(n as u64);
+                let t = Instant::now();
+                // SAFETY: `run` is n live, page-aligned pages.
+                let (copied, result) = unsafe {
+                    self.uffd
+                        .copy_run(r.page_addr(first), run.as_ptr(), n as u64 * PAGE, true)
+                };
+                self.m.st_install.since(t);
+                if let Err(e) = result {
+                    self.report(format!("reading ahead at {:#x}: {e}", r.page_addr(first)));
+                }
+                copied
+            }
+            Err(e) => {
+                self.m.fetch_errors.inc();
+                self.report(format!(
+                    "reading ahead {n} pages at {:#x}: {e}; each is fetched at its fault",
+                    r.page_addr(first)
+                ));
+                0
+            }
+        };
+        self.finish_around(job, n, (copied / PAGE) as usize, false, Ctx::Thread);
+    }
+
+    /// Settles the `n` pages after `job`'s that fault-around took: the
+    /// first `installed` become resident (Dirty with a zero diff base when
+    /// mapped `writable`, else Clean), the rest Absent again.
+    fn finish_around(&self, job: &FetchJob, n: usize, installed: usize, writable: bool, ctx: Ctx) {
+        let r = &job.region;
+        let first = job.idx + 1;
         let now = self.now();
         for j in first..first + n {
             let mut m = ctx.lock(&r.pages[j]);
@@ -870,7 +971,7 @@ impl Shared {
 }
 
 fn monitor(sh: Arc<Shared>, tx: Option<Sender<FetchJob>>) {
-    let mut buf = PageBuf::zeroed();
+    let mut bufs = FetchBufs::new();
     // Without epoll, fall back to poll(2) (every handler wakes per fault).
     let waiter = match sh.uffd.waiter() {
         Ok(w) => Some(w),
@@ -883,7 +984,7 @@ fn monitor(sh: Arc<Shared>, tx: Option<Sender<FetchJob>>) {
     while !sh.shutdown.load(Ordering::Relaxed) {
         match sh.uffd.read() {
             Ok(ReadResult::Fault(f)) => {
-                sh.handle_fault(f, tx.as_ref(), &mut buf);
+                sh.handle_fault(f, tx.as_ref(), &mut bufs);
                 last = Instant::now();
             }
             Ok(ReadResult::Other(_)) => {}
@@ -950,9 +1051,9 @@ pub(crate) fn idle(
 }
 
 fn filler(sh: Arc<Shared>, rx: Receiver<FetchJob>) {
-    let mut buf = PageBuf::zeroed();
+    let mut bufs = FetchBufs::new();
     for job in rx {
-        sh.fetch(job, &mut buf);
+        sh.fetch(job, &mut bufs);
     }
 }
 
@@ -961,13 +1062,13 @@ fn filler(sh: Arc<Shared>, rx: Receiver<FetchJob>) {
 /// signal-safe readers that broke.
 fn handoff_filler(sh: Arc<Shared>) {
     let Some((_, rx)) = &sh.handoff else { return };
-    let mut buf = PageBuf::zeroed();
+    let mut bufs = FetchBufs::new();
     while !sh.shutdown.load(Ordering::SeqCst) {
         if let Ok(job) = rx.recv_timeout(Duration::from_millis(20)) {
             if let Err(e) = sh.store.prepare_read_in_signal() {
                 sh.report(format!("reopening signal-safe store readers: {e}"));
             }
-            sh.fetch(job, &mut buf);
+            sh.fetch(job, &mut bufs);
         }
     }
     // Shutting down: pages handed over stay Absent, their slots given back.

@@ -95,8 +95,10 @@ pub struct Stats {
     pub pages_fetched: u64,
     /// First touches of never-written pages served without the store.
     pub pages_zero_filled: u64,
-    /// Of those, pages installed around another page's fault (readahead of
-    /// fresh memory touched in order), so never faulted on themselves.
+    /// Pages taken around another page's fault, so never faulted on
+    /// themselves: fresh ones (also counted as zero-filled) and, on the
+    /// thread path, stored ones read in one request (also counted as
+    /// fetched) when a program touches memory in order.
     pub pages_faulted_around: u64,
     pub bytes_fetched: u64,
     pub pages_evicted_clean: u64,

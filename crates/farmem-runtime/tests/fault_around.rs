@@ -178,3 +178,88 @@ fn pages_faulted_around_and_never_written_cost_the_store_nothing() {
         assert_eq!(r.backed_bytes(), 2 << 20, "{path}");
     }
 }
+
+/// Writes PAGES distinct pages through one runtime and returns the store
+/// and the extents that hold them.
+fn stored_pages() -> (Arc<MemStore>, Vec<(u64, u64)>) {
+    let store = Arc::new(MemStore::new(1 << 30));
+    let rt = Runtime::new(
+        cfg(DirtyMode::Line, FaultPath::Thread, 0),
+        store.clone(),
+        store.clone(),
+    )
+    .unwrap();
+    let r = rt.region(PAGES as u64 * PAGE).unwrap();
+    for p in 0..PAGES {
+        r.write_at(p * PAGE as usize, &[(p % 251) as u8 + 1; PAGE as usize])
+            .unwrap();
+    }
+    r.sync().unwrap();
+    let extents = r.extents().unwrap();
+    (store, extents)
+}
+
+/// Reads every page of a region over `extents` in order, checking each.
+fn read_in_order(store: &Arc<MemStore>, extents: &[(u64, u64)], c: Config) -> Stats {
+    let rt = Runtime::new(c, store.clone(), store.clone()).unwrap();
+    let r = rt.region_over(extents).unwrap();
+    let mut page = vec![0u8; PAGE as usize];
+    for p in 0..PAGES {
+        r.read_at(p * PAGE as usize, &mut page).unwrap();
+        assert!(page.iter().all(|&b| b == (p % 251) as u8 + 1), "page {p}");
+    }
+    rt.stats()
+}
+
+#[test]
+fn reading_far_data_in_order_takes_one_read_per_window() {
+    if skip() {
+        return;
+    }
+    let (store, extents) = stored_pages();
+    let reads_before = store.stats().reads;
+    let s = read_in_order(
+        &store,
+        &extents,
+        cfg(DirtyMode::Line, FaultPath::Thread, 32),
+    );
+    let faults = sequential_faults(PAGES, 32);
+    // Each fault reads its own page, then the window after it in one request.
+    assert_eq!(s.pages_fetched, PAGES as u64, "{s:?}");
+    assert_eq!(s.pages_faulted_around, PAGES as u64 - faults, "{s:?}");
+    let reads = store.stats().reads - reads_before;
+    // No read-ahead at the first fault (a window of its own page only)
+    // nor at the last (its window starts at the region's end).
+    assert_eq!(reads, 2 * faults - 2, "{s:?}");
+    assert_eq!(s.pages_zero_filled, 0, "{s:?}");
+    // The signal path reads only its own page in a handler: no read-ahead.
+    let s = read_in_order(
+        &store,
+        &extents,
+        cfg(DirtyMode::Line, FaultPath::Signal, 32),
+    );
+    assert_eq!(s.pages_faulted_around, 0, "{s:?}");
+    assert_eq!(s.pages_fetched, PAGES as u64, "{s:?}");
+}
+
+#[test]
+fn a_failed_read_ahead_leaves_each_page_to_its_own_fault() {
+    if skip() {
+        return;
+    }
+    let (store, extents) = stored_pages();
+    // Reads from now: page 0 (its window is itself), page 1, then the
+    // first read-ahead (page 2, window 2): that one fails, and page 2 is
+    // fetched at its own fault.
+    store.fail_nth(2, farmem_runtime::FaultOp::Read);
+    let s = read_in_order(
+        &store,
+        &extents,
+        cfg(DirtyMode::Line, FaultPath::Thread, 32),
+    );
+    assert_eq!(s.fetch_errors, 1, "{s:?}");
+    assert_eq!(s.pages_fetched, PAGES as u64, "{s:?}");
+    let around_without_failure = PAGES as u64 - sequential_faults(PAGES, 32);
+    assert!(s.pages_faulted_around < around_without_failure, "{s:?}");
+    assert!(s.pages_faulted_around > 0, "{s:?}");
+}
