@@ -2,16 +2,20 @@
 
 use std::sync::Arc;
 
+use farmem_policy::readahead::ReadaheadConfig;
 use farmem_runtime::{Config, DirtyMode, FaultPath, MemStore, PAGE, RemoteStore, Runtime};
 
 mod common;
 use common::skip;
 
+/// Fault-around off: these tests count faults and fetches page by page
+/// (tests/fault_around.rs counts them with it).
 fn cfg(local_pages: u64, dirty: DirtyMode) -> Config {
     Config {
         local_bytes: local_pages * PAGE,
         dirty,
         slab_batch: 64 << 20,
+        fault_around: ReadaheadConfig { max_blocks: 0 },
         ..Config::default()
     }
 }

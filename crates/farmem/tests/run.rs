@@ -524,7 +524,9 @@ fn demo_ranks_agree_between_local_and_far_memory() {
             < v["local"]["peak_rss_bytes"].as_u64().unwrap() / 2,
         "{v}"
     );
-    assert!(far["faults_missing"].as_u64().unwrap() > 10_000, "{v}");
+    // (Faults are fewer: fault-around brings in runs of pages per fault.)
+    assert!(far["bytes_fetched"].as_u64().unwrap() >= 32 << 20, "{v}");
+    assert!(far["faults_missing"].as_u64().unwrap() > 0, "{v}");
     assert!(far["far_bytes_peak"].as_u64().unwrap() >= 40 << 20, "{v}");
 }
 
