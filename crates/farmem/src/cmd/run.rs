@@ -60,9 +60,10 @@ pub struct Args {
     /// accesses): only for programs that do no I/O on their large buffers.
     #[arg(long, default_value = "thread")]
     fault_path: farmem_runtime::FaultPath,
-    /// Fault-around of fresh memory: the most pages a fault on a
-    /// never-written page installs when the program fills memory in order
-    /// (the window doubles from 1 as the stream goes on); 0 turns it off.
+    /// Fault-around: the most pages a fault brings in after its own when
+    /// the program touches memory in order (never-written ones filled
+    /// locally, far ones read in one request on the thread path; the window
+    /// doubles from 1 as the stream goes on); 0 turns it off.
     #[arg(long, default_value_t = farmem_policy::readahead::ReadaheadConfig::default().max_blocks,
           value_parser = clap::value_parser!(u32).range(0..=farmem_runtime::MAX_FAULT_AROUND as i64))]
     fault_around: u32,
