@@ -46,6 +46,7 @@ fn main() {
             let store = Arc::new(MemStore::new(16 << 30));
             let opts = KonaOpts {
                 rounds: 1,
+                warm_bytes: 0,
                 threads,
                 region_bytes: mib << 20,
                 local_fraction: 0.5,

@@ -61,6 +61,7 @@ fn main() {
             let s = store();
             let opts = KonaOpts {
                 rounds: 1,
+                warm_bytes: 0,
                 threads: 1,
                 region_bytes: mib << 20,
                 local_fraction: 0.5,

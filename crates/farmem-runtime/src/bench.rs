@@ -28,6 +28,9 @@ pub struct KonaOpts {
     /// turns going first, so no mode always runs on a machine warmed (or
     /// disturbed) by the same predecessor.
     pub rounds: usize,
+    /// Memory to take from the kernel and give back right before each
+    /// timed run (0: none); see [`warm_page_allocator`].
+    pub warm_bytes: u64,
     /// Everything else (wait mode, fillers, policy) comes from here.
     pub base: Config,
 }
@@ -59,6 +62,8 @@ pub struct KonaReport {
     /// page bytes written back / line bytes written back.
     pub writeback_reduction: f64,
     pub rounds: usize,
+    /// Memory taken and freed before each timed run.
+    pub warm_bytes: u64,
     /// Every run's seconds, in round order: the spread behind the medians.
     pub seconds_by_round: RoundSeconds,
 }
@@ -103,6 +108,7 @@ fn kona_run(
     let regions = (0..opts.threads)
         .map(|_| rt.region(opts.region_bytes))
         .collect::<Result<Vec<_>, _>>()?;
+    warm_page_allocator(opts.warm_bytes);
     let start = Instant::now();
     std::thread::scope(|s| {
         for r in &regions {
@@ -132,6 +138,35 @@ fn kona_run(
         faults: st.faults_missing + st.faults_wp,
         stats: st,
     })
+}
+
+/// Touches `bytes` of fresh memory and frees it. On a VM whose balloon
+/// reports free memory to the host (free page reporting), memory freed a
+/// while ago (the previous run's regions, the memory nodes' data) costs a
+/// host fault when the kernel hands it out again, which made one run of a
+/// mode take up to 4x another's. Memory freed just now has not been
+/// reported yet, so the run that follows allocates at the machine's own
+/// speed, whichever mode it is.
+fn warm_page_allocator(bytes: u64) {
+    if bytes == 0 {
+        return;
+    }
+    let len = bytes as usize;
+    // SAFETY: a fresh private anonymous mapping, populated, then unmapped;
+    // nothing else refers to it.
+    unsafe {
+        let p = libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_POPULATE,
+            -1,
+            0,
+        );
+        if p != libc::MAP_FAILED {
+            libc::munmap(p, len);
+        }
+    }
 }
 
 pub fn kona(
@@ -183,6 +218,7 @@ pub fn kona(
         page,
         kona_vm,
         rounds: opts.rounds,
+        warm_bytes: opts.warm_bytes,
         seconds_by_round,
     })
 }

@@ -126,6 +126,12 @@ pub struct KonaArgs {
     /// going first). This VM's timings swing from run to run.
     #[arg(long, default_value_t = 3)]
     rounds: usize,
+    /// Skip warming the page allocator before each timed run. By default
+    /// twice the regions' size is taken from the kernel and given back
+    /// just before a run: on a VM that reports free memory to its host,
+    /// memory freed long ago costs a host fault to allocate again.
+    #[arg(long)]
+    cold: bool,
     #[command(flatten)]
     store: StoreArgs,
     /// Print one JSON object on stdout.
@@ -145,6 +151,7 @@ pub fn kona(args: KonaArgs) -> Outcome {
         region_bytes: args.region.bytes(),
         local_fraction: args.local.get(),
         rounds: args.rounds,
+        warm_bytes: if args.cold { 0 } else { 2 * total },
         base: Config {
             zeroed_slabs: !args.prefilled,
             ..args.store.config()
