@@ -169,6 +169,15 @@ pub(crate) struct FetchJob {
     pub t0: Instant,
 }
 
+/// What a signal handler passes to a filler thread.
+pub(crate) enum Handoff {
+    /// A fault it could not serve: fetch the page.
+    Fetch(FetchJob),
+    /// Its page is installed; read ahead the `pages` stored pages after it,
+    /// which it took ([`Shared::reserve_around`]).
+    ReadAhead { job: FetchJob, pages: usize },
+}
+
 /// Where runtime code runs: an ordinary thread, or a SIGBUS handler on a
 /// program thread that may hold any lock or be inside the allocator, where
 /// nothing may allocate or park.
@@ -236,7 +245,7 @@ pub(crate) struct Shared {
     /// Recycled page buffers for snapshots, off the allocator on the fault path.
     pub pool: Mutex<Vec<Box<PageBuf>>>,
     /// Fault path `signal`: where handlers pass what they cannot do at once.
-    pub handoff: Option<(Sender<FetchJob>, Receiver<FetchJob>)>,
+    pub handoff: Option<(Sender<Handoff>, Receiver<Handoff>)>,
     /// Fault path `signal`: replacement-order updates from signal handlers,
     /// applied under the policy lock by whoever takes it next
     /// ([`Shared::lock_policy`]): a policy may allocate as it grows, which a
@@ -725,9 +734,7 @@ impl Shared {
     /// waits for them instead of faulting them in one by one. A full cache
     /// or a page not absent ends the window early.
     fn reserve_around(&self, job: &FetchJob, ctx: Ctx) -> usize {
-        // Pages on the store are read ahead by a thread (one request for
-        // the window); a signal handler serves only its own.
-        if self.zeros.is_none() || !(job.zero || ctx == Ctx::Thread) {
+        if self.zeros.is_none() {
             return 0;
         }
         let (r, idx) = (&job.region, job.idx);
@@ -950,23 +957,44 @@ impl Shared {
             self.m.st_fetch.since(t);
             let around = self.reserve_around(&job, Ctx::Signal);
             let installed = self.install(&job, &buf, Ctx::Signal).is_ok();
-            // Installed or not, the pages around are ours to finish.
-            self.install_around(&job, around, Ctx::Signal);
+            if job.zero {
+                // Installed or not, the pages around are ours to finish.
+                self.install_around(&job, around, Ctx::Signal);
+            } else if installed && around > 0 {
+                // A window of stored pages is one larger read than a handler
+                // can hold: a filler reads it while this thread goes on.
+                self.hand_off(Handoff::ReadAhead { job, pages: around });
+                return SignalOutcome::Served;
+            } else {
+                self.finish_around(&job, around, 0, false, Ctx::Signal);
+            }
             if installed {
                 return SignalOutcome::Served;
             }
         }
         self.m.faults_handed_off.inc();
-        let refused = match &self.handoff {
-            Some((tx, _)) => tx.try_send(job).err().map(|e| e.into_inner()),
-            None => Some(job),
-        };
-        if let Some(job) = refused {
-            // Queue full: give the page and its slot back, and retry.
-            lock_without_parking(&job.region.pages[job.idx]).state = State::Absent;
-            self.release_page();
-        }
+        self.hand_off(Handoff::Fetch(job));
         SignalOutcome::Retry
+    }
+
+    /// Passes work to the filler threads; if their queue is full, gives
+    /// the pages it holds back (Absent, slots released) for their faults
+    /// to take again.
+    fn hand_off(&self, h: Handoff) {
+        let refused = match &self.handoff {
+            Some((tx, _)) => tx.try_send(h).err().map(|e| e.into_inner()),
+            None => Some(h),
+        };
+        match refused {
+            None => {}
+            Some(Handoff::Fetch(job)) => {
+                lock_without_parking(&job.region.pages[job.idx]).state = State::Absent;
+                self.release_page();
+            }
+            Some(Handoff::ReadAhead { job, pages }) => {
+                self.finish_around(&job, pages, 0, false, Ctx::Signal)
+            }
+        }
     }
 }
 
@@ -1064,17 +1092,28 @@ fn handoff_filler(sh: Arc<Shared>) {
     let Some((_, rx)) = &sh.handoff else { return };
     let mut bufs = FetchBufs::new();
     while !sh.shutdown.load(Ordering::SeqCst) {
-        if let Ok(job) = rx.recv_timeout(Duration::from_millis(20)) {
-            if let Err(e) = sh.store.prepare_read_in_signal() {
-                sh.report(format!("reopening signal-safe store readers: {e}"));
+        match rx.recv_timeout(Duration::from_millis(20)) {
+            Ok(Handoff::Fetch(job)) => {
+                if let Err(e) = sh.store.prepare_read_in_signal() {
+                    sh.report(format!("reopening signal-safe store readers: {e}"));
+                }
+                sh.fetch(job, &mut bufs);
             }
-            sh.fetch(job, &mut bufs);
+            Ok(Handoff::ReadAhead { job, pages }) => sh.read_around(&job, pages, &mut bufs),
+            Err(_) => {}
         }
     }
     // Shutting down: pages handed over stay Absent, their slots given back.
-    while let Ok(job) = rx.try_recv() {
-        job.region.pages[job.idx].lock().state = State::Absent;
-        sh.release_page();
+    while let Ok(h) = rx.try_recv() {
+        match h {
+            Handoff::Fetch(job) => {
+                job.region.pages[job.idx].lock().state = State::Absent;
+                sh.release_page();
+            }
+            Handoff::ReadAhead { job, pages } => {
+                sh.finish_around(&job, pages, 0, false, Ctx::Thread)
+            }
+        }
     }
 }
 

@@ -217,29 +217,25 @@ fn reading_far_data_in_order_takes_one_read_per_window() {
         return;
     }
     let (store, extents) = stored_pages();
-    let reads_before = store.stats().reads;
-    let s = read_in_order(
-        &store,
-        &extents,
-        cfg(DirtyMode::Line, FaultPath::Thread, 32),
-    );
     let faults = sequential_faults(PAGES, 32);
-    // Each fault reads its own page, then the window after it in one request.
-    assert_eq!(s.pages_fetched, PAGES as u64, "{s:?}");
-    assert_eq!(s.pages_faulted_around, PAGES as u64 - faults, "{s:?}");
-    let reads = store.stats().reads - reads_before;
-    // No read-ahead at the first fault (a window of its own page only)
-    // nor at the last (its window starts at the region's end).
-    assert_eq!(reads, 2 * faults - 2, "{s:?}");
-    assert_eq!(s.pages_zero_filled, 0, "{s:?}");
-    // The signal path reads only its own page in a handler: no read-ahead.
-    let s = read_in_order(
-        &store,
-        &extents,
-        cfg(DirtyMode::Line, FaultPath::Signal, 32),
-    );
-    assert_eq!(s.pages_faulted_around, 0, "{s:?}");
-    assert_eq!(s.pages_fetched, PAGES as u64, "{s:?}");
+    // On the signal path the handler reads its own page and a filler
+    // thread the window after it; on the thread path the handler both.
+    for path in [FaultPath::Thread, FaultPath::Signal] {
+        let reads_before = store.stats().reads;
+        let s = read_in_order(&store, &extents, cfg(DirtyMode::Line, path, 32));
+        assert_eq!(s.pages_fetched, PAGES as u64, "{path}: {s:?}");
+        assert_eq!(
+            s.pages_faulted_around,
+            PAGES as u64 - faults,
+            "{path}: {s:?}"
+        );
+        assert_eq!(s.pages_zero_filled, 0, "{path}: {s:?}");
+        // A read per fault and one per window, except at the first fault
+        // (a window of its own page only) and the last (its window starts
+        // at the region's end).
+        let reads = store.stats().reads - reads_before;
+        assert_eq!(reads, 2 * faults - 2, "{path}: {s:?}");
+    }
 }
 
 #[test]
