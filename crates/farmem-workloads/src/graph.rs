@@ -65,6 +65,40 @@ pub fn rmat(scale: u32, edge_factor: u32, seed: u64) -> Csr {
     from_edges(n, &edges)
 }
 
+/// Ligra's `rMatGraph` with its defaults (utils/rMatGraph.C, PBBS):
+/// `2^scale` vertices, `10 × 2^scale` generated edges, a = 0.5, b = c = 0.1,
+/// ids *not* permuted (low ids are the hubs), symmetrized (`-s`) without
+/// self loops or duplicates. DaeMon's "1M vertices x 10M edges" is this
+/// generator's default edge count at scale 20.
+pub fn rmat_ligra(scale: u32, seed: u64) -> Csr {
+    const LA: f64 = 0.5;
+    const LB: f64 = 0.1;
+    const LC: f64 = 0.1;
+    let n = 1usize << scale;
+    let m = n * 10;
+    let mut rng = SmallRng::seed_from_u64(seed);
+    let mut edges: Vec<(u32, u32)> = Vec::with_capacity(m);
+    for _ in 0..m {
+        let (mut u, mut v) = (0u32, 0u32);
+        for bit in (0..scale).rev() {
+            let r: f64 = rng.r#gen();
+            if r < LA {
+            } else if r < LA + LB {
+                v |= 1 << bit;
+            } else if r < LA + LB + LC {
+                u |= 1 << bit;
+            } else {
+                u |= 1 << bit;
+                v |= 1 << bit;
+            }
+        }
+        if u != v {
+            edges.push((u, v));
+        }
+    }
+    from_edges(n, &edges)
+}
+
 /// Undirected CSR from an edge list.
 pub fn from_edges(n: usize, edges: &[(u32, u32)]) -> Csr {
     let mut deg = vec![0u64; n + 1];

@@ -10,6 +10,10 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
 use crate::graph::{Csr, rmat};
+use crate::ligra::{
+    self, Array, EdgeFn, Frontier, Graph as LigraGraph, NONE, Scratch, Slot, edge_map,
+    vertex_filter, vertex_map,
+};
 use crate::record::Sink;
 use crate::space::{Emitter, Region, Space};
 use crate::zipf::Zipf;
@@ -68,78 +72,127 @@ fn graph_kernel<'a, S: Sink + ?Sized>(
     (g, gr, regions, em)
 }
 
-/// PageRank, pull direction (GAP `pr`, its Jacobi `PageRankPull`): 2
-/// iterations, damping 0.85. Scores and contributions are `float`, as GAP's
-/// `ScoreT`: the randomly read `contrib` array is 4 B per vertex.
+/// PageRank as Ligra's `apps/PageRank.C` runs it: `double` ranks
+/// (`p_curr` at 1/n, `p_next` at 0), a dense all-vertices frontier of
+/// bools, one edgeMap pushing `p_curr[s] / degree(s)` into `p_next[d]`
+/// (dense: each vertex pulls from its in-neighbours) and one vertexMap
+/// applying the damping. The app breaks out of its loop after that first
+/// iteration, so one iteration is what it runs.
 pub fn pr<S: Sink + ?Sized>(sink: &mut S, p: &Params) {
-    let (g, gr, r, mut em) = graph_kernel(sink, p, 19, &[("scores", 4), ("contrib", 4)]);
-    let (scores_r, contrib_r) = (r[0], r[1]);
+    let g = ligra::graph(p.graph_scale(19), p.seed);
     let n = g.vertices();
-    let mut scores = vec![1.0 / n as f32; n];
-    let mut contrib = vec![0.0f32; n];
-    em.contents(&scores_r, &scores);
-    let base = (1.0 - 0.85) / n as f32;
-    for _ in 0..2 {
-        for v in 0..n {
-            em.ld(&scores_r, v as u64, 1);
-            em.ld(&gr.offsets, v as u64, 0);
-            em.ld(&gr.offsets, v as u64 + 1, 0);
-            contrib[v] = scores[v] / g.degree(v).max(1) as f32;
-            em.st(&contrib_r, v as u64, 3);
+    let mut space = Space::default();
+    let lg = LigraGraph::alloc(&mut space, g);
+    let mut p_curr = Array::alloc(&mut space, "p_curr", vec![0.0f64; n]);
+    let mut p_next = Array::alloc(&mut space, "p_next", vec![0.0f64; n]);
+    let front = Slot::alloc(&mut space, n, n, true);
+    let out = Slot::alloc(&mut space, lg.threshold, n, true);
+    let mut scratch = Scratch::alloc(&mut space, n, lg.threshold);
+    begin(sink, &space);
+    let mut em = Emitter::new(sink);
+    lg.report(&mut em);
+    p_curr.fill(&mut em, 1.0 / n.max(1) as f64);
+    p_curr.sync(&mut em);
+    p_next.fill(&mut em, 0.0);
+    p_next.sync(&mut em);
+    let mut frontier = Frontier::all(&mut em, n, front);
+    struct PrF<'a> {
+        lg: &'a LigraGraph,
+        p_curr: &'a Array<f64>,
+        p_next: &'a mut Array<f64>,
+    }
+    impl EdgeFn for PrF<'_> {
+        fn cond<S: Sink + ?Sized>(&mut self, _: &mut Emitter<'_, S>, _: usize) -> bool {
+            true
         }
-        for v in 0..n {
-            em.ld(&gr.offsets, v as u64, 1);
-            em.ld(&gr.offsets, v as u64 + 1, 0);
-            let mut sum = 0.0f32;
-            for e in g.offsets[v]..g.offsets[v + 1] {
-                em.ld(&gr.neigh, e, 1);
-                let u = g.neigh[e as usize] as usize;
-                em.ld(&contrib_r, u as u64, 0);
-                sum += contrib[u];
-            }
-            // GAP reads the old score for its convergence error.
-            em.ld(&scores_r, v as u64, 1);
-            scores[v] = base + 0.85 * sum;
-            em.st(&scores_r, v as u64, 3);
+        fn update<S: Sink + ?Sized>(
+            &mut self,
+            em: &mut Emitter<'_, S>,
+            s: usize,
+            d: usize,
+        ) -> bool {
+            em.ld(&self.p_curr.r, s as u64, 0);
+            em.ld(&self.lg.v, s as u64, 0);
+            em.ld(&self.p_next.r, d as u64, 0);
+            self.p_next.vals[d] += self.p_curr.vals[s] / self.lg.g.degree(s).max(1) as f64;
+            em.st(&self.p_next.r, d as u64, 3);
+            true
         }
     }
-    std::hint::black_box(&scores);
+    let mut f = PrF {
+        lg: &lg,
+        p_curr: &p_curr,
+        p_next: &mut p_next,
+    };
+    let output = edge_map(&mut em, &lg, &mut frontier, &mut f, &mut scratch, out);
+    p_next.sync(&mut em);
+    let (damping, added) = (0.85, 0.15 / n.max(1) as f64);
+    vertex_map(&mut em, &frontier, |em, i| {
+        em.ld(&p_next.r, i as u64, 0);
+        p_next.vals[i] = damping * p_next.vals[i] + added;
+        em.st(&p_next.r, i as u64, 2);
+    });
+    p_next.sync(&mut em);
+    std::hint::black_box((&p_next.vals, output.len()));
 }
 
-/// Top-down breadth-first search from the highest-degree vertex (GAP `bfs`).
+/// Ligra's `apps/BFS.C` from vertex 0 (its `-r` default): `Parents` of
+/// `uintE` filled with `UINT_E_MAX`, a compare-and-swap on each edge into
+/// an unvisited vertex, frontiers switching between sparse ids and dense
+/// bools as edgeMap decides.
 pub fn bfs<S: Sink + ?Sized>(sink: &mut S, p: &Params) {
-    let (g, gr, r, mut em) = graph_kernel(sink, p, 19, &[("parent", 4), ("queue", 4)]);
-    let (parent_r, queue_r) = (r[0], r[1]);
+    let g = ligra::graph(p.graph_scale(19), p.seed);
     let n = g.vertices();
-    let src = (0..n).max_by_key(|&v| g.degree(v)).unwrap_or(0);
-    let mut parent = vec![u32::MAX; n];
-    em.contents(&parent_r, &parent);
-    let mut queue = vec![0u32; n];
-    parent[src] = src as u32;
-    queue[0] = src as u32;
-    em.st(&parent_r, src as u64, 0);
-    em.st(&queue_r, 0, 0);
-    let (mut head, mut tail) = (0usize, 1usize);
-    while head < tail {
-        em.ld(&queue_r, head as u64, 1);
-        let u = queue[head] as usize;
-        head += 1;
-        em.ld(&gr.offsets, u as u64, 0);
-        em.ld(&gr.offsets, u as u64 + 1, 0);
-        for e in g.offsets[u]..g.offsets[u + 1] {
-            em.ld(&gr.neigh, e, 1);
-            let v = g.neigh[e as usize] as usize;
-            em.ld(&parent_r, v as u64, 0);
-            if parent[v] == u32::MAX {
-                parent[v] = u as u32;
-                em.st(&parent_r, v as u64, 1);
-                queue[tail] = v as u32;
-                em.st(&queue_r, tail as u64, 0);
-                tail += 1;
+    let src = 0usize;
+    let mut space = Space::default();
+    let lg = LigraGraph::alloc(&mut space, g);
+    let mut parents = Array::alloc(&mut space, "Parents", vec![NONE; n]);
+    let (mut slots, max) = ligra::level_slots(&mut space, &lg.g, src);
+    let mut scratch = Scratch::alloc(&mut space, max, lg.threshold);
+    begin(sink, &space);
+    let mut em = Emitter::new(sink);
+    lg.report(&mut em);
+    parents.fill(&mut em, NONE);
+    parents.vals[src] = src as u32;
+    em.st(&parents.r, src as u64, 1);
+    parents.sync(&mut em);
+    slots.reverse();
+    let Some(first) = slots.pop() else { return };
+    let mut frontier = Frontier::single(&mut em, n, src as u32, first);
+    struct BfsF<'a> {
+        parents: &'a mut Array<u32>,
+    }
+    impl EdgeFn for BfsF<'_> {
+        fn cond<S: Sink + ?Sized>(&mut self, em: &mut Emitter<'_, S>, d: usize) -> bool {
+            em.ld(&self.parents.r, d as u64, 0);
+            self.parents.vals[d] == NONE
+        }
+        fn update<S: Sink + ?Sized>(
+            &mut self,
+            em: &mut Emitter<'_, S>,
+            s: usize,
+            d: usize,
+        ) -> bool {
+            em.ld(&self.parents.r, d as u64, 0);
+            if self.parents.vals[d] == NONE {
+                self.parents.vals[d] = s as u32;
+                em.st(&self.parents.r, d as u64, 1);
+                true
+            } else {
+                false
             }
         }
     }
-    std::hint::black_box(&parent);
+    while !frontier.is_empty() {
+        let Some(slot) = slots.pop() else { break };
+        let mut f = BfsF {
+            parents: &mut parents,
+        };
+        let out = edge_map(&mut em, &lg, &mut frontier, &mut f, &mut scratch, slot);
+        parents.sync(&mut em);
+        frontier = out;
+    }
+    std::hint::black_box(&parents.vals);
 }
 
 /// Connected components, Shiloach-Vishkin hooking and compression (GAP `cc_sv`).
@@ -189,203 +242,333 @@ pub fn cc<S: Sink + ?Sized>(sink: &mut S, p: &Params) {
     std::hint::black_box(&comp);
 }
 
-/// Betweenness centrality (Brandes) from 2 sources (GAP `bc`).
+/// Ligra's `apps/BC.C` from vertex 0: `double` path counts, `bool`
+/// visited flags, every level's frontier kept for the backward phase,
+/// which accumulates `double` dependencies over the same levels in
+/// reverse (the graph is symmetric, so its transpose is itself).
 pub fn bc<S: Sink + ?Sized>(sink: &mut S, p: &Params) {
-    let (g, gr, r, mut em) = graph_kernel(
-        sink,
-        p,
-        18,
-        &[
-            ("depth", 4),
-            ("sigma", 8),
-            ("delta", 8),
-            ("order", 4),
-            ("scores", 8),
-        ],
-    );
-    let (depth_r, sigma_r, delta_r, order_r, scores_r) = (r[0], r[1], r[2], r[3], r[4]);
+    let g = ligra::graph(p.graph_scale(18), p.seed);
     let n = g.vertices();
-    let mut scores = vec![0.0f64; n];
-    let mut depth = vec![u32::MAX; n];
-    let mut sigma = vec![0.0f64; n];
-    let mut delta = vec![0.0f64; n];
-    let mut order = vec![0u32; n];
-    let mut rng = SmallRng::seed_from_u64(p.seed ^ 0xbc);
-    for _ in 0..2 {
-        let src = loop {
-            let v = rng.gen_range(0..n);
-            if g.degree(v) > 0 {
-                break v;
-            }
-        };
-        depth.fill(u32::MAX);
-        sigma.fill(0.0);
-        delta.fill(0.0);
-        depth[src] = 0;
-        sigma[src] = 1.0;
-        order[0] = src as u32;
-        let (mut head, mut tail) = (0usize, 1usize);
-        while head < tail {
-            em.ld(&order_r, head as u64, 1);
-            let u = order[head] as usize;
-            head += 1;
-            em.ld(&gr.offsets, u as u64, 0);
-            em.ld(&gr.offsets, u as u64 + 1, 0);
-            for e in g.offsets[u]..g.offsets[u + 1] {
-                em.ld(&gr.neigh, e, 1);
-                let v = g.neigh[e as usize] as usize;
-                em.ld(&depth_r, v as u64, 0);
-                if depth[v] == u32::MAX {
-                    depth[v] = depth[u] + 1;
-                    em.st(&depth_r, v as u64, 1);
-                    order[tail] = v as u32;
-                    em.st(&order_r, tail as u64, 0);
-                    tail += 1;
-                }
-                if depth[v] == depth[u] + 1 {
-                    em.ld(&sigma_r, u as u64, 1);
-                    em.ld(&sigma_r, v as u64, 0);
-                    sigma[v] += sigma[u];
-                    em.st(&sigma_r, v as u64, 1);
-                }
-            }
+    let src = 0usize;
+    let mut space = Space::default();
+    let lg = LigraGraph::alloc(&mut space, g);
+    let mut paths = Array::alloc(&mut space, "NumPaths", vec![0.0f64; n]);
+    let mut visited = Array::alloc(&mut space, "Visited", vec![false; n]);
+    let (mut slots, max) = ligra::level_slots(&mut space, &lg.g, src);
+    let mut scratch = Scratch::alloc(&mut space, max, lg.threshold);
+    let mut deps = Array::alloc(&mut space, "Dependencies", vec![0.0f64; n]);
+    let mut spare = Slot::alloc(&mut space, lg.threshold, n, true);
+    begin(sink, &space);
+    let mut em = Emitter::new(sink);
+    lg.report(&mut em);
+    paths.fill(&mut em, 0.0);
+    paths.vals[src] = 1.0;
+    em.st(&paths.r, src as u64, 1);
+    paths.sync(&mut em);
+    visited.fill(&mut em, false);
+    visited.vals[src] = true;
+    em.st(&visited.r, src as u64, 1);
+    visited.sync(&mut em);
+    slots.reverse();
+    let Some(first) = slots.pop() else { return };
+    let mut frontier = Frontier::single(&mut em, n, src as u32, first);
+    struct Fwd<'a> {
+        paths: &'a mut Array<f64>,
+        visited: &'a Array<bool>,
+    }
+    impl EdgeFn for Fwd<'_> {
+        fn cond<S: Sink + ?Sized>(&mut self, em: &mut Emitter<'_, S>, d: usize) -> bool {
+            em.ld(&self.visited.r, d as u64, 0);
+            !self.visited.vals[d]
         }
-        for i in (0..tail).rev() {
-            em.ld(&order_r, i as u64, 1);
-            let u = order[i] as usize;
-            em.ld(&gr.offsets, u as u64, 0);
-            em.ld(&gr.offsets, u as u64 + 1, 0);
-            for e in g.offsets[u]..g.offsets[u + 1] {
-                em.ld(&gr.neigh, e, 1);
-                let v = g.neigh[e as usize] as usize;
-                em.ld(&depth_r, v as u64, 0);
-                if depth[v] == depth[u].wrapping_add(1) {
-                    em.ld(&sigma_r, v as u64, 1);
-                    em.ld(&delta_r, v as u64, 0);
-                    delta[u] += sigma[u] / sigma[v] * (1.0 + delta[v]);
-                }
-            }
-            em.st(&delta_r, u as u64, 2);
-            if u != src {
-                em.ld(&scores_r, u as u64, 0);
-                scores[u] += delta[u];
-                em.st(&scores_r, u as u64, 1);
-            }
+        fn update<S: Sink + ?Sized>(
+            &mut self,
+            em: &mut Emitter<'_, S>,
+            s: usize,
+            d: usize,
+        ) -> bool {
+            em.ld(&self.paths.r, d as u64, 0);
+            em.ld(&self.paths.r, s as u64, 0);
+            let old = self.paths.vals[d];
+            self.paths.vals[d] += self.paths.vals[s];
+            em.st(&self.paths.r, d as u64, 1);
+            old == 0.0
         }
     }
-    std::hint::black_box(&scores);
+    let mut levels: Vec<Frontier> = Vec::new();
+    while !frontier.is_empty() {
+        let Some(slot) = slots.pop() else { break };
+        let mut f = Fwd {
+            paths: &mut paths,
+            visited: &visited,
+        };
+        let out = edge_map(&mut em, &lg, &mut frontier, &mut f, &mut scratch, slot);
+        vertex_map(&mut em, &out, |em, i| {
+            visited.vals[i] = true;
+            em.st(&visited.r, i as u64, 1);
+        });
+        paths.sync(&mut em);
+        visited.sync(&mut em);
+        levels.push(std::mem::replace(&mut frontier, out));
+    }
+    drop(frontier);
+    deps.fill(&mut em, 0.0);
+    deps.sync(&mut em);
+    // NumPaths inverted in place.
+    em.scan(&paths.r, 0, n as u64, false, 2);
+    em.scan(&paths.r, 0, n as u64, true, 0);
+    for x in paths.vals.iter_mut() {
+        *x = 1.0 / *x;
+    }
+    paths.sync(&mut em);
+    visited.fill(&mut em, false);
+    visited.sync(&mut em);
+    let back_vertex = |em: &mut Emitter<'_, S>,
+                       i: usize,
+                       visited: &mut Array<bool>,
+                       deps: &mut Array<f64>,
+                       inv: &Array<f64>| {
+        visited.vals[i] = true;
+        em.st(&visited.r, i as u64, 1);
+        em.ld(&deps.r, i as u64, 0);
+        em.ld(&inv.r, i as u64, 0);
+        deps.vals[i] += inv.vals[i];
+        em.st(&deps.r, i as u64, 1);
+    };
+    struct Back<'a> {
+        deps: &'a mut Array<f64>,
+        visited: &'a Array<bool>,
+    }
+    impl EdgeFn for Back<'_> {
+        fn cond<S: Sink + ?Sized>(&mut self, em: &mut Emitter<'_, S>, d: usize) -> bool {
+            em.ld(&self.visited.r, d as u64, 0);
+            !self.visited.vals[d]
+        }
+        fn update<S: Sink + ?Sized>(
+            &mut self,
+            em: &mut Emitter<'_, S>,
+            s: usize,
+            d: usize,
+        ) -> bool {
+            em.ld(&self.deps.r, d as u64, 0);
+            em.ld(&self.deps.r, s as u64, 0);
+            let old = self.deps.vals[d];
+            self.deps.vals[d] += self.deps.vals[s];
+            em.st(&self.deps.r, d as u64, 1);
+            old == 0.0
+        }
+    }
+    if let Some(mut frontier) = levels.pop() {
+        vertex_map(&mut em, &frontier, |em, i| {
+            back_vertex(em, i, &mut visited, &mut deps, &paths)
+        });
+        while let Some(prev) = levels.pop() {
+            let mut f = Back {
+                deps: &mut deps,
+                visited: &visited,
+            };
+            let out = edge_map(&mut em, &lg, &mut frontier, &mut f, &mut scratch, spare);
+            spare = out.into_slot();
+            frontier = prev;
+            vertex_map(&mut em, &frontier, |em, i| {
+                back_vertex(em, i, &mut visited, &mut deps, &paths)
+            });
+            deps.sync(&mut em);
+            visited.sync(&mut em);
+        }
+    }
+    // Dependencies[i] = (Dependencies[i] - inv[i]) / inv[i].
+    em.scan(&deps.r, 0, n as u64, false, 1);
+    em.scan(&paths.r, 0, n as u64, false, 2);
+    em.scan(&deps.r, 0, n as u64, true, 0);
+    for (d, &inv) in deps.vals.iter_mut().zip(&paths.vals) {
+        *d = (*d - inv) / inv;
+    }
+    std::hint::black_box(&deps.vals);
 }
 
-/// Triangle counting, ordered intersection (GAP `tc`).
+/// Ligra's `apps/Triangle.C`: `long` counts, an all-vertices frontier, a
+/// vertexMap that zeroes each count and sorts (here: reads, the lists are
+/// sorted) each neighbour list, and one edgeMap whose update merges the
+/// two endpoints' lists below both ids ("directed" triangles) and adds
+/// the common count to `counts[s]`.
 pub fn tc<S: Sink + ?Sized>(sink: &mut S, p: &Params) {
-    let (g, gr, _, mut em) = graph_kernel(sink, p, 16, &[]);
+    let g = ligra::graph(p.graph_scale(16), p.seed);
     let n = g.vertices();
-    let mut total = 0u64;
-    for u in 0..n {
-        em.ld(&gr.offsets, u as u64, 1);
-        em.ld(&gr.offsets, u as u64 + 1, 0);
-        let (us, ue) = (g.offsets[u], g.offsets[u + 1]);
-        for e in us..ue {
-            em.ld(&gr.neigh, e, 1);
-            let v = g.neigh[e as usize] as usize;
-            if v > u {
+    let mut space = Space::default();
+    let lg = LigraGraph::alloc(&mut space, g);
+    let mut counts = Array::alloc(&mut space, "counts", vec![0i64; n]);
+    let front = Slot::alloc(&mut space, n, n, true);
+    let out = Slot::alloc(&mut space, lg.threshold, n, true);
+    let mut scratch = Scratch::alloc(&mut space, n, lg.threshold);
+    begin(sink, &space);
+    let mut em = Emitter::new(sink);
+    lg.report(&mut em);
+    counts.sync(&mut em);
+    let mut frontier = Frontier::all(&mut em, n, front);
+    vertex_map(&mut em, &frontier, |em, i| {
+        em.st(&counts.r, i as u64, 1);
+        em.ld(&lg.v, i as u64, 1);
+        em.scan(&lg.edges, lg.g.offsets[i], lg.g.offsets[i + 1], false, 3);
+    });
+    struct Count<'a> {
+        lg: &'a LigraGraph,
+        counts: &'a mut Array<i64>,
+    }
+    impl EdgeFn for Count<'_> {
+        fn cond<S: Sink + ?Sized>(&mut self, _: &mut Emitter<'_, S>, _: usize) -> bool {
+            true
+        }
+        fn update<S: Sink + ?Sized>(
+            &mut self,
+            em: &mut Emitter<'_, S>,
+            s: usize,
+            d: usize,
+        ) -> bool {
+            if s <= d {
+                return true;
+            }
+            let g = &self.lg.g;
+            em.ld(&self.lg.v, s as u64, 1);
+            em.ld(&self.lg.v, d as u64, 0);
+            let (a, b) = (g.neighbors(s), g.neighbors(d));
+            let (oa, ob) = (g.offsets[s], g.offsets[d]);
+            let (mut i, mut j, mut ans) = (0usize, 0usize, 0i64);
+            if !a.is_empty() && !b.is_empty() {
+                em.ld(&self.lg.edges, oa, 0);
+                em.ld(&self.lg.edges, ob, 0);
+            }
+            while i < a.len() && j < b.len() && (a[i] as usize) < s && (b[j] as usize) < d {
+                let (step_a, step_b) = match a[i].cmp(&b[j]) {
+                    std::cmp::Ordering::Equal => (true, true),
+                    std::cmp::Ordering::Less => (true, false),
+                    std::cmp::Ordering::Greater => (false, true),
+                };
+                ans += (step_a && step_b) as i64;
+                if step_a {
+                    i += 1;
+                    if i < a.len() {
+                        em.ld(&self.lg.edges, oa + i as u64, 2);
+                    }
+                }
+                if step_b {
+                    j += 1;
+                    if j < b.len() {
+                        em.ld(&self.lg.edges, ob + j as u64, 1);
+                    }
+                }
+            }
+            em.ld(&self.counts.r, s as u64, 1);
+            self.counts.vals[s] += ans;
+            em.st(&self.counts.r, s as u64, 0);
+            true
+        }
+    }
+    let mut f = Count {
+        lg: &lg,
+        counts: &mut counts,
+    };
+    let output = edge_map(&mut em, &lg, &mut frontier, &mut f, &mut scratch, out);
+    counts.sync(&mut em);
+    em.scan(&counts.r, 0, n as u64, false, 1);
+    let total: i64 = counts.vals.iter().sum();
+    std::hint::black_box((total, output.len()));
+}
+
+/// Ligra's `apps/KCore.C`: for k = 1, 2, … the active vertices are
+/// filtered (vertexFilter: fresh dense bools) into those whose remaining
+/// degree (`intE`) is below k, which get core number k−1 (`uintE`) and are
+/// removed, their edgeMap decrementing their neighbours' degrees, until
+/// none is removed; it stops when no vertex is left.
+pub fn kc<S: Sink + ?Sized>(sink: &mut S, p: &Params) {
+    let g = ligra::graph(p.graph_scale(18), p.seed);
+    let n = g.vertices();
+    let mut space = Space::default();
+    let lg = LigraGraph::alloc(&mut space, g);
+    let front = Slot::alloc(&mut space, 0, n, true);
+    let mut core = Array::alloc(&mut space, "coreNumbers", vec![0u32; n]);
+    let mut degrees = Array::alloc(&mut space, "Degrees", vec![0i32; n]);
+    let mut spare = Slot::alloc(&mut space, 0, n, true);
+    let mut remove_slot = Slot::alloc(&mut space, n, n, true);
+    let mut out_slot = Slot::alloc(&mut space, lg.threshold, n, true);
+    let mut scratch = Scratch::alloc(&mut space, n, lg.threshold);
+    begin(sink, &space);
+    let mut em = Emitter::new(sink);
+    lg.report(&mut em);
+    let mut frontier = Frontier::all(&mut em, n, front);
+    for i in 0..n {
+        em.ld(&lg.v, i as u64, 1);
+        core.vals[i] = 0;
+        degrees.vals[i] = lg.g.degree(i) as i32;
+        em.st(&core.r, i as u64, 0);
+        em.st(&degrees.r, i as u64, 0);
+    }
+    core.sync(&mut em);
+    degrees.sync(&mut em);
+    struct UpdateDeg<'a> {
+        degrees: &'a mut Array<i32>,
+    }
+    impl EdgeFn for UpdateDeg<'_> {
+        fn cond<S: Sink + ?Sized>(&mut self, _: &mut Emitter<'_, S>, _: usize) -> bool {
+            true
+        }
+        fn update<S: Sink + ?Sized>(
+            &mut self,
+            em: &mut Emitter<'_, S>,
+            _s: usize,
+            d: usize,
+        ) -> bool {
+            em.ld(&self.degrees.r, d as u64, 0);
+            self.degrees.vals[d] -= 1;
+            em.st(&self.degrees.r, d as u64, 1);
+            true
+        }
+    }
+    for k in 1..=n as i64 {
+        loop {
+            let mut to_remove = vertex_filter(
+                &mut em,
+                &mut frontier,
+                |em, i| {
+                    em.ld(&degrees.r, i as u64, 1);
+                    if i64::from(degrees.vals[i]) < k {
+                        core.vals[i] = (k - 1) as u32;
+                        em.st(&core.r, i as u64, 1);
+                        true
+                    } else {
+                        false
+                    }
+                },
+                remove_slot,
+            );
+            let remaining = vertex_filter(
+                &mut em,
+                &mut frontier,
+                |em, i| {
+                    em.ld(&degrees.r, i as u64, 1);
+                    i64::from(degrees.vals[i]) >= k
+                },
+                spare,
+            );
+            spare = std::mem::replace(&mut frontier, remaining).into_slot();
+            if to_remove.is_empty() {
+                remove_slot = to_remove.into_slot();
                 break;
             }
-            let mut it = us;
-            em.ld(&gr.offsets, v as u64, 1);
-            em.ld(&gr.offsets, v as u64 + 1, 0);
-            for f in g.offsets[v]..g.offsets[v + 1] {
-                em.ld(&gr.neigh, f, 1);
-                let w = g.neigh[f as usize] as usize;
-                if w > v {
-                    break;
-                }
-                while (g.neigh[it as usize] as usize) < w {
-                    it += 1;
-                    em.ld(&gr.neigh, it, 1);
-                }
-                if w == g.neigh[it as usize] as usize {
-                    total += 1;
-                }
-            }
+            let mut f = UpdateDeg {
+                degrees: &mut degrees,
+            };
+            let out = edge_map(&mut em, &lg, &mut to_remove, &mut f, &mut scratch, out_slot);
+            out_slot = out.into_slot();
+            remove_slot = to_remove.into_slot();
+            core.sync(&mut em);
+            degrees.sync(&mut em);
+        }
+        if frontier.is_empty() {
+            break;
         }
     }
-    std::hint::black_box(total);
-}
-
-/// k-core decomposition by bucket peeling (Batagelj-Zaversnik).
-pub fn kc<S: Sink + ?Sized>(sink: &mut S, p: &Params) {
-    let (g, gr, r, mut em) = graph_kernel(
-        sink,
-        p,
-        18,
-        &[("deg", 4), ("pos", 4), ("vert", 4), ("bin", 4)],
-    );
-    let (deg_r, pos_r, vert_r, bin_r) = (r[0], r[1], r[2], r[3]);
-    let n = g.vertices();
-    let mut deg: Vec<u32> = (0..n).map(|v| g.degree(v) as u32).collect();
-    em.contents(&deg_r, &deg);
-    let md = deg.iter().copied().max().unwrap_or(0) as usize;
-    let mut bin = vec![0u32; md + 1];
-    for &d in &deg {
-        bin[d as usize] += 1;
-    }
-    let mut start = 0u32;
-    for b in bin.iter_mut() {
-        let c = *b;
-        *b = start;
-        start += c;
-    }
-    let mut pos = vec![0u32; n];
-    let mut vert = vec![0u32; n];
-    for v in 0..n {
-        let d = deg[v] as usize;
-        pos[v] = bin[d];
-        vert[pos[v] as usize] = v as u32;
-        bin[d] += 1;
-    }
-    for d in (1..=md).rev() {
-        bin[d] = bin[d - 1];
-    }
-    bin[0] = 0;
-    em.contents(&pos_r, &pos);
-    em.contents(&vert_r, &vert);
-    for i in 0..n {
-        em.ld(&vert_r, i as u64, 1);
-        let v = vert[i] as usize;
-        em.ld(&gr.offsets, v as u64, 0);
-        em.ld(&gr.offsets, v as u64 + 1, 0);
-        for e in g.offsets[v]..g.offsets[v + 1] {
-            em.ld(&gr.neigh, e, 1);
-            let u = g.neigh[e as usize] as usize;
-            em.ld(&deg_r, u as u64, 0);
-            em.ld(&deg_r, v as u64, 0);
-            if deg[u] > deg[v] {
-                let du = deg[u] as usize;
-                em.ld(&pos_r, u as u64, 1);
-                em.ld(&bin_r, du as u64 % n as u64, 0);
-                let pu = pos[u] as usize;
-                let pw = bin[du] as usize;
-                em.ld(&vert_r, pw as u64, 0);
-                let w = vert[pw] as usize;
-                if u != w {
-                    pos[u] = pw as u32;
-                    vert[pu] = w as u32;
-                    pos[w] = pu as u32;
-                    vert[pw] = u as u32;
-                    em.st(&pos_r, u as u64, 0);
-                    em.st(&vert_r, pu as u64, 0);
-                    em.st(&pos_r, w as u64, 0);
-                    em.st(&vert_r, pw as u64, 0);
-                }
-                bin[du] += 1;
-                deg[u] -= 1;
-                em.st(&bin_r, du as u64 % n as u64, 1);
-                em.st(&deg_r, u as u64, 0);
-            }
-        }
-    }
-    std::hint::black_box(&deg);
+    std::hint::black_box(&core.vals);
 }
 
 /// Degrees of freedom per mesh node in a structural stiffness matrix:
@@ -911,54 +1094,58 @@ mod tests {
         assert!((14.0..=16.5).contains(&per_node), "{per_node}");
     }
 
-    /// GAP's pr: 8 B offsets, 4 B neighbours, 4 B (`float`) scores and
-    /// contributions, and per iteration a contrib pass (4 accesses per
-    /// vertex) then a pull pass (2 offsets, 2 per in-edge, the old score
-    /// read and the new one stored).
+    /// Ligra's pr: 16 B vertex records, 4 B edges, 8 B (`double`) ranks,
+    /// and vertex 0's pull in the dense edgeMap: its record, then for each
+    /// in-edge the neighbour id, its frontier flag, p_curr and the
+    /// neighbour's record, p_next read and written, the output flag set.
     #[test]
-    fn pr_has_gaps_widths_and_accesses() {
+    fn pr_is_ligras_dense_pull() {
         let p = Params {
             factor: 1.0 / 1024.0,
             seed: 3,
         };
-        let g = rmat(p.graph_scale(19), 8, p.seed);
+        let g = ligra::graph(p.graph_scale(19), p.seed);
         let (n, e) = (g.vertices() as u64, g.edges() as u64);
         let mut v: Vec<Access> = Vec::new();
         pr(&mut v, &p);
-        assert_eq!(v.len() as u64, 2 * (4 * n + 4 * n + 2 * e));
         let mut space = Space::default();
-        let offsets = space.alloc("offsets", 8, n + 1);
-        let neigh = space.alloc("neighbors", 4, e);
-        let scores = space.alloc("scores", 4, n);
-        let contrib = space.alloc("contrib", 4, n);
-        let width = |r: &Region| {
-            let mut sizes: Vec<u16> = v
-                .iter()
-                .filter(|a| (r.base..r.base + r.bytes()).contains(&a.addr))
-                .map(|a| a.size)
-                .collect();
-            sizes.dedup();
-            sizes
-        };
-        assert_eq!(width(&offsets), [8]);
-        assert_eq!(width(&neigh), [4]);
-        assert_eq!(width(&scores), [4]);
-        assert_eq!(width(&contrib), [4]);
-        // Vertex 0's pull in the first iteration: offsets, its in-edges
-        // (neighbour then contrib), the old score, the new score.
-        let pull = &v[4 * n as usize..];
+        let verts = space.alloc("V", 16, n);
+        let edges = space.alloc("edges", 4, e);
+        let p_curr = space.alloc("p_curr", 8, n);
+        let p_next = space.alloc("p_next", 8, n);
+        let front_s = space.alloc("frontier.s", 4, n);
+        let front_d = space.alloc("frontier.d", 1, n);
+        let _out_s = space.alloc("frontier.s", 4, e / 20);
+        let next = space.alloc("frontier.d", 1, n);
+        let in_region = |a: &Access, r: &Region| (r.base..r.base + r.bytes()).contains(&a.addr);
+        // Loads have the element's width (the fill before is by lines).
+        for (r, w) in [(&verts, 16), (&p_curr, 8)] {
+            assert!(
+                v.iter()
+                    .filter(|a| !a.write && in_region(a, r))
+                    .all(|a| a.size == w)
+            );
+        }
+        // The pull of vertex 0 starts after its record is read in the dense loop.
         assert!(g.degree(0) > 0);
-        let mut want = vec![
-            Access::load(offsets.addr(0), 8, 1),
-            Access::load(offsets.addr(1), 8, 0),
-        ];
+        let start = v
+            .iter()
+            .position(|a| *a == Access::load(verts.addr(0), 16, 1))
+            .expect("vertex 0 pulled");
+        let mut want = vec![Access::load(verts.addr(0), 16, 1)];
         for i in 0..g.degree(0) as u64 {
             let u = u64::from(g.neigh[i as usize]);
-            want.push(Access::load(neigh.addr(i), 4, 1));
-            want.push(Access::load(contrib.addr(u), 4, 0));
+            want.push(Access::load(edges.addr(i), 4, 1));
+            want.push(Access::load(front_d.addr(u), 1, 0));
+            want.push(Access::load(p_curr.addr(u), 8, 0));
+            want.push(Access::load(verts.addr(u), 16, 0));
+            want.push(Access::load(p_next.addr(0), 8, 0));
+            want.push(Access::store(p_next.addr(0), 8, 3));
+            // The output flag, set by every update that returns true.
+            want.push(Access::store(next.addr(0), 1, 0));
         }
-        want.push(Access::load(scores.addr(0), 4, 1));
-        want.push(Access::store(scores.addr(0), 4, 3));
-        assert_eq!(&pull[..want.len()], &want[..]);
+        assert_eq!(&v[start..start + want.len()], &want[..]);
+        // The all-vertices frontier is dense but edgeMap packs it sparse first.
+        assert!(v.iter().any(|a| a.write && in_region(a, &front_s)));
     }
 }

@@ -9,6 +9,7 @@ pub mod fxhash;
 pub mod graph;
 pub mod kernels;
 pub mod lackey;
+pub mod ligra;
 pub mod native;
 pub mod record;
 pub mod registry;

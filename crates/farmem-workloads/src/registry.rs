@@ -9,23 +9,20 @@ use crate::record::{CountingSink, Sink};
 
 /// Every built-in workload: name and what it runs.
 pub const WORKLOADS: &[(&str, &str)] = &[
-    ("pr", "PageRank (pull) on an RMAT graph, 2 iterations"),
-    ("bfs", "breadth-first search on an RMAT graph"),
+    ("pr", "Ligra PageRank (one iteration) on a Ligra rMat graph"),
+    ("bfs", "Ligra BFS from vertex 0 on a Ligra rMat graph"),
     (
         "bc",
-        "betweenness centrality (Brandes, 2 sources) on an RMAT graph",
+        "Ligra betweenness centrality from vertex 0 on a Ligra rMat graph",
     ),
     (
         "cc",
         "connected components (Shiloach-Vishkin) on an RMAT graph",
     ),
-    (
-        "tc",
-        "triangle counting (ordered intersection) on an RMAT graph",
-    ),
+    ("tc", "Ligra triangle counting on a Ligra rMat graph"),
     (
         "kc",
-        "k-core decomposition (bucket peeling) on an RMAT graph",
+        "Ligra k-core decomposition (peeling by k) on a Ligra rMat graph",
     ),
     (
         "spmv",

@@ -1,7 +1,7 @@
 //! The simulated address space of a workload: page-aligned regions, one per
 //! data array, and an emitter that turns array indexing into accesses.
 
-use farmem_core::PAGE_SIZE;
+use farmem_core::{CACHE_LINE, PAGE_SIZE};
 
 use crate::record::{Access, Sink};
 
@@ -82,6 +82,14 @@ macro_rules! pod {
 }
 pod!(u8, u32, u64, i32, i64, f32, f64);
 
+impl Pod for bool {
+    const SIZE: usize = 1;
+    #[inline]
+    fn put(self, out: &mut [u8]) {
+        out[0] = self as u8;
+    }
+}
+
 /// Turns array indexing into accesses on one thread.
 pub struct Emitter<'a, S: Sink + ?Sized> {
     pub sink: &'a mut S,
@@ -113,19 +121,90 @@ impl<'a, S: Sink + ?Sized> Emitter<'a, S> {
         self.sink
             .access(Access::store(r.base + offset, size, gap).on_thread(self.thread));
     }
+    /// Elements `from..to` of `r` touched in order by a loop that does
+    /// little else (a fill, a flag scan, a prefix sum): one access per cache
+    /// line, as the memory system sees it, carrying `gap_per_elem`
+    /// instructions for each element it covers. Keeps byte-array passes
+    /// from costing one trace record per byte.
+    pub fn scan(&mut self, r: &Region, from: u64, to: u64, write: bool, gap_per_elem: u32) {
+        let elem = u64::from(r.elem.max(1));
+        let (mut a, end) = (r.addr(from), r.addr(to.min(r.len)));
+        while a < end {
+            let next = ((a / CACHE_LINE) + 1) * CACHE_LINE;
+            let bytes = next.min(end) - a;
+            let gap = gap_per_elem.saturating_mul(bytes.div_ceil(elem) as u32);
+            let acc = if write {
+                Access::store(a, bytes as u16, gap)
+            } else {
+                Access::load(a, bytes as u16, gap)
+            };
+            self.sink.access(acc.on_thread(self.thread));
+            a = next;
+        }
+    }
     /// Reports the initial content of `r` from `values`, if the sink wants it.
     pub fn contents<T: Pod>(&mut self, r: &Region, values: &[T]) {
         if !self.sink.wants_contents() {
             return;
         }
+        let per_page = PAGE_SIZE as usize / T::SIZE;
+        for p in 0..values.len().div_ceil(per_page) {
+            self.contents_page(r, values, p);
+        }
+    }
+    /// Reports the content of page `p` of `r` (a page record may come
+    /// again later in a trace: it then replaces the earlier one).
+    fn contents_page<T: Pod>(&mut self, r: &Region, values: &[T], p: usize) {
         let mut page = vec![0u8; PAGE_SIZE as usize];
         let per_page = PAGE_SIZE as usize / T::SIZE;
-        for (p, chunk) in values.chunks(per_page).enumerate() {
-            page.fill(0);
-            for (i, v) in chunk.iter().enumerate() {
-                v.put(&mut page[i * T::SIZE..(i + 1) * T::SIZE]);
-            }
-            self.sink.page(r.base + p as u64 * PAGE_SIZE, &page);
+        let chunk = values.chunks(per_page).nth(p).unwrap_or(&[]);
+        for (i, v) in chunk.iter().enumerate() {
+            v.put(&mut page[i * T::SIZE..(i + 1) * T::SIZE]);
         }
+        self.sink.page(r.base + p as u64 * PAGE_SIZE, &page);
+    }
+}
+
+/// The last reported contents of an array that changes as the workload
+/// runs, so that its pages can be reported again when they change (the
+/// link compresses what a page holds when it moves, not what it held at
+/// the start).
+pub struct Snapshot<T> {
+    prev: Vec<T>,
+}
+
+impl<T: Pod + PartialEq> Snapshot<T> {
+    /// Reports `values` as `r`'s contents and remembers them.
+    pub fn new<S: Sink + ?Sized>(em: &mut Emitter<'_, S>, r: &Region, values: &[T]) -> Self {
+        em.contents(r, values);
+        let prev = if em.sink.wants_contents() {
+            values.to_vec()
+        } else {
+            Vec::new()
+        };
+        Self { prev }
+    }
+    /// Reports again each page of `r` whose values differ from the last
+    /// report; returns how many.
+    pub fn update<S: Sink + ?Sized>(
+        &mut self,
+        em: &mut Emitter<'_, S>,
+        r: &Region,
+        values: &[T],
+    ) -> usize {
+        if !em.sink.wants_contents() || self.prev.len() != values.len() {
+            return 0;
+        }
+        let per_page = PAGE_SIZE as usize / T::SIZE;
+        let mut changed = 0;
+        for p in 0..values.len().div_ceil(per_page) {
+            let span = p * per_page..((p + 1) * per_page).min(values.len());
+            if self.prev[span.clone()] != values[span.clone()] {
+                self.prev[span.clone()].copy_from_slice(&values[span]);
+                em.contents_page(r, values, p);
+                changed += 1;
+            }
+        }
+        changed
     }
 }
