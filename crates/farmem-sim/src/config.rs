@@ -58,6 +58,13 @@ pub struct DaemonSimConfig {
     /// `false` compresses the whole page before sending it.
     #[serde(default = "yes")]
     pub codec_pipeline: bool,
+    /// A what-if for data we do not have: `0` (default) sizes each page
+    /// with the codec on its real bytes; a ratio `r >= 1` sends every page
+    /// as `4096 / r` bytes, whatever it holds (the codec's latency stays).
+    /// `farmem eval daemon` sets the paper's mean LZ ratio (4.47, §6.5) to
+    /// show what its graph data's compressibility is worth.
+    #[serde(default)]
+    pub assume_ratio: f64,
 }
 
 fn yes() -> bool {
@@ -84,6 +91,7 @@ impl Default for DaemonSimConfig {
             compute: EngineConfig::default(),
             idle_slots: IdleSlots::default(),
             codec_pipeline: true,
+            assume_ratio: 0.0,
         }
     }
 }
@@ -439,6 +447,12 @@ impl Config {
                     "remote.placement `{p}` is unknown (round-robin, random)"
                 ));
             }
+        }
+        let ar = self.daemon.assume_ratio;
+        if !(ar == 0.0 || (ar.is_finite() && ar >= 1.0)) {
+            return Err(format!(
+                "daemon.assume_ratio must be 0 (measure each page) or at least 1, got {ar}"
+            ));
         }
         let dc = &self.daemon.compute;
         dc.validate().map_err(|e| format!("daemon.compute: {e}"))?;

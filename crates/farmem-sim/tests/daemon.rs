@@ -121,6 +121,31 @@ fn lc_sends_random_and_unknown_pages_raw() {
 }
 
 #[test]
+fn an_assumed_ratio_sizes_every_page_whatever_it_holds() {
+    let n = 40u64;
+    // Random pages, zero pages and pages without a record all move at
+    // 4096 / 4 bytes; without the knob only the zero pages would shrink.
+    let mut pages: Vec<Option<Vec<u8>>> = (0..n).map(|i| Some(noise(i + 3))).collect();
+    pages.extend((0..n).map(|_| Some(vec![0u8; PAGE as usize])));
+    pages.extend((0..n).map(|_| None));
+    let path = trace("assumed", &pages);
+    let sets = [("local.size", "0"), ("daemon.assume_ratio", "4")];
+    let lc = run("lc", &sets, &path);
+    assert_eq!(stat(&lc, "lc.pages_sent") as u64, 3 * n);
+    assert_eq!(stat(&lc, "lc.pages_sent_compressed") as u64, 3 * n);
+    assert_eq!(stat(&lc, "lc.wire_bytes") as u64, 3 * n * PAGE / 4);
+    assert_eq!(stat(&lc, "lc.pages_with_contents") as u64, 0);
+    let daemon = run("daemon", &sets, &path);
+    let raw = stat(&daemon, "daemon.raw_bytes") as u64;
+    assert!(raw >= PAGE, "daemon moved pages");
+    assert_eq!(stat(&daemon, "daemon.wire_bytes") as u64, raw / 4);
+    let mut b = ConfigBuilder::preset("daemon").unwrap();
+    b.set("daemon.assume_ratio", "0.5").unwrap();
+    assert!(b.build().is_err(), "a ratio below 1 is refused");
+    std::fs::remove_file(path).ok();
+}
+
+#[test]
 fn lc_charges_codec_latency_per_page() {
     // One page, one access: the miss costs remote's plus compress + decompress.
     let path = trace("one", &[Some(vec![0u8; PAGE as usize])]);

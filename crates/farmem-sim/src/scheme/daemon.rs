@@ -45,15 +45,17 @@ pub const SCHEMES: &[SchemeEntry] = &[
 /// compressed, so it occupies the link for its compressed size, and pays
 /// the codec's compression and decompression latency.
 ///
-/// Sizes come from the trace's page-content records (initial contents).
-/// A page without a record is treated as incompressible (sent raw): we
-/// cannot invent its bytes, and a constant ratio would be fiction. Stores
-/// are not reflected in the bytes (traces carry only initial contents), so
-/// a dirty page is written back at its initial compressed size. A page
-/// whose compressed form is not smaller than the page is sent raw, as
-/// hardware with a raw/compressed flag would do.
+/// Sizes come from the trace's page-content records: a page's latest
+/// record before it moves (workloads report a page again when its values
+/// change). A page without a record is treated as incompressible (sent
+/// raw): we cannot invent its bytes. A page whose compressed form is not
+/// smaller than the page is sent raw, as hardware with a raw/compressed
+/// flag would do. `daemon.assume_ratio` replaces the measured sizes by one
+/// ratio for every page, as an explicit what-if.
 pub struct LinkCompression {
     codec: CodecKind,
+    /// Every page's wire size when a ratio is assumed.
+    assumed_bytes: Option<u64>,
     /// One (de)compression of a page, ns.
     codec_ns: f64,
     /// Compressed length of each page that has contents, by page number.
@@ -69,6 +71,7 @@ impl Default for LinkCompression {
     fn default() -> Self {
         Self {
             codec: CodecKind::Lz,
+            assumed_bytes: None,
             codec_ns: 0.0,
             sizes: HashMap::new(),
             pages_with_contents: 0,
@@ -85,8 +88,11 @@ impl LinkCompression {
     fn wire(&mut self, page: u64) -> (u64, bool) {
         self.pages_sent += 1;
         self.raw_bytes += PAGE_SIZE;
-        let (bytes, compressed) = match self.sizes.get(&page) {
-            Some(&len) if (len as u64) < PAGE_SIZE => (len as u64, true),
+        let measured = self
+            .assumed_bytes
+            .or_else(|| self.sizes.get(&page).map(|&l| l as u64));
+        let (bytes, compressed) = match measured {
+            Some(len) if len < PAGE_SIZE => (len, true),
             _ => (PAGE_SIZE, false),
         };
         self.pages_sent_compressed += compressed as u64;
@@ -106,6 +112,8 @@ impl Scheme for LinkCompression {
 
     fn configure(&mut self, cfg: &Config) {
         self.codec = cfg.daemon.codec;
+        let ratio = cfg.daemon.assume_ratio;
+        self.assumed_bytes = (ratio >= 1.0).then(|| (PAGE_SIZE as f64 / ratio).ceil() as u64);
         // Streaming, the link carries one unit while the next is coded, so
         // one unit's latency shows at each end (the codec outruns any link
         // here: 1 KB per 64 cycles).
@@ -121,7 +129,7 @@ impl Scheme for LinkCompression {
     }
 
     fn wants_contents(&self) -> bool {
-        true
+        self.assumed_bytes.is_none()
     }
 
     fn page_contents(&mut self, addr: u64, data: &[u8]) {
@@ -569,7 +577,7 @@ impl Scheme for Daemon {
     }
 
     fn wants_contents(&self) -> bool {
-        self.lc.is_some()
+        self.lc.as_ref().is_some_and(|lc| lc.wants_contents())
     }
 
     fn page_contents(&mut self, addr: u64, data: &[u8]) {
