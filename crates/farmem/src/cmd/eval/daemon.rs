@@ -271,7 +271,7 @@ pub fn run(args: Args) -> Outcome {
         if quick {
             " (--quick: about 15 s on 2 cores)"
         } else {
-            " (full grid at scale 1: about 7 minutes on 2 idle cores, longer under other load; --quick for a first look)"
+            " (full grid at scale 1: about 8 minutes on 2 idle cores, longer under other load; --quick for a first look)"
         }
     );
     let results = execute(&base, &all, args.json)?;

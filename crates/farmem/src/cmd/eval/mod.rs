@@ -25,7 +25,7 @@ const EVALS: &[Eval] = &[
     (
         "daemon",
         "DaeMon §6: schemes x bandwidth x switch latency, sensitivity studies \
-         (420 runs, ~7 min on 2 cores; --quick: 218 runs, ~15 s)",
+         (452 runs, ~8 min on 2 cores; --quick: 230 runs, ~15 s)",
         daemon::run,
     ),
     (
