@@ -102,9 +102,6 @@ pub fn pr<S: Sink + ?Sized>(sink: &mut S, p: &Params) {
         p_next: &'a mut Array<f64>,
     }
     impl EdgeFn for PrF<'_> {
-        fn cond<S: Sink + ?Sized>(&mut self, _: &mut Emitter<'_, S>, _: usize) -> bool {
-            true
-        }
         fn update<S: Sink + ?Sized>(
             &mut self,
             em: &mut Emitter<'_, S>,
@@ -272,11 +269,13 @@ pub fn bc<S: Sink + ?Sized>(sink: &mut S, p: &Params) {
     slots.reverse();
     let Some(first) = slots.pop() else { return };
     let mut frontier = Frontier::single(&mut em, n, src as u32, first);
-    struct Fwd<'a> {
-        paths: &'a mut Array<f64>,
+    /// BC_F and BC_Back_F: add the source's value to each unvisited
+    /// target's; a target joins the next frontier on its first addition.
+    struct AddToUnvisited<'a> {
+        vals: &'a mut Array<f64>,
         visited: &'a Array<bool>,
     }
-    impl EdgeFn for Fwd<'_> {
+    impl EdgeFn for AddToUnvisited<'_> {
         fn cond<S: Sink + ?Sized>(&mut self, em: &mut Emitter<'_, S>, d: usize) -> bool {
             em.ld(&self.visited.r, d as u64, 0);
             !self.visited.vals[d]
@@ -287,19 +286,19 @@ pub fn bc<S: Sink + ?Sized>(sink: &mut S, p: &Params) {
             s: usize,
             d: usize,
         ) -> bool {
-            em.ld(&self.paths.r, d as u64, 0);
-            em.ld(&self.paths.r, s as u64, 0);
-            let old = self.paths.vals[d];
-            self.paths.vals[d] += self.paths.vals[s];
-            em.st(&self.paths.r, d as u64, 1);
+            em.ld(&self.vals.r, d as u64, 0);
+            em.ld(&self.vals.r, s as u64, 0);
+            let old = self.vals.vals[d];
+            self.vals.vals[d] += self.vals.vals[s];
+            em.st(&self.vals.r, d as u64, 1);
             old == 0.0
         }
     }
     let mut levels: Vec<Frontier> = Vec::new();
     while !frontier.is_empty() {
         let Some(slot) = slots.pop() else { break };
-        let mut f = Fwd {
-            paths: &mut paths,
+        let mut f = AddToUnvisited {
+            vals: &mut paths,
             visited: &visited,
         };
         let out = edge_map(&mut em, &lg, &mut frontier, &mut f, &mut scratch, slot);
@@ -335,36 +334,13 @@ pub fn bc<S: Sink + ?Sized>(sink: &mut S, p: &Params) {
         deps.vals[i] += inv.vals[i];
         em.st(&deps.r, i as u64, 1);
     };
-    struct Back<'a> {
-        deps: &'a mut Array<f64>,
-        visited: &'a Array<bool>,
-    }
-    impl EdgeFn for Back<'_> {
-        fn cond<S: Sink + ?Sized>(&mut self, em: &mut Emitter<'_, S>, d: usize) -> bool {
-            em.ld(&self.visited.r, d as u64, 0);
-            !self.visited.vals[d]
-        }
-        fn update<S: Sink + ?Sized>(
-            &mut self,
-            em: &mut Emitter<'_, S>,
-            s: usize,
-            d: usize,
-        ) -> bool {
-            em.ld(&self.deps.r, d as u64, 0);
-            em.ld(&self.deps.r, s as u64, 0);
-            let old = self.deps.vals[d];
-            self.deps.vals[d] += self.deps.vals[s];
-            em.st(&self.deps.r, d as u64, 1);
-            old == 0.0
-        }
-    }
     if let Some(mut frontier) = levels.pop() {
         vertex_map(&mut em, &frontier, |em, i| {
             back_vertex(em, i, &mut visited, &mut deps, &paths)
         });
         while let Some(prev) = levels.pop() {
-            let mut f = Back {
-                deps: &mut deps,
+            let mut f = AddToUnvisited {
+                vals: &mut deps,
                 visited: &visited,
             };
             let out = edge_map(&mut em, &lg, &mut frontier, &mut f, &mut scratch, spare);
@@ -416,9 +392,6 @@ pub fn tc<S: Sink + ?Sized>(sink: &mut S, p: &Params) {
         counts: &'a mut Array<i64>,
     }
     impl EdgeFn for Count<'_> {
-        fn cond<S: Sink + ?Sized>(&mut self, _: &mut Emitter<'_, S>, _: usize) -> bool {
-            true
-        }
         fn update<S: Sink + ?Sized>(
             &mut self,
             em: &mut Emitter<'_, S>,
@@ -509,9 +482,6 @@ pub fn kc<S: Sink + ?Sized>(sink: &mut S, p: &Params) {
         degrees: &'a mut Array<i32>,
     }
     impl EdgeFn for UpdateDeg<'_> {
-        fn cond<S: Sink + ?Sized>(&mut self, _: &mut Emitter<'_, S>, _: usize) -> bool {
-            true
-        }
         fn update<S: Sink + ?Sized>(
             &mut self,
             em: &mut Emitter<'_, S>,

@@ -272,8 +272,10 @@ impl Frontier {
 /// What an edgeMap applies to each edge (Ligra's `F` with `cond` and
 /// `update`); each reports the accesses it makes.
 pub trait EdgeFn {
-    /// Whether `d` may still be updated.
-    fn cond<S: Sink + ?Sized>(&mut self, em: &mut Emitter<'_, S>, d: usize) -> bool;
+    /// Whether `d` may still be updated (Ligra's `cond_true` unless given).
+    fn cond<S: Sink + ?Sized>(&mut self, _em: &mut Emitter<'_, S>, _d: usize) -> bool {
+        true
+    }
     /// Applies edge (s, d); whether d joins the output.
     fn update<S: Sink + ?Sized>(&mut self, em: &mut Emitter<'_, S>, s: usize, d: usize) -> bool;
 }
