@@ -33,9 +33,15 @@ pub const COMPRESSIBILITY: &str = "compressibility";
 pub const AT_PAPER_RATIO: &str = "daemon at the paper's ratio";
 
 /// Series of the [`COMPRESSIBILITY`] study: the scheme, or
-/// [`AT_PAPER_RATIO`] for a run with an assumed ratio.
+/// [`AT_PAPER_RATIO`] for a `daemon` run that assumed the paper's ratio
+/// (by value: a user's own `--set daemon.assume_ratio` reaches every run).
 pub fn compressibility_label(p: &Point) -> Option<String> {
-    Some(if p.config.contains_key("daemon.assume_ratio") {
+    let at_paper = p.scheme == "daemon"
+        && p.config
+            .get("daemon.assume_ratio")
+            .and_then(|r| r.parse::<f64>().ok())
+            == Some(PAPER_LZ_RATIO);
+    Some(if at_paper {
         AT_PAPER_RATIO.to_string()
     } else {
         p.scheme.clone()
@@ -996,6 +1002,19 @@ mod tests {
             .iter()
             .find(|c| c.claim.starts_with(claim_starts))
             .unwrap_or_else(|| panic!("no check {claim_starts}"))
+    }
+
+    #[test]
+    fn only_daemon_at_the_papers_ratio_is_labelled_so() {
+        let mut rs = compressibility(0.82, 0.93);
+        for r in &mut rs[..3] {
+            r.overrides.insert("daemon.assume_ratio".into(), "2".into());
+        }
+        let labels: Vec<String> = points(COMPRESSIBILITY, &rs)
+            .iter()
+            .filter_map(compressibility_label)
+            .collect();
+        assert_eq!(labels, ["remote", "pq", "daemon", AT_PAPER_RATIO]);
     }
 
     #[test]
