@@ -58,6 +58,9 @@
 //! of its own, on the same controller.
 
 pub mod heap;
+pub mod io;
 
 #[cfg(not(test))]
 mod shim;
+#[cfg(not(test))]
+mod signal_shim;

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU8, AtomicUsize, Ordering};
 
 use farmem_runtime::remote::RackStore;
-use farmem_runtime::{Config, Runtime};
+use farmem_runtime::{Config, FaultPath, Runtime};
 
 use crate::heap::{Heap, Kind, PAGE};
 
@@ -279,7 +279,7 @@ impl Drop for Busy {
     }
 }
 
-fn runtime_thread() -> bool {
+pub(crate) fn runtime_thread() -> bool {
     KIND.try_with(|k| {
         if k.get() == 0 {
             let mut name = [0u8; 16];
@@ -312,6 +312,16 @@ fn local_only() -> bool {
         || STATE.load(Ordering::Acquire) == OFF
         || BUSY.try_with(|b| b.get()).unwrap_or(true)
         || runtime_thread()
+}
+
+/// The far heap's address range (empty before the runtime starts).
+pub(crate) fn far_range() -> std::ops::Range<usize> {
+    HEAP_BASE.load(Ordering::Acquire)..HEAP_END.load(Ordering::Acquire)
+}
+
+/// In a forked child, which has no runtime.
+pub(crate) fn forked() -> bool {
+    FORKED.load(Ordering::Relaxed)
 }
 
 fn is_far(p: *const c_void) -> bool {
@@ -437,6 +447,9 @@ fn init() -> Result<(), String> {
         )
         .map_err(|e| format!("connecting to controller {controller}: {e}"))?,
     );
+    // The kernel's own accesses to far pages fail on the signal path: the
+    // I/O interposers touch them first.
+    let touch_for_io = (cfg.fault_path == FaultPath::Signal).then_some(cfg.local_bytes);
     let rt = Runtime::new(cfg, store.clone(), store.clone())
         .map_err(|e| format!("starting the far-memory runtime: {e}"))?;
     STORE.store(Arc::into_raw(store) as *mut RackStore, Ordering::Release);
@@ -460,12 +473,16 @@ fn init() -> Result<(), String> {
     }
     HEAP_END.store(base + len, Ordering::Release);
     HEAP_BASE.store(base, Ordering::Release);
+    if let Some(local) = touch_for_io {
+        crate::signal_shim::enable(local);
+    }
     Ok(())
 }
 
 /// Starts the runtime when the library is loaded, before the program runs
 /// and before any allocator holds a lock, if `farmem run` asked for it.
 extern "C" fn start_at_load() {
+    crate::signal_shim::resolve();
     if getenv(c"FARMEM_CONTROLLER").is_some_and(|c| !c.is_empty()) {
         ensure_init();
     }
@@ -963,7 +980,13 @@ pub unsafe extern "C" fn sigaction(
         if sig == libc::SIGBUS && farmem_runtime::signal::intercept_sigbus(act, old) {
             return 0;
         }
-        farmem_runtime::signal::real_sigaction(sig, act, old)
+        if act.is_null() {
+            return farmem_runtime::signal::real_sigaction(sig, act, old);
+        }
+        // A handler running with SIGBUS blocked could not take a far fault.
+        let mut act = *act;
+        crate::signal_shim::mask_without_sigbus(&mut act.sa_mask);
+        farmem_runtime::signal::real_sigaction(sig, &act, old)
     }
 }
 

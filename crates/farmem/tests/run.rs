@@ -193,6 +193,51 @@ fn each_local_cache_policy_and_fault_path_runs_a_program_under_eviction() {
     assert!(stderr.contains("unknown policy `mru`"), "{stderr}");
 }
 
+/// Fault path `signal`: system calls reading into and writing from far
+/// pages that are not local (a file, a socket pair, a pipe, stdio), and a
+/// thread that blocks every signal, move every byte; without the shim's
+/// I/O and signal-mask interposers the first write fails with EFAULT and
+/// the masked thread kills the process.
+#[test]
+fn system_calls_and_masked_threads_work_on_the_signal_path() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../farmem-preload/tests/c/io_test.c");
+    let Some(bin) = compiled_or_skip("io-test", &src) else {
+        return;
+    };
+    let local = Command::new(&bin).arg("24").output().unwrap();
+    assert!(local.status.success(), "local run failed: {local:?}");
+    let stats = std::env::temp_dir().join(format!("farmem-run-io-{}.json", std::process::id()));
+    // Three 24 MiB buffers against 12 MiB local: the 3 MiB touch budget
+    // splits every flat call into pieces.
+    let far = Command::new(farmem())
+        .args(["run", "--fault-path", "signal", "--local-mem", "12MiB"])
+        .arg("--stats-json")
+        .arg(&stats)
+        .arg("--")
+        .arg(&bin)
+        .arg("24")
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_file(&bin);
+    let stderr = String::from_utf8_lossy(&far.stderr);
+    assert_eq!(far.status.code(), Some(0), "stderr: {stderr}");
+    assert_eq!(
+        String::from_utf8_lossy(&far.stdout),
+        String::from_utf8_lossy(&local.stdout),
+        "stderr: {stderr}"
+    );
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
+    let _ = std::fs::remove_file(&stats);
+    let n = |k: &str| report["total"][k].as_u64().unwrap_or(0);
+    assert!(n("pages_fetched") > 3 * (24 << 20) / 4096, "{report}");
+    assert_eq!(
+        (n("fetch_errors"), n("writeback_errors")),
+        (0, 0),
+        "{report}"
+    );
+}
+
 #[test]
 fn exit_codes_and_signals_pass_through() {
     if let Some(why) = unavailable() {
@@ -364,6 +409,17 @@ impl Redis {
 
 #[test]
 fn redis_server_keeps_every_value_under_a_small_local_limit() {
+    redis_keeps_every_value("thread");
+}
+
+/// redis reads requests into and writes replies from far jemalloc arenas,
+/// and jemalloc's background thread blocks every signal.
+#[test]
+fn redis_server_keeps_every_value_on_the_signal_path() {
+    redis_keeps_every_value("signal");
+}
+
+fn redis_keeps_every_value(fault_path: &str) {
     if let Some(why) = unavailable() {
         eprintln!("skipping: {why}");
         return;
@@ -372,9 +428,13 @@ fn redis_server_keeps_every_value_under_a_small_local_limit() {
         return;
     };
     let port = free_port();
-    let stats = std::env::temp_dir().join(format!("farmem-redis-{}.json", std::process::id()));
+    let stats = std::env::temp_dir().join(format!(
+        "farmem-redis-{fault_path}-{}.json",
+        std::process::id()
+    ));
     let mut server = Command::new(farmem())
-        .args(["run", "--local-mem", "48MiB", "--stats-json"])
+        .args(["run", "--fault-path", fault_path, "--local-mem", "48MiB"])
+        .arg("--stats-json")
         .arg(&stats)
         .arg("--")
         .arg(redis)

@@ -1,0 +1,642 @@
+//! What fault path `signal` needs from the interposers of an unmodified
+//! program, beyond the SIGBUS disposition `shim` keeps:
+//!
+//! * **SIGBUS is never blocked.** A far fault is a SIGBUS the faulting
+//!   thread must take; with SIGBUS blocked the kernel kills the process
+//!   instead (jemalloc starts its background threads with every signal
+//!   blocked, and redis died that way). `pthread_sigmask` and
+//!   `sigprocmask` leave SIGBUS out of the signals they block, and
+//!   `sigaction` leaves it out of a handler's mask. Blocking SIGBUS only
+//!   ever deferred a SIGBUS sent with kill(2); a fault's SIGBUS cannot be
+//!   blocked anyway.
+//! * **System calls on far buffers** (see [`crate::io`]): `read`,
+//!   `write`, `pread`, `pwrite`, `readv`, `writev`, `preadv`, `pwritev`,
+//!   `recv`, `recvfrom`, `recvmsg`, `send`, `sendto`, `sendmsg`, `fread`
+//!   and `fwrite` touch the far pages of their buffers before calling the
+//!   real function, and retry a call that fails with `EFAULT` after
+//!   touching them again. Off the signal path, for buffers with no far
+//!   byte, or on the runtime's own threads, a call goes straight through.
+//!
+//! A flat buffer larger than a quarter of the local cache is moved piece
+//! by piece (its pages could not all be local at once): files, and every
+//! write, go on to the next piece while each piece is whole; a read from a
+//! pipe, socket or terminal returns after its first piece, as a short read
+//! it could have been anyway, rather than block for more. Vectored calls
+//! touch their buffers up to the same budget and are made once, as are
+//! `send` and `sendto` (a datagram must go whole). `fread` and `fwrite` go
+//! in pieces of whole items and are not retried (a failure sets the
+//! stream's error flag). glibc's internal calls (`printf`'s writes,
+//! `fgets`, `fscanf`) and raw system calls (Go's runtime) do not come
+//! through here.
+
+use std::ffi::CStr;
+use std::ops::Range;
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
+
+use libc::{c_int, c_void, iovec, msghdr, off_t, size_t, sockaddr, socklen_t, ssize_t};
+
+use crate::io::{Access, MAX_TRIES, far_pages, overlaps, pieces};
+use crate::shim::{far_range, forked, runtime_thread};
+
+/// Set once the runtime serves faults in signal handlers.
+static ON: AtomicBool = AtomicBool::new(false);
+/// Most bytes of far buffers one call touches: a quarter of the local
+/// cache, so touching does not evict what it just touched.
+static BUDGET: AtomicUsize = AtomicUsize::new(0);
+
+/// Turns the interposers on for a runtime with `local_bytes` of cache.
+pub(crate) fn enable(local_bytes: u64) {
+    resolve();
+    let budget = usize::try_from(local_bytes / 4).unwrap_or(usize::MAX);
+    BUDGET.store(
+        budget.max(farmem_core::PAGE_SIZE as usize),
+        Ordering::Relaxed,
+    );
+    ON.store(true, Ordering::Release);
+}
+
+/// The far heap, when this call's far buffers need touching.
+fn active() -> Option<Range<usize>> {
+    if !ON.load(Ordering::Acquire) || forked() || runtime_thread() {
+        return None;
+    }
+    Some(far_range())
+}
+
+fn errno() -> c_int {
+    // SAFETY: errno is thread-local and always readable.
+    unsafe { *libc::__errno_location() }
+}
+
+/// Touches the far pages of `[start, start + len)` the way `access` says,
+/// each at a byte of the buffer.
+fn touch(start: usize, len: usize, access: Access, far: &Range<usize>) {
+    for page in far_pages(start, len, far) {
+        let byte = page.max(start) as *mut u8;
+        match access {
+            // A compare-exchange always writes, whether or not it swaps,
+            // and leaves the byte as it was even if another thread writes
+            // it meanwhile (an idempotent add may be compiled to a load).
+            Access::KernelWrites => {
+                // SAFETY: a byte of the caller's buffer, which it hands to
+                // the kernel to fill; atomics need no alignment for u8.
+                let a = unsafe { AtomicU8::from_ptr(byte) };
+                let v = a.load(Ordering::Relaxed);
+                let _ = a.compare_exchange(v, v, Ordering::Relaxed, Ordering::Relaxed);
+            }
+            // SAFETY: a byte of the caller's buffer, which the kernel reads.
+            Access::KernelReads => unsafe {
+                std::ptr::read_volatile(byte);
+            },
+        }
+    }
+}
+
+/// Touches `bufs` (up to the budget in all) and calls `call`, again while
+/// it fails with `EFAULT`.
+fn touched(
+    bufs: &[(usize, usize)],
+    access: Access,
+    far: &Range<usize>,
+    mut call: impl FnMut() -> ssize_t,
+) -> ssize_t {
+    let budget = BUDGET.load(Ordering::Relaxed);
+    let mut r = -1;
+    for _ in 0..MAX_TRIES {
+        let mut left = budget;
+        for &(start, len) in bufs {
+            let len = len.min(left);
+            touch(start, len, access, far);
+            left -= len;
+        }
+        r = call();
+        if r >= 0 || errno() != libc::EFAULT {
+            return r;
+        }
+    }
+    r
+}
+
+/// Whether `fd` is a regular file or block device: reading it in pieces
+/// cannot block between them.
+fn seekable_data(fd: c_int) -> bool {
+    // SAFETY: a zeroed stat is valid; fstat fills it or fails.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: a pointer to a live local.
+    if unsafe { libc::fstat(fd, &mut st) } != 0 {
+        return false;
+    }
+    matches!(st.st_mode & libc::S_IFMT, libc::S_IFREG | libc::S_IFBLK)
+}
+
+/// A call on one flat buffer: `call(ptr, len, offset)` moves `len` bytes
+/// at `ptr`, `offset` bytes into the caller's buffer.
+fn flat(
+    buf: usize,
+    len: usize,
+    access: Access,
+    fd: c_int,
+    mut call: impl FnMut(usize, usize, usize) -> ssize_t,
+) -> ssize_t {
+    let Some(far) = active().filter(|f| overlaps(buf, len, f)) else {
+        return call(buf, len, 0);
+    };
+    if len <= BUDGET.load(Ordering::Relaxed) {
+        return touched(&[(buf, len)], access, &far, || call(buf, len, 0));
+    }
+    let go_on = access == Access::KernelReads || seekable_data(fd);
+    let mut done = 0usize;
+    for piece in pieces(len, BUDGET.load(Ordering::Relaxed)) {
+        let (at, n) = (buf + piece.start, piece.len());
+        let r = touched(&[(at, n)], access, &far, || call(at, n, piece.start));
+        if r < 0 {
+            return if done == 0 { r } else { done as ssize_t };
+        }
+        done += r as usize;
+        if (r as usize) < n || !go_on {
+            break;
+        }
+    }
+    done as ssize_t
+}
+
+/// A call on an iovec array.
+///
+/// # Safety
+/// `iov` points to `cnt` iovecs, or `cnt` is not positive.
+unsafe fn vectored(
+    iov: *const iovec,
+    cnt: c_int,
+    access: Access,
+    call: impl FnMut() -> ssize_t,
+) -> ssize_t {
+    let mut call = call;
+    let Some(far) = active() else { return call() };
+    if iov.is_null() || cnt <= 0 {
+        return call();
+    }
+    // SAFETY: per the contract (the kernel would read the same array).
+    let iovs = unsafe { std::slice::from_raw_parts(iov, cnt as usize) };
+    let bufs: Vec<(usize, usize)> = iovs
+        .iter()
+        .map(|v| (v.iov_base as usize, v.iov_len))
+        .filter(|&(s, l)| overlaps(s, l, &far))
+        .collect();
+    if bufs.is_empty() {
+        return call();
+    }
+    touched(&bufs, access, &far, call)
+}
+
+/// The next library's functions (glibc's), found once when the shim loads
+/// so that no interposer looks them up inside a signal handler.
+struct Real {
+    slot: AtomicUsize,
+    name: &'static CStr,
+}
+
+macro_rules! reals {
+    ($($id:ident = $name:literal),* $(,)?) => {
+        $(static $id: Real = Real { slot: AtomicUsize::new(0), name: $name };)*
+        pub(crate) fn resolve() {
+            $($id.get();)*
+        }
+    };
+}
+
+reals! {
+    READ = c"read", WRITE = c"write", PREAD = c"pread64", PWRITE = c"pwrite64",
+    READV = c"readv", WRITEV = c"writev", PREADV = c"preadv", PWRITEV = c"pwritev",
+    RECV = c"recv", RECVFROM = c"recvfrom", RECVMSG = c"recvmsg",
+    SEND = c"send", SENDTO = c"sendto", SENDMSG = c"sendmsg",
+    FREAD = c"fread", FWRITE = c"fwrite",
+    PTHREAD_SIGMASK = c"pthread_sigmask", SIGPROCMASK = c"sigprocmask",
+}
+
+impl Real {
+    fn get(&self) -> usize {
+        match self.slot.load(Ordering::Relaxed) {
+            0 => {
+                // SAFETY: RTLD_NEXT lookup of a C function by name.
+                let p = unsafe { libc::dlsym(libc::RTLD_NEXT, self.name.as_ptr()) } as usize;
+                self.slot.store(p, Ordering::Relaxed);
+                p
+            }
+            p => p,
+        }
+    }
+
+    /// The function as an `F`, or None if no library below has it.
+    ///
+    /// # Safety
+    /// `F` is the function pointer type of the C function `self.name`.
+    unsafe fn f<F: Copy>(&self) -> Option<F> {
+        let p = self.get();
+        // SAFETY: per the contract, a non-null symbol of that type.
+        (p != 0).then(|| unsafe { std::mem::transmute_copy::<usize, F>(&p) })
+    }
+}
+
+/// The real function `$real` of type `$ty` called with `$args`, or -1 with
+/// ENOSYS if there is none.
+macro_rules! call_real {
+    ($real:ident: $ty:ty, $fail:expr; $($arg:expr),*) => {
+        // SAFETY: the type is the C function's; the arguments are the
+        // caller's, as valid as the function requires.
+        match unsafe { $real.f::<$ty>() } {
+            Some(f) => unsafe { f($($arg),*) },
+            None => {
+                // SAFETY: errno is thread-local and always writable.
+                unsafe { *libc::__errno_location() = libc::ENOSYS };
+                $fail
+            }
+        }
+    };
+}
+
+type ReadFn = unsafe extern "C" fn(c_int, *mut c_void, size_t) -> ssize_t;
+type WriteFn = unsafe extern "C" fn(c_int, *const c_void, size_t) -> ssize_t;
+type PreadFn = unsafe extern "C" fn(c_int, *mut c_void, size_t, off_t) -> ssize_t;
+type PwriteFn = unsafe extern "C" fn(c_int, *const c_void, size_t, off_t) -> ssize_t;
+type VecFn = unsafe extern "C" fn(c_int, *const iovec, c_int) -> ssize_t;
+type PvecFn = unsafe extern "C" fn(c_int, *const iovec, c_int, off_t) -> ssize_t;
+type RecvFn = unsafe extern "C" fn(c_int, *mut c_void, size_t, c_int) -> ssize_t;
+type RecvfromFn = unsafe extern "C" fn(
+    c_int,
+    *mut c_void,
+    size_t,
+    c_int,
+    *mut sockaddr,
+    *mut socklen_t,
+) -> ssize_t;
+type SendFn = unsafe extern "C" fn(c_int, *const c_void, size_t, c_int) -> ssize_t;
+type SendtoFn = unsafe extern "C" fn(
+    c_int,
+    *const c_void,
+    size_t,
+    c_int,
+    *const sockaddr,
+    socklen_t,
+) -> ssize_t;
+type RecvmsgFn = unsafe extern "C" fn(c_int, *mut msghdr, c_int) -> ssize_t;
+type SendmsgFn = unsafe extern "C" fn(c_int, *const msghdr, c_int) -> ssize_t;
+type FileFn = unsafe extern "C" fn(*mut c_void, size_t, size_t, *mut libc::FILE) -> size_t;
+
+fn to_off(o: usize) -> off_t {
+    off_t::try_from(o).unwrap_or(off_t::MAX)
+}
+
+/// # Safety
+/// As read(2).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, count: size_t) -> ssize_t {
+    flat(
+        buf as usize,
+        count,
+        Access::KernelWrites,
+        fd,
+        |p, n, _| call_real!(READ: ReadFn, -1; fd, p as *mut c_void, n),
+    )
+}
+
+/// # Safety
+/// As write(2).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, count: size_t) -> ssize_t {
+    flat(
+        buf as usize,
+        count,
+        Access::KernelReads,
+        fd,
+        |p, n, _| call_real!(WRITE: WriteFn, -1; fd, p as *const c_void, n),
+    )
+}
+
+/// # Safety
+/// As pread(2).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn pread64(
+    fd: c_int,
+    buf: *mut c_void,
+    count: size_t,
+    off: off_t,
+) -> ssize_t {
+    flat(buf as usize, count, Access::KernelWrites, fd, |p, n, at| {
+        let off = off.saturating_add(to_off(at));
+        call_real!(PREAD: PreadFn, -1; fd, p as *mut c_void, n, off)
+    })
+}
+
+/// # Safety
+/// As pread(2).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn pread(fd: c_int, buf: *mut c_void, count: size_t, off: off_t) -> ssize_t {
+    // SAFETY: the same function on 64-bit targets.
+    unsafe { pread64(fd, buf, count, off) }
+}
+
+/// # Safety
+/// As pwrite(2).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn pwrite64(
+    fd: c_int,
+    buf: *const c_void,
+    count: size_t,
+    off: off_t,
+) -> ssize_t {
+    flat(buf as usize, count, Access::KernelReads, fd, |p, n, at| {
+        let off = off.saturating_add(to_off(at));
+        call_real!(PWRITE: PwriteFn, -1; fd, p as *const c_void, n, off)
+    })
+}
+
+/// # Safety
+/// As pwrite(2).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn pwrite(
+    fd: c_int,
+    buf: *const c_void,
+    count: size_t,
+    off: off_t,
+) -> ssize_t {
+    // SAFETY: the same function on 64-bit targets.
+    unsafe { pwrite64(fd, buf, count, off) }
+}
+
+/// # Safety
+/// As readv(2).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn readv(fd: c_int, iov: *const iovec, cnt: c_int) -> ssize_t {
+    let call = || call_real!(READV: VecFn, -1; fd, iov, cnt);
+    // SAFETY: the caller's iovec array, as readv(2) requires.
+    unsafe { vectored(iov, cnt, Access::KernelWrites, call) }
+}
+
+/// # Safety
+/// As writev(2).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn writev(fd: c_int, iov: *const iovec, cnt: c_int) -> ssize_t {
+    let call = || call_real!(WRITEV: VecFn, -1; fd, iov, cnt);
+    // SAFETY: the caller's iovec array, as writev(2) requires.
+    unsafe { vectored(iov, cnt, Access::KernelReads, call) }
+}
+
+/// # Safety
+/// As preadv(2).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn preadv(fd: c_int, iov: *const iovec, cnt: c_int, off: off_t) -> ssize_t {
+    let call = || call_real!(PREADV: PvecFn, -1; fd, iov, cnt, off);
+    // SAFETY: the caller's iovec array, as preadv(2) requires.
+    unsafe { vectored(iov, cnt, Access::KernelWrites, call) }
+}
+
+/// # Safety
+/// As pwritev(2).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn pwritev(fd: c_int, iov: *const iovec, cnt: c_int, off: off_t) -> ssize_t {
+    let call = || call_real!(PWRITEV: PvecFn, -1; fd, iov, cnt, off);
+    // SAFETY: the caller's iovec array, as pwritev(2) requires.
+    unsafe { vectored(iov, cnt, Access::KernelReads, call) }
+}
+
+/// # Safety
+/// As recv(2).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn recv(fd: c_int, buf: *mut c_void, len: size_t, flags: c_int) -> ssize_t {
+    // A socket: one piece at most (`flat` never goes on for one).
+    flat(
+        buf as usize,
+        len,
+        Access::KernelWrites,
+        fd,
+        |p, n, _| call_real!(RECV: RecvFn, -1; fd, p as *mut c_void, n, flags),
+    )
+}
+
+/// # Safety
+/// As recvfrom(2).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn recvfrom(
+    fd: c_int,
+    buf: *mut c_void,
+    len: size_t,
+    flags: c_int,
+    addr: *mut sockaddr,
+    addrlen: *mut socklen_t,
+) -> ssize_t {
+    flat(
+        buf as usize,
+        len,
+        Access::KernelWrites,
+        fd,
+        |p, n, _| call_real!(RECVFROM: RecvfromFn, -1; fd, p as *mut c_void, n, flags, addr, addrlen),
+    )
+}
+
+/// # Safety
+/// As send(2).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn send(fd: c_int, buf: *const c_void, len: size_t, flags: c_int) -> ssize_t {
+    // A datagram must go whole: a buffer over the budget is touched up to
+    // it and sent at once (pieces would be separate datagrams).
+    sent_whole(
+        buf,
+        len,
+        |p, n| call_real!(SEND: SendFn, -1; fd, p, n, flags),
+    )
+}
+
+/// # Safety
+/// As sendto(2).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn sendto(
+    fd: c_int,
+    buf: *const c_void,
+    len: size_t,
+    flags: c_int,
+    addr: *const sockaddr,
+    addrlen: socklen_t,
+) -> ssize_t {
+    sent_whole(
+        buf,
+        len,
+        |p, n| call_real!(SENDTO: SendtoFn, -1; fd, p, n, flags, addr, addrlen),
+    )
+}
+
+/// One call on a whole flat buffer, its far pages touched up to the budget.
+fn sent_whole(
+    buf: *const c_void,
+    len: size_t,
+    mut call: impl FnMut(*const c_void, size_t) -> ssize_t,
+) -> ssize_t {
+    match active().filter(|f| overlaps(buf as usize, len, f)) {
+        Some(far) => touched(&[(buf as usize, len)], Access::KernelReads, &far, || {
+            call(buf, len)
+        }),
+        None => call(buf, len),
+    }
+}
+
+/// # Safety
+/// As recvmsg(2).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn recvmsg(fd: c_int, msg: *mut msghdr, flags: c_int) -> ssize_t {
+    let (iov, cnt) = msg_iov(msg);
+    let call = || call_real!(RECVMSG: RecvmsgFn, -1; fd, msg, flags);
+    // SAFETY: the caller's message header and its iovecs, as recvmsg(2) requires.
+    unsafe { vectored(iov, cnt, Access::KernelWrites, call) }
+}
+
+/// # Safety
+/// As sendmsg(2).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn sendmsg(fd: c_int, msg: *const msghdr, flags: c_int) -> ssize_t {
+    let (iov, cnt) = msg_iov(msg);
+    let call = || call_real!(SENDMSG: SendmsgFn, -1; fd, msg, flags);
+    // SAFETY: the caller's message header and its iovecs, as sendmsg(2) requires.
+    unsafe { vectored(iov, cnt, Access::KernelReads, call) }
+}
+
+/// A message header's iovec array, or none when it is null.
+fn msg_iov(msg: *const msghdr) -> (*const iovec, c_int) {
+    if msg.is_null() || active().is_none() {
+        return (std::ptr::null(), 0);
+    }
+    // SAFETY: non-null, and the caller hands it to the kernel to read.
+    let m = unsafe { &*msg };
+    (
+        m.msg_iov,
+        c_int::try_from(m.msg_iovlen).unwrap_or(c_int::MAX),
+    )
+}
+
+/// fread and fwrite: `call(ptr, items)` in pieces of whole items that fit
+/// the budget, each touched first (a failed stream call is not retried: it
+/// sets the stream's error flag). Stops at the first short piece.
+fn stream(
+    ptr: *const c_void,
+    size: size_t,
+    n: size_t,
+    access: Access,
+    mut call: impl FnMut(*const c_void, size_t) -> size_t,
+) -> size_t {
+    let len = size.saturating_mul(n);
+    let Some(far) = active().filter(|f| size > 0 && overlaps(ptr as usize, len, f)) else {
+        return call(ptr, n);
+    };
+    let per_piece = (BUDGET.load(Ordering::Relaxed) / size).max(1);
+    let mut done = 0;
+    while done < n {
+        let items = per_piece.min(n - done);
+        let at = ptr as usize + done * size;
+        touch(at, items * size, access, &far);
+        let got = call(at as *const c_void, items);
+        done += got;
+        if got < items {
+            break;
+        }
+    }
+    done
+}
+
+/// # Safety
+/// As fread(3).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fread(
+    ptr: *mut c_void,
+    size: size_t,
+    n: size_t,
+    f: *mut libc::FILE,
+) -> size_t {
+    stream(
+        ptr,
+        size,
+        n,
+        Access::KernelWrites,
+        |p, k| call_real!(FREAD: FileFn, 0; p as *mut c_void, size, k, f),
+    )
+}
+
+/// # Safety
+/// As fwrite(3).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fwrite(
+    ptr: *const c_void,
+    size: size_t,
+    n: size_t,
+    f: *mut libc::FILE,
+) -> size_t {
+    stream(
+        ptr,
+        size,
+        n,
+        Access::KernelReads,
+        |p, k| call_real!(FWRITE: FileFn, 0; p as *mut c_void, size, k, f),
+    )
+}
+
+/// Whether SIGBUS must stay deliverable: the signal path is on.
+pub(crate) fn keep_sigbus() -> bool {
+    ON.load(Ordering::Acquire)
+}
+
+/// `set` without SIGBUS, in `copy`, when a mask change would block it.
+fn without_sigbus(
+    how: c_int,
+    set: *const libc::sigset_t,
+    copy: &mut libc::sigset_t,
+) -> *const libc::sigset_t {
+    // SAFETY: `set` is null or the caller's valid signal set.
+    if set.is_null() || how == libc::SIG_UNBLOCK || !keep_sigbus() {
+        return set;
+    }
+    // SAFETY: as above; `copy` is ours.
+    unsafe {
+        if libc::sigismember(set, libc::SIGBUS) != 1 {
+            return set;
+        }
+        *copy = *set;
+        libc::sigdelset(copy, libc::SIGBUS);
+    }
+    copy
+}
+
+/// Leaves SIGBUS out of a handler's mask (see the module docs).
+pub(crate) fn mask_without_sigbus(mask: &mut libc::sigset_t) {
+    if keep_sigbus() {
+        // SAFETY: a valid signal set of the caller's.
+        unsafe { libc::sigdelset(mask, libc::SIGBUS) };
+    }
+}
+
+type MaskFn = unsafe extern "C" fn(c_int, *const libc::sigset_t, *mut libc::sigset_t) -> c_int;
+
+/// # Safety
+/// As pthread_sigmask(3).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn pthread_sigmask(
+    how: c_int,
+    set: *const libc::sigset_t,
+    old: *mut libc::sigset_t,
+) -> c_int {
+    // SAFETY: an all-zero sigset is a valid (empty) set.
+    let mut copy: libc::sigset_t = unsafe { std::mem::zeroed() };
+    let set = without_sigbus(how, set, &mut copy);
+    // pthread_sigmask reports errors as its result, not in errno.
+    call_real!(PTHREAD_SIGMASK: MaskFn, libc::ENOSYS; how, set, old)
+}
+
+/// # Safety
+/// As sigprocmask(2).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn sigprocmask(
+    how: c_int,
+    set: *const libc::sigset_t,
+    old: *mut libc::sigset_t,
+) -> c_int {
+    // SAFETY: an all-zero sigset is a valid (empty) set.
+    let mut copy: libc::sigset_t = unsafe { std::mem::zeroed() };
+    let set = without_sigbus(how, set, &mut copy);
+    call_real!(SIGPROCMASK: MaskFn, -1; how, set, old)
+}

@@ -1,0 +1,189 @@
+/* System calls on far buffers: every byte moved by write, read, pwrite,
+ * pread, writev, readv, send, recv, fwrite and fread between large
+ * (far) buffers, through a file, a socket pair and a pipe, with the
+ * buffers pushed out of the local cache before each step; then a thread
+ * that blocks every signal (as jemalloc's background threads do) copies
+ * one far buffer into another. Prints one line per step with its
+ * checksum, then "ok"; exits with the failing step's number.
+ * Usage: io_test MIB (size of each of the three buffers). */
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+static size_t n;
+static unsigned char *a, *b, *c;
+
+static uint64_t sum(const unsigned char *p, size_t len) {
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < len; i++) h = (h ^ p[i]) * 1099511628211ull;
+    return h;
+}
+
+/* Overwrites the third buffer, so the others' pages leave the cache. */
+static void push_out(void) {
+    for (size_t i = 0; i < n; i += 4096) c[i] = (unsigned char)(c[i] + 1);
+}
+
+static int check(int step, const char *what) {
+    uint64_t ha = sum(a, n), hb = sum(b, n);
+    printf("%d %s %016llx\n", step, what, (unsigned long long)hb);
+    if (ha != hb) {
+        fprintf(stderr, "step %d (%s): the bytes differ\n", step, what);
+        exit(step);
+    }
+    memset(b, 0, n);
+    push_out();
+    return 0;
+}
+
+static int full_write(int fd, const unsigned char *p, size_t len) {
+    while (len > 0) {
+        ssize_t w = write(fd, p, len);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return -1;
+        p += w;
+        len -= (size_t)w;
+    }
+    return 0;
+}
+
+static int full_read(int fd, unsigned char *p, size_t len) {
+    while (len > 0) {
+        ssize_t r = read(fd, p, len);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) return -1;
+        p += r;
+        len -= (size_t)r;
+    }
+    return 0;
+}
+
+static void *sender(void *arg) {
+    int fd = *(int *)arg;
+    size_t off = 0;
+    while (off < n) {
+        size_t chunk = n - off < (1 << 20) ? n - off : (1 << 20);
+        ssize_t s = send(fd, a + off, chunk, 0);
+        if (s <= 0) {
+            perror("send");
+            exit(20);
+        }
+        off += (size_t)s;
+    }
+    return 0;
+}
+
+static void *pipe_writer(void *arg) {
+    int fd = *(int *)arg;
+    if (full_write(fd, a, n) != 0) {
+        perror("write to pipe");
+        exit(21);
+    }
+    close(fd);
+    return 0;
+}
+
+static void *masked_copy(void *arg) {
+    (void)arg;
+    sigset_t all;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, 0);
+    memcpy(b, a, n);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    n = (size_t)(argc > 1 ? atoi(argv[1]) : 48) << 20;
+    a = malloc(n);
+    b = malloc(n);
+    c = malloc(n);
+    if (!a || !b || !c) return 90;
+    for (size_t i = 0; i < n; i++) a[i] = (unsigned char)(i * 2654435761u >> 13);
+    memset(b, 0, n);
+    memset(c, 0, n);
+    push_out();
+
+    char path[] = "/tmp/farmem-io-test-XXXXXX";
+    int fd = mkstemp(path);
+    if (fd < 0) return 91;
+    unlink(path);
+
+    /* 1: one write and one read of the whole buffer. */
+    if (write(fd, a, n) != (ssize_t)n) { perror("write"); return 1; }
+    push_out();
+    if (lseek(fd, 0, SEEK_SET) != 0) return 1;
+    if (read(fd, b, n) != (ssize_t)n) { perror("read"); return 1; }
+    check(1, "write/read");
+
+    /* 2: pwrite and pread at an offset. */
+    if (pwrite(fd, a, n, 4096) != (ssize_t)n) { perror("pwrite"); return 2; }
+    push_out();
+    if (pread(fd, b, n, 4096) != (ssize_t)n) { perror("pread"); return 2; }
+    check(2, "pwrite/pread");
+
+    /* 3: writev and readv, two pieces each. */
+    struct iovec wv[2] = {{a, n / 2}, {a + n / 2, n - n / 2}};
+    struct iovec rv[2] = {{b, n / 3}, {b + n / 3, n - n / 3}};
+    if (lseek(fd, 0, SEEK_SET) != 0) return 3;
+    ssize_t w = writev(fd, wv, 2);
+    if (w < 0) { perror("writev"); return 3; }
+    if (w < (ssize_t)n && full_write(fd, a + w, n - (size_t)w) != 0) return 3;
+    push_out();
+    if (lseek(fd, 0, SEEK_SET) != 0) return 3;
+    ssize_t r = readv(fd, rv, 2);
+    if (r < 0) { perror("readv"); return 3; }
+    if (r < (ssize_t)n && full_read(fd, b + r, n - (size_t)r) != 0) return 3;
+    check(3, "writev/readv");
+
+    /* 4: fwrite and fread. */
+    FILE *f = tmpfile();
+    if (!f) return 4;
+    if (fwrite(a, 1, n, f) != n) { perror("fwrite"); return 4; }
+    push_out();
+    rewind(f);
+    if (fread(b, 1, n, f) != n) { perror("fread"); return 4; }
+    fclose(f);
+    check(4, "fwrite/fread");
+
+    /* 5: send and recv over a socket pair, the sender on its own thread. */
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0) return 5;
+    pthread_t t;
+    pthread_create(&t, 0, sender, &sv[0]);
+    size_t got = 0;
+    while (got < n) {
+        ssize_t k = recv(sv[1], b + got, n - got, 0);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) { perror("recv"); return 5; }
+        got += (size_t)k;
+    }
+    pthread_join(t, 0);
+    close(sv[0]);
+    close(sv[1]);
+    check(5, "send/recv");
+
+    /* 6: write and read through a pipe. */
+    int p[2];
+    if (pipe(p) != 0) return 6;
+    pthread_create(&t, 0, pipe_writer, &p[1]);
+    if (full_read(p[0], b, n) != 0) { perror("read from pipe"); return 6; }
+    pthread_join(t, 0);
+    close(p[0]);
+    check(6, "pipe");
+
+    /* 7: far memory touched by a thread with every signal blocked. */
+    pthread_create(&t, 0, masked_copy, 0);
+    pthread_join(t, 0);
+    check(7, "masked thread");
+
+    close(fd);
+    printf("ok\n");
+    return 0;
+}
