@@ -10,7 +10,7 @@
 //! | `FARMEM_FAR_MEM` | size of the far heap | 8GiB |
 //! | `FARMEM_THRESHOLD` | smallest allocation placed far | 1MiB |
 //! | `FARMEM_DIRTY` | `line` or `page` | line |
-//! | `FARMEM_FAULT_PATH` | `thread`, or `signal` (faults served in the faulting thread's SIGBUS handler; system calls on far pages not yet local fail with EFAULT) | thread |
+//! | `FARMEM_FAULT_PATH` | `thread`, or `signal` (faults served in the faulting thread's SIGBUS handler; I/O calls' far buffers are made local first and SIGBUS is never blocked, see `signal_shim`) | thread |
 //! | `FARMEM_POLICY` | replacement policy name | runtime default |
 //! | `FARMEM_STATS_JSON` | file that gets one JSON line of stats per process that used far memory | — |
 //! | `FARMEM_NAME` | client name shown to the controller | farmem-run |

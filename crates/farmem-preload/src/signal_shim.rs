@@ -11,8 +11,8 @@
 //!   blocked anyway.
 //! * **System calls on far buffers** (see [`crate::io`]): `read`,
 //!   `write`, `pread`, `pwrite`, `readv`, `writev`, `preadv`, `pwritev`,
-//!   `recv`, `recvfrom`, `recvmsg`, `send`, `sendto`, `sendmsg`, `fread`
-//!   and `fwrite` touch the far pages of their buffers before calling the
+//!   `recv`, `recvfrom`, `recvmsg`, `send`, `sendto`, `sendmsg`, `fread`,
+//!   `fwrite` and `fputs` touch the far pages of their buffers before calling the
 //!   real function, and retry a call that fails with `EFAULT` after
 //!   touching them again. Off the signal path, for buffers with no far
 //!   byte, or on the runtime's own threads, a call goes straight through.
@@ -25,8 +25,9 @@
 //! touch their buffers up to the same budget and are made once, as are
 //! `send` and `sendto` (a datagram must go whole). `fread` and `fwrite` go
 //! in pieces of whole items and are not retried (a failure sets the
-//! stream's error flag). glibc's internal calls (`printf`'s writes,
-//! `fgets`, `fscanf`) and raw system calls (Go's runtime) do not come
+//! stream's error flag). glibc functions that hand a caller's buffer to
+//! the kernel themselves (`printf("%s")` of a far string longer than the
+//! local cache, `puts`) and raw system calls (Go's runtime) do not come
 //! through here.
 
 use std::ffi::CStr;
@@ -209,7 +210,7 @@ reals! {
     READV = c"readv", WRITEV = c"writev", PREADV = c"preadv", PWRITEV = c"pwritev",
     RECV = c"recv", RECVFROM = c"recvfrom", RECVMSG = c"recvmsg",
     SEND = c"send", SENDTO = c"sendto", SENDMSG = c"sendmsg",
-    FREAD = c"fread", FWRITE = c"fwrite",
+    FREAD = c"fread", FWRITE = c"fwrite", FPUTS = c"fputs",
     PTHREAD_SIGMASK = c"pthread_sigmask", SIGPROCMASK = c"sigprocmask",
 }
 
@@ -574,6 +575,31 @@ pub unsafe extern "C" fn fwrite(
         Access::KernelReads,
         |p, k| call_real!(FWRITE: FileFn, 0; p as *mut c_void, size, k, f),
     )
+}
+
+type FputsFn = unsafe extern "C" fn(*const libc::c_char, *mut libc::FILE) -> c_int;
+
+/// A far string goes out as `fwrite` pieces: glibc's fputs hands it to
+/// the kernel in one call, and a string longer than the local cache is
+/// no longer all local by then (its own `strlen` read it first).
+///
+/// # Safety
+/// As fputs(3).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fputs(s: *const libc::c_char, f: *mut libc::FILE) -> c_int {
+    if active().is_none_or(|far| !overlaps(s as usize, 1, &far)) {
+        return call_real!(FPUTS: FputsFn, libc::EOF; s, f);
+    }
+    // SAFETY: the caller's NUL-terminated string.
+    let len = unsafe { libc::strlen(s) };
+    let written = stream(
+        s.cast(),
+        1,
+        len,
+        Access::KernelReads,
+        |p, k| call_real!(FWRITE: FileFn, 0; p as *mut c_void, 1, k, f),
+    );
+    if written == len { 1 } else { libc::EOF }
 }
 
 /// Whether SIGBUS must stay deliverable: the signal path is on.

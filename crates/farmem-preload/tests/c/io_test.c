@@ -3,7 +3,7 @@
  * (far) buffers, through a file, a socket pair and a pipe, with the
  * buffers pushed out of the local cache before each step; then a thread
  * that blocks every signal (as jemalloc's background threads do) copies
- * one far buffer into another. Prints one line per step with its
+ * one far buffer into another, and fputs writes a far string. Prints one line per step with its
  * checksum, then "ok"; exits with the failing step's number.
  * Usage: io_test MIB (size of each of the three buffers). */
 #include <errno.h>
@@ -182,6 +182,18 @@ int main(int argc, char **argv) {
     pthread_create(&t, 0, masked_copy, 0);
     pthread_join(t, 0);
     check(7, "masked thread");
+
+    /* 8: fputs of a far string longer than the local cache. */
+    for (size_t i = 0; i + 1 < n; i++) c[i] = (char)('a' + i % 26);
+    c[n - 1] = 0;
+    uint64_t hc = sum(c, n - 1);
+    for (size_t i = 0; i < n; i += 4096) a[i] = b[i] = 0;
+    FILE *g = tmpfile();
+    if (!g || fputs((char *)c, g) == EOF) { perror("fputs"); return 8; }
+    rewind(g);
+    if (fread(b, 1, n - 1, g) != n - 1 || sum(b, n - 1) != hc) return 8;
+    fclose(g);
+    printf("8 fputs %016llx\n", (unsigned long long)hc);
 
     close(fd);
     printf("ok\n");

@@ -54,10 +54,11 @@ pub struct Args {
     /// userfaultfd while the program's thread sleeps) or `signal` (the
     /// program's own thread, in a SIGBUS handler: no thread wakeups per
     /// fault; 2x faster on a fault-bound program; a SIGBUS handler the
-    /// program sets still gets every SIGBUS that is not a far fault). With
-    /// `signal`, a system call reading or writing a far page that is not
-    /// local fails with EFAULT (the kernel raises no signal for its own
-    /// accesses): only for programs that do no I/O on their large buffers.
+    /// program sets still gets every SIGBUS that is not a far fault). The
+    /// kernel raises no signal for its own accesses: with `signal`, the
+    /// buffers of read/write, recv/send and fread/fwrite/fputs calls are
+    /// made local first, but printf of a far string longer than the local
+    /// cache and raw system calls (Go) fail with EFAULT on a far page.
     #[arg(long, default_value = "thread")]
     fault_path: farmem_runtime::FaultPath,
     /// Fault-around: the most pages a fault brings in after its own when
