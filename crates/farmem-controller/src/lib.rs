@@ -8,13 +8,20 @@
 //! round-robin or least-loaded. Before answering, the controller tells each
 //! memory node about its new grants, so a compute node may use an extent the
 //! moment it learns of it. With a state file the table survives a restart.
+//!
+//! A compute node may hold its grants on a lease (`Msg::Lease`): if it
+//! sends nothing for the lease's length (it was killed, or its host is
+//! gone), its grants are given back and revoked on the memory nodes, so a
+//! crashed client cannot keep rack memory for good. Leases are not kept in
+//! the state file: after a restart a client's next renewal starts its
+//! lease again.
 
 pub mod extent;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
@@ -92,6 +99,16 @@ struct Shared {
     table: Mutex<Table>,
     /// Our connections to memory nodes, for pushing grants.
     links: Mutex<HashMap<u32, Connection>>,
+    /// Clients holding their grants on a lease, by name.
+    leases: Mutex<HashMap<String, Lease>>,
+    grants_reclaimed: AtomicU64,
+    bytes_reclaimed: AtomicU64,
+}
+
+/// How long a client's grants outlive its silence, and when it last spoke.
+struct Lease {
+    length: Duration,
+    renewed: Instant,
 }
 
 /// A snapshot of the controller's table, as `Stats` returns it.
@@ -104,6 +121,11 @@ pub struct ControllerStats {
     pub free_bytes: u64,
     pub grants: u64,
     pub granularity: u64,
+    /// Clients holding their grants on a lease.
+    pub leases: u64,
+    /// Grants given back because their client's lease ran out, and their bytes.
+    pub grants_reclaimed: u64,
+    pub bytes_reclaimed: u64,
 }
 
 impl Shared {
@@ -226,6 +248,9 @@ impl Shared {
             free_bytes: free,
             grants: t.tree.grants().len() as u64,
             granularity: t.tree.granularity(),
+            leases: self.leases.lock().len() as u64,
+            grants_reclaimed: self.grants_reclaimed.load(Ordering::Relaxed),
+            bytes_reclaimed: self.bytes_reclaimed.load(Ordering::Relaxed),
         }
     }
 
@@ -242,6 +267,60 @@ impl Shared {
                 up: n.up,
             })
             .collect()
+    }
+
+    /// Tells memory nodes that ranges freed in our table are no one's.
+    fn revoke(&self, grants: &[Grant]) {
+        for g in grants {
+            let addr = self.node_addr(g.node).unwrap_or_default();
+            let revoke = Msg::Revoke {
+                base: g.base,
+                len: g.len,
+            };
+            if let Err(e) = self.push(g.node, &addr, &revoke) {
+                // The node keeps a stale grant until it re-registers; the
+                // range is free in our table and will be re-granted there.
+                tracing::warn!(
+                    "cannot revoke [{:#x}, +{}) on node {}: {e}",
+                    g.base,
+                    g.len,
+                    g.node
+                );
+            }
+        }
+    }
+
+    /// Gives back the grants of every client whose lease ran out.
+    fn reclaim_lapsed(&self) {
+        let lapsed: Vec<(String, Duration)> = {
+            let mut leases = self.leases.lock();
+            let lapsed: Vec<(String, Duration)> = leases
+                .iter()
+                .filter(|(_, l)| l.renewed.elapsed() > l.length)
+                .map(|(name, l)| (name.clone(), l.length))
+                .collect();
+            for (name, _) in &lapsed {
+                leases.remove(name);
+            }
+            lapsed
+        };
+        for (owner, length) in lapsed {
+            let grants = {
+                let mut t = self.table.lock();
+                let grants = t.tree.release_owner(&owner);
+                self.save(&t);
+                grants
+            };
+            let bytes: u64 = grants.iter().map(|g| g.len).sum();
+            self.grants_reclaimed
+                .fetch_add(grants.len() as u64, Ordering::Relaxed);
+            self.bytes_reclaimed.fetch_add(bytes, Ordering::Relaxed);
+            tracing::warn!(
+                "client {owner} was silent for its lease of {length:?}; gave back its {} grants ({bytes} bytes)",
+                grants.len()
+            );
+            self.revoke(&grants);
+        }
     }
 
     fn refuse_role(peer: &Peer, what: &str) -> Refusal {
@@ -272,6 +351,12 @@ impl Shared {
         out: &mut Vec<u8>,
         me: &Arc<Shared>,
     ) -> Result<(), Refusal> {
+        if peer.role == Role::Compute
+            && let Some(l) = self.leases.lock().get_mut(&peer.name)
+        {
+            // Any request is a sign of life.
+            l.renewed = Instant::now();
+        }
         match msg {
             Msg::Register { listen, capacity } => {
                 if peer.role != Role::MemNode {
@@ -377,25 +462,24 @@ impl Shared {
                     self.save(&t);
                     released
                 };
-                for g in released {
-                    let addr = self.node_addr(g.node).unwrap_or_default();
-                    if let Err(e) = self.push(
-                        g.node,
-                        &addr,
-                        &Msg::Revoke {
-                            base: g.base,
-                            len: g.len,
+                self.revoke(&released);
+                Msg::Done.encode(id, out);
+            }
+            Msg::Lease { ms } => {
+                if peer.role != Role::Compute {
+                    return Err(Self::refuse_role(peer, "hold a lease"));
+                }
+                let mut leases = self.leases.lock();
+                if ms == 0 {
+                    leases.remove(&peer.name);
+                } else {
+                    leases.insert(
+                        peer.name.clone(),
+                        Lease {
+                            length: Duration::from_millis(ms.into()),
+                            renewed: Instant::now(),
                         },
-                    ) {
-                        // The node keeps a stale grant until it re-registers; the
-                        // range is free in our table and will be re-granted there.
-                        tracing::warn!(
-                            "cannot revoke [{:#x}, +{}) on node {}: {e}",
-                            g.base,
-                            g.len,
-                            g.node
-                        );
-                    }
+                    );
                 }
                 Msg::Done.encode(id, out);
             }
@@ -459,6 +543,9 @@ impl Controller {
             cfg: cfg.clone(),
             table: Mutex::new(table),
             links: Mutex::new(HashMap::new()),
+            leases: Mutex::new(HashMap::new()),
+            grants_reclaimed: AtomicU64::new(0),
+            bytes_reclaimed: AtomicU64::new(0),
         });
         let server_cfg = ServerConfig {
             token: cfg.token.clone(),
@@ -535,5 +622,7 @@ fn liveness_loop(shared: &Shared, stop: &AtomicBool) {
         if !late.is_empty() {
             shared.save(&t);
         }
+        drop(t);
+        shared.reclaim_lapsed();
     }
 }

@@ -415,3 +415,51 @@ fn a_restarted_memnode_is_reconnected_on_next_use() {
     client.read(4096, &mut buf).unwrap();
     assert_eq!(buf, [0u8; 6]);
 }
+
+#[test]
+fn a_silent_clients_lease_runs_out_and_a_renewed_one_does_not() {
+    let rack = rack(2, Duration::from_millis(400));
+    let kept = client(&rack, "cn-kept");
+    let dead = client(&rack, "cn-dead");
+    let keeper = kept.keep_lease(Duration::from_secs(2)).unwrap();
+    // The dead client takes a lease once and is never heard from again.
+    dead.controller()
+        .unwrap()
+        .lease(Duration::from_millis(300))
+        .unwrap();
+    let mine = kept.allocate(256 << 20, Placement::Default).unwrap();
+    let theirs = dead.allocate(256 << 20, Placement::Default).unwrap();
+    let pattern: Vec<u8> = (0..4096u32).map(|i| (i * 7) as u8).collect();
+    kept.write(mine[0].base, &pattern).unwrap();
+    dead.write(theirs[0].base, &pattern).unwrap();
+    assert_eq!(rack.controller.stats().leases, 2);
+
+    // Wait for the reclaim, and past two of the kept lease's lengths.
+    let start = Instant::now();
+    while rack.controller.stats().grants_reclaimed == 0 || start.elapsed() < Duration::from_secs(4)
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the silent client's grants were never reclaimed: {:?}",
+            rack.controller.stats()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let st = rack.controller.stats();
+    assert_eq!(st.bytes_reclaimed, 256 << 20, "{st:?}");
+    assert_eq!(st.granted_bytes, 256 << 20, "{st:?}");
+    assert_eq!(st.leases, 1, "{st:?}");
+    // The kept client's memory is still its own, byte for byte; the dead
+    // one's is revoked on the memory node.
+    let mut buf = vec![0u8; 4096];
+    kept.read(mine[0].base, &mut buf).unwrap();
+    assert_eq!(buf, pattern);
+    match dead.read(theirs[0].base, &mut buf) {
+        Err(NetError::Remote { code, .. }) => assert_eq!(code, ErrorCode::NotOwner),
+        other => panic!("a revoked range must be refused, got {other:?}"),
+    }
+    // Dropping the keeper ends the lease; the grants stay until released.
+    drop(keeper);
+    assert_eq!(rack.controller.stats().leases, 0);
+    assert_eq!(rack.controller.stats().granted_bytes, 256 << 20);
+}

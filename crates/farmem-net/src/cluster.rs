@@ -7,10 +7,12 @@
 //! extents: the runtime's remote translation).
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
 use farmem_wire::{Extent, LINE_LEN, LOG_RECORD_LEN, LogRecords, Msg, NodeInfo, Placement};
-use parking_lot::{Mutex, RwLock};
+use parking_lot::{Condvar, Mutex, RwLock};
 
 use crate::conn::copy_read_reply;
 use crate::{ClientConfig, Connection, NetError, PageReadError, PageReader, Reply, Ticket};
@@ -22,12 +24,85 @@ const PAGE_READ_MAX: usize = 4096;
 #[derive(Clone, Debug)]
 pub struct ControllerClient {
     conn: Connection,
+    addr: String,
 }
 
 impl ControllerClient {
     pub fn connect(addr: &str, cfg: &ClientConfig) -> Result<Self, NetError> {
         Ok(Self {
             conn: Connection::connect(addr, cfg)?,
+            addr: addr.to_string(),
+        })
+    }
+
+    /// Takes or renews a lease of `length` once (see [`Self::keep_lease`]
+    /// for one kept alive); a zero length ends it.
+    pub fn lease(&self, length: Duration) -> Result<(), NetError> {
+        lease_on(&self.conn, length)
+    }
+
+    /// Holds this client's grants on a lease of `length`: should the client
+    /// die without releasing them, the controller gives them back once it
+    /// has heard nothing from it for that long. The lease is taken now and
+    /// renewed every quarter of its length by a thread (`farmem-lease`) on
+    /// a connection of its own, which it reopens if it breaks, so a live
+    /// client keeps its memory across a broken connection; dropping the
+    /// keeper ends the lease (the grants stay until released).
+    pub fn keep_lease(
+        &self,
+        cfg: &ClientConfig,
+        length: Duration,
+    ) -> Result<LeaseKeeper, NetError> {
+        let length = length.max(Duration::from_millis(1));
+        let conn = Connection::connect(&self.addr, cfg)?;
+        lease_on(&conn, length)?;
+        let stop = Arc::new((Mutex::new(false), Condvar::new()));
+        let (addr, cfg, flag) = (self.addr.clone(), cfg.clone(), stop.clone());
+        let period = length / 4;
+        let thread = std::thread::Builder::new()
+            .name("farmem-lease".into())
+            .spawn(move || {
+                let mut conn = Some(conn);
+                let mut failing = false;
+                loop {
+                    {
+                        let (stopped, cv) = &*flag;
+                        let mut stopped = stopped.lock();
+                        if !*stopped {
+                            cv.wait_for(&mut stopped, period);
+                        }
+                        if *stopped {
+                            break;
+                        }
+                    }
+                    let renew = |c: &Connection| lease_on(c, length);
+                    let result = match conn.as_ref().map(renew) {
+                        Some(Ok(())) => Ok(()),
+                        _ => Connection::connect(&addr, &cfg).and_then(|c| {
+                            renew(&c)?;
+                            conn = Some(c);
+                            Ok(())
+                        }),
+                    };
+                    match result {
+                        Ok(()) => failing = false,
+                        Err(e) => {
+                            conn = None;
+                            if !failing {
+                                tracing::warn!("cannot renew the lease on our remote memory: {e}");
+                            }
+                            failing = true;
+                        }
+                    }
+                }
+                if let Some(c) = conn {
+                    let _ = lease_on(&c, Duration::ZERO);
+                }
+            })
+            .map_err(NetError::Io)?;
+        Ok(LeaseKeeper {
+            stop,
+            thread: Some(thread),
         })
     }
 
@@ -59,6 +134,33 @@ impl ControllerClient {
     /// The controller's statistics as a JSON object.
     pub fn stats_json(&self) -> Result<String, NetError> {
         stats_json(&self.conn)
+    }
+}
+
+fn lease_on(conn: &Connection, length: Duration) -> Result<(), NetError> {
+    let ms = u32::try_from(length.as_millis()).unwrap_or(u32::MAX);
+    conn.call(&Msg::Lease { ms })?.done("lease")
+}
+
+/// Renews a lease until dropped (see [`ControllerClient::keep_lease`]).
+pub struct LeaseKeeper {
+    stop: Arc<(Mutex<bool>, Condvar)>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for LeaseKeeper {
+    fn drop(&mut self) {
+        *self.stop.0.lock() = true;
+        self.stop.1.notify_all();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl std::fmt::Debug for LeaseKeeper {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("LeaseKeeper")
     }
 }
 
@@ -152,6 +254,16 @@ impl Cluster {
 
     pub fn controller(&self) -> Option<&ControllerClient> {
         self.controller.as_ref()
+    }
+
+    /// Holds this client's grants on a lease (see
+    /// [`ControllerClient::keep_lease`]).
+    pub fn keep_lease(&self, length: Duration) -> Result<LeaseKeeper, NetError> {
+        let ctl = self
+            .controller
+            .as_ref()
+            .ok_or_else(|| NetError::Routing("a standalone cluster has no controller".into()))?;
+        ctl.keep_lease(&self.cfg, length)
     }
 
     /// Allocates `size` bytes from the controller and connects to the nodes

@@ -183,7 +183,7 @@ ops! {
     Hello = 0x01, Challenge = 0x02, Auth = 0x03, Welcome = 0x04,
     Done = 0x0f,
     Read = 0x10, ReadOk = 0x11, Write = 0x12, LogBatch = 0x14, LogAck = 0x15,
-    Alloc = 0x20, AllocOk = 0x21, Release = 0x22, Register = 0x24, Registered = 0x25,
+    Alloc = 0x20, AllocOk = 0x21, Release = 0x22, Lease = 0x23, Register = 0x24, Registered = 0x25,
     Heartbeat = 0x26, Grant = 0x28, Revoke = 0x29, ListNodes = 0x2a, NodesOk = 0x2b,
     Stats = 0x30, StatsOk = 0x31,
     Error = 0x7f,
@@ -250,6 +250,13 @@ pub enum Msg<'a> {
         base: u64,
         len: u64,
     },
+    /// Compute → controller: give back every grant of this client if the
+    /// controller hears no `Lease` from it for `ms` milliseconds (a client
+    /// that dies without releasing); sent again to renew, `ms` = 0 ends
+    /// the lease. Answered with `Done`.
+    Lease {
+        ms: u32,
+    },
     /// A memory node joins the controller.
     Register {
         listen: &'a str,
@@ -309,6 +316,7 @@ impl<'a> Msg<'a> {
             Msg::Alloc { .. } => Op::Alloc,
             Msg::AllocOk { .. } => Op::AllocOk,
             Msg::Release { .. } => Op::Release,
+            Msg::Lease { .. } => Op::Lease,
             Msg::Register { .. } => Op::Register,
             Msg::Registered { .. } => Op::Registered,
             Msg::Heartbeat { .. } => Op::Heartbeat,
@@ -365,6 +373,7 @@ impl<'a> Msg<'a> {
             }
             Msg::LogBatch { records } => b.extend_from_slice(records.raw()),
             Msg::LogAck { applied } => b.extend_from_slice(&applied.to_le_bytes()),
+            Msg::Lease { ms } => b.extend_from_slice(&ms.to_le_bytes()),
             Msg::Alloc { size, placement } => {
                 b.extend_from_slice(&size.to_le_bytes());
                 b.push(*placement as u8);
@@ -480,6 +489,7 @@ impl<'a> Msg<'a> {
                 base: r.u64()?,
                 len: r.u64()?,
             },
+            Op::Lease => Msg::Lease { ms: r.u32()? },
             Op::Register => {
                 let capacity = r.u64()?;
                 Msg::Register {
@@ -573,6 +583,7 @@ fn op_name(op: Op) -> &'static str {
         Op::Alloc => "alloc",
         Op::AllocOk => "alloc reply",
         Op::Release => "release",
+        Op::Lease => "lease",
         Op::Register => "register",
         Op::Registered => "register reply",
         Op::Heartbeat => "heartbeat",
@@ -652,6 +663,7 @@ mod tests {
                 extents: vec![extent.clone(), extent],
             },
             Msg::Release { base: 1, len: 2 },
+            Msg::Lease { ms: 30_000 },
             Msg::Register {
                 listen: "127.0.0.1:9",
                 capacity: 1 << 36,
