@@ -311,6 +311,12 @@ impl Shared {
                 self.save(&t);
                 grants
             };
+            if grants.is_empty() {
+                tracing::info!(
+                    "client {owner} was silent for its lease of {length:?}; it held nothing"
+                );
+                continue;
+            }
             let bytes: u64 = grants.iter().map(|g| g.len).sum();
             self.grants_reclaimed
                 .fetch_add(grants.len() as u64, Ordering::Relaxed);

@@ -13,7 +13,8 @@
 //! | `FARMEM_FAULT_PATH` | `thread`, or `signal` (faults served in the faulting thread's SIGBUS handler; I/O calls' far buffers are made local first and SIGBUS is never blocked, see `signal_shim`) | thread |
 //! | `FARMEM_POLICY` | replacement policy name | runtime default |
 //! | `FARMEM_STATS_JSON` | file that gets one JSON line of stats per process that used far memory | — |
-//! | `FARMEM_NAME` | client name shown to the controller | farmem-run |
+//! | `FARMEM_NAME` | client name shown to the controller (the process id is appended) | farmem-run |
+//! | `FARMEM_LEASE_MS` | the controller gives back a process's remote memory once it has not heard from it this long (a killed process); 0: never | 60000 |
 //!
 //! `malloc`, `calloc`, `realloc`, `reallocarray`, `posix_memalign`,
 //! `aligned_alloc`, `memalign`, `malloc_usable_size`, `free` and anonymous

@@ -216,6 +216,8 @@ static RUNTIME: AtomicPtr<Runtime> = AtomicPtr::new(std::ptr::null_mut());
 /// The rack the runtime took its remote memory from, to give it back at exit.
 static STORE: AtomicPtr<RackStore> = AtomicPtr::new(std::ptr::null_mut());
 static INIT_PID: AtomicUsize = AtomicUsize::new(0);
+/// How long the controller keeps a silent process's remote memory.
+const DEFAULT_LEASE_MS: u64 = 60_000;
 
 /// The heap's book-keeping under a spin lock (no allocation, no futex
 /// state that a fork could leave inconsistent: the fork handlers hold it).
@@ -438,7 +440,18 @@ fn init() -> Result<(), String> {
     if let Some(p) = getenv(c"FARMEM_POLICY") {
         cfg.policy = p.parse().map_err(|e| format!("FARMEM_POLICY: {e}"))?;
     }
-    let name = getenv(c"FARMEM_NAME").unwrap_or_else(|| "farmem-run".into());
+    // One owner per process, so a lease that runs out gives back only the
+    // memory of the process that died.
+    let prefix = getenv(c"FARMEM_NAME").unwrap_or_else(|| "farmem-run".into());
+    // SAFETY: getpid has no preconditions.
+    let name = format!("{prefix}-{}", unsafe { libc::getpid() });
+    let lease_ms: u64 = match getenv(c"FARMEM_LEASE_MS") {
+        None => DEFAULT_LEASE_MS,
+        Some(v) => v
+            .trim()
+            .parse()
+            .map_err(|e| format!("FARMEM_LEASE_MS `{v}`: {e}"))?,
+    };
     let store = Arc::new(
         RackStore::connect(
             &controller,
@@ -447,6 +460,18 @@ fn init() -> Result<(), String> {
         )
         .map_err(|e| format!("connecting to controller {controller}: {e}"))?,
     );
+    if lease_ms > 0 {
+        match store
+            .cluster()
+            .keep_lease(std::time::Duration::from_millis(lease_ms))
+        {
+            // Renewed for as long as the process lives.
+            Ok(keeper) => std::mem::forget(keeper),
+            Err(e) => say(&format!(
+                "cannot hold remote memory on a lease ({e}): if this process is killed, the controller keeps it"
+            )),
+        }
+    }
     // The kernel's own accesses to far pages fail on the signal path: the
     // I/O interposers touch them first.
     let touch_for_io = (cfg.fault_path == FaultPath::Signal).then_some(cfg.local_bytes);
@@ -536,8 +561,13 @@ fn release_remote() {
     }
     let _busy = Busy::enter();
     // SAFETY: leaked in init(), so it lives until the process ends.
-    if let Err(e) = unsafe { &*store }.release_all() {
+    let store = unsafe { &*store };
+    if let Err(e) = store.release_all() {
         say(&format!("giving remote memory back at exit: {e}"));
+    }
+    // Nothing left to hold: end the lease rather than let it run out.
+    if let Some(ctl) = store.cluster().controller() {
+        let _ = ctl.lease(std::time::Duration::ZERO);
     }
 }
 

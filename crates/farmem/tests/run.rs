@@ -816,3 +816,73 @@ fn exiting_processes_give_their_remote_memory_back() {
         assert_eq!(p["last_error"], serde_json::Value::Null, "{p}");
     }
 }
+
+/// A process killed before it could give its remote memory back: the
+/// controller of a shared rack reclaims it once the process's lease runs
+/// out, and only its memory (a process that lives keeps renewing).
+#[test]
+fn a_killed_processs_remote_memory_comes_back_when_its_lease_runs_out() {
+    let Some(bin) = c_program_or_skip(
+        "killed",
+        r#"
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+int main(void) {
+    size_t n = 64 << 20;
+    char *p = malloc(n);
+    if (!p) return 2;
+    memset(p, 1, n); /* four times the local cache: written back */
+    __asm__ volatile("" : : "r"(p) : "memory"); /* the stores happen */
+    printf("filled %d\n", p[n / 2] + p[n - 1]);
+    fflush(stdout);
+    raise(SIGKILL);
+    return 0;
+}
+"#,
+    ) else {
+        return;
+    };
+    let controller = farmem_controller::Controller::start(
+        farmem_controller::ControllerConfig::new("127.0.0.1:0"),
+    )
+    .unwrap();
+    let ctl = controller.local_addr().to_string();
+    let mut m = farmem_memnode::MemNodeConfig::new("127.0.0.1:0", 4 << 30);
+    m.controller = Some(ctl.clone());
+    m.heartbeat = std::time::Duration::from_millis(100);
+    let _memnode = farmem_memnode::MemNode::start(m).unwrap();
+    let start = std::time::Instant::now();
+    while controller.stats().nodes_up == 0 {
+        assert!(
+            start.elapsed().as_secs() < 30,
+            "the memory node never registered"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let far = Command::new(farmem())
+        .args(["run", "--controller", &ctl, "--local-mem", "16MiB"])
+        .args(["--lease", "0.5", "--"])
+        .arg(&bin)
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_file(&bin);
+    let stderr = String::from_utf8_lossy(&far.stderr);
+    assert_eq!(far.status.code(), Some(128 + 9), "stderr: {stderr}");
+    assert_eq!(String::from_utf8_lossy(&far.stdout), "filled 2\n");
+    let start = std::time::Instant::now();
+    loop {
+        let st = controller.stats();
+        if st.granted_bytes == 0 {
+            assert!(st.bytes_reclaimed > 0, "{st:?}");
+            assert_eq!(st.leases, 0, "{st:?}");
+            break;
+        }
+        assert!(
+            start.elapsed().as_secs() < 60,
+            "the killed process's memory was never reclaimed: {st:?}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}

@@ -74,6 +74,12 @@ pub struct Args {
     /// Size of each process's far heap.
     #[arg(long, default_value = "8GiB")]
     far_mem: ByteSize,
+    /// Seconds the controller keeps a process's remote memory after last
+    /// hearing from it: a process that exits gives it back at once, one
+    /// killed (SIGKILL, a crash) cannot, so its lease runs out instead.
+    /// Each process renews its lease every quarter of this; 0: no lease.
+    #[arg(long, default_value_t = 60.0, value_name = "SECONDS")]
+    lease: f64,
     /// Write the runtime counters of every process that used far memory here, as JSON.
     #[arg(long, value_name = "FILE")]
     stats_json: Option<PathBuf>,
@@ -91,6 +97,12 @@ pub fn run(args: Args) -> Outcome {
             .map_err(|e| anyhow::anyhow!("--policy {p}: {e}"))?;
     }
     anyhow::ensure!(args.memnodes >= 1, "--memnodes must be at least 1");
+    anyhow::ensure!(
+        args.lease.is_finite() && (0.0..=4_000_000.0).contains(&args.lease),
+        "--lease must be between 0 and 4000000 seconds, got {}",
+        args.lease
+    );
+    let lease_ms = (args.lease * 1000.0).round() as u64;
     anyhow::ensure!(args.threshold.bytes() > 0, "--threshold must be positive");
     let preload = find_preload()?;
     let far = args.far_mem.bytes().div_ceil(128 << 20) * (128 << 20);
@@ -134,7 +146,8 @@ pub fn run(args: Args) -> Outcome {
         .env("FARMEM_FAULT_PATH", args.fault_path.to_string())
         .env("FARMEM_FAULT_AROUND", args.fault_around.to_string())
         .env("FARMEM_STATS_JSON", &stats_tmp)
-        .env("FARMEM_NAME", "farmem-run");
+        .env("FARMEM_NAME", "farmem-run")
+        .env("FARMEM_LEASE_MS", lease_ms.to_string());
     match &args.policy {
         Some(p) => cmd.env("FARMEM_POLICY", p),
         None => cmd.env_remove("FARMEM_POLICY"),
