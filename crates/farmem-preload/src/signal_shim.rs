@@ -173,7 +173,8 @@ unsafe fn vectored(
 ) -> ssize_t {
     let mut call = call;
     let Some(far) = active() else { return call() };
-    if iov.is_null() || cnt <= 0 {
+    // An array the kernel would refuse (EINVAL) is not ours to read.
+    if iov.is_null() || cnt <= 0 || cnt > libc::UIO_MAXIOV {
         return call();
     }
     // SAFETY: per the contract (the kernel would read the same array).
