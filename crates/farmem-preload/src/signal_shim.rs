@@ -118,16 +118,54 @@ fn touched(
     r
 }
 
-/// Whether `fd` is a regular file or block device: reading it in pieces
-/// cannot block between them.
-fn seekable_data(fd: c_int) -> bool {
+fn file_type(fd: c_int) -> Option<libc::mode_t> {
     // SAFETY: a zeroed stat is valid; fstat fills it or fails.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: a pointer to a live local.
-    if unsafe { libc::fstat(fd, &mut st) } != 0 {
-        return false;
+    (unsafe { libc::fstat(fd, &mut st) } == 0).then_some(st.st_mode & libc::S_IFMT)
+}
+
+fn is_socket(fd: c_int) -> bool {
+    file_type(fd) == Some(libc::S_IFSOCK)
+}
+
+/// Largest bounce buffer: the touch budget, but never less than any
+/// datagram (a smaller buffer would truncate it).
+fn bounce_cap() -> usize {
+    BUDGET.load(Ordering::Relaxed).max(1 << 20)
+}
+
+/// Reads from a socket into far memory through a local buffer: a socket
+/// takes data off its queue before copying it out, so a copy that faults
+/// would lose it (a datagram is dropped; a stream's bytes are gone when a
+/// later output, such as recvfrom's address, faults). `call(ptr, len)` is
+/// the receive into local memory; the bytes are then copied in user mode,
+/// where far faults are served. With `MSG_WAITALL` it goes on to fill the
+/// whole buffer, as the kernel would.
+fn bounced(
+    buf: usize,
+    len: usize,
+    flags: c_int,
+    mut call: impl FnMut(*mut c_void, usize) -> ssize_t,
+) -> ssize_t {
+    let mut local: Vec<u8> = Vec::with_capacity(len.min(bounce_cap()));
+    let mut done = 0usize;
+    loop {
+        let n = (len - done).min(local.capacity());
+        let r = call(local.as_mut_ptr().cast(), n);
+        if r <= 0 {
+            return if done > 0 { done as ssize_t } else { r };
+        }
+        // SAFETY: the kernel wrote `r` bytes into `local`; the caller's
+        // buffer has `len - done` bytes left from `buf + done`.
+        unsafe {
+            std::ptr::copy_nonoverlapping(local.as_ptr(), (buf + done) as *mut u8, r as usize)
+        };
+        done += r as usize;
+        if done == len || flags & libc::MSG_WAITALL == 0 || (r as usize) < n {
+            return done as ssize_t;
+        }
     }
-    matches!(st.st_mode & libc::S_IFMT, libc::S_IFREG | libc::S_IFBLK)
 }
 
 /// A call on one flat buffer: `call(ptr, len, offset)` moves `len` bytes
@@ -142,10 +180,14 @@ fn flat(
     let Some(far) = active().filter(|f| overlaps(buf, len, f)) else {
         return call(buf, len, 0);
     };
+    if access == Access::KernelWrites && is_socket(fd) {
+        return bounced(buf, len, 0, |p, n| call(p as usize, n, 0));
+    }
     if len <= BUDGET.load(Ordering::Relaxed) {
         return touched(&[(buf, len)], access, &far, || call(buf, len, 0));
     }
-    let go_on = access == Access::KernelReads || seekable_data(fd);
+    let go_on = access == Access::KernelReads
+        || matches!(file_type(fd), Some(libc::S_IFREG | libc::S_IFBLK));
     let mut done = 0usize;
     for piece in pieces(len, BUDGET.load(Ordering::Relaxed)) {
         let (at, n) = (buf + piece.start, piece.len());
@@ -369,8 +411,17 @@ pub unsafe extern "C" fn pwrite(
 /// As readv(2).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn readv(fd: c_int, iov: *const iovec, cnt: c_int) -> ssize_t {
-    let call = || call_real!(READV: VecFn, -1; fd, iov, cnt);
+    let real = |v: *const iovec, c: c_int| call_real!(READV: VecFn, -1; fd, v, c);
     // SAFETY: the caller's iovec array, as readv(2) requires.
+    if let Some(iovs) = unsafe { iovecs(iov, cnt) }
+        && any_far(iovs)
+        && is_socket(fd)
+    {
+        // SAFETY: as above.
+        return unsafe { bounced_vec(iovs, |one| real(one, 1)) };
+    }
+    let call = || real(iov, cnt);
+    // SAFETY: as above.
     unsafe { vectored(iov, cnt, Access::KernelWrites, call) }
 }
 
@@ -405,14 +456,11 @@ pub unsafe extern "C" fn pwritev(fd: c_int, iov: *const iovec, cnt: c_int, off: 
 /// As recv(2).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn recv(fd: c_int, buf: *mut c_void, len: size_t, flags: c_int) -> ssize_t {
-    // A socket: one piece at most (`flat` never goes on for one).
-    flat(
-        buf as usize,
-        len,
-        Access::KernelWrites,
-        fd,
-        |p, n, _| call_real!(RECV: RecvFn, -1; fd, p as *mut c_void, n, flags),
-    )
+    let call = |p: *mut c_void, n: size_t| call_real!(RECV: RecvFn, -1; fd, p, n, flags);
+    if far_bytes(buf as usize, len) {
+        return bounced(buf as usize, len, flags, call);
+    }
+    call(buf, len)
 }
 
 /// # Safety
@@ -426,13 +474,144 @@ pub unsafe extern "C" fn recvfrom(
     addr: *mut sockaddr,
     addrlen: *mut socklen_t,
 ) -> ssize_t {
-    flat(
-        buf as usize,
-        len,
-        Access::KernelWrites,
-        fd,
-        |p, n, _| call_real!(RECVFROM: RecvfromFn, -1; fd, p as *mut c_void, n, flags, addr, addrlen),
-    )
+    let real = |p: *mut c_void, n: size_t, a: *mut sockaddr, al: *mut socklen_t| call_real!(RECVFROM: RecvfromFn, -1; fd, p, n, flags, a, al);
+    let name_bytes = std::mem::size_of::<libc::sockaddr_storage>();
+    if !(far_bytes(buf as usize, len)
+        || far_bytes(addr as usize, name_bytes)
+        || far_bytes(addrlen as usize, std::mem::size_of::<socklen_t>()))
+    {
+        return real(buf, len, addr, addrlen);
+    }
+    // The address, written after the data, goes through local memory too.
+    let mut name = LocalName::new(addr.cast(), addrlen);
+    let (a, al) = name.args();
+    let r = bounced(buf as usize, len, flags, |p, n| real(p, n, a.cast(), al));
+    if r >= 0 {
+        name.copy_back();
+    }
+    r
+}
+
+/// A socket address the kernel fills, in local memory, for callers whose
+/// own is (or may be) far.
+struct LocalName {
+    user: *mut c_void,
+    user_len: *mut socklen_t,
+    cap: socklen_t,
+    storage: libc::sockaddr_storage,
+    len: socklen_t,
+}
+
+impl LocalName {
+    fn new(user: *mut c_void, user_len: *mut socklen_t) -> Self {
+        let max = std::mem::size_of::<libc::sockaddr_storage>() as socklen_t;
+        // SAFETY: a non-null length is the caller's, valid to read.
+        let cap = if user.is_null() || user_len.is_null() {
+            0
+        } else {
+            unsafe { *user_len }
+        };
+        Self {
+            user,
+            user_len,
+            cap,
+            // SAFETY: an all-zero sockaddr_storage is valid.
+            storage: unsafe { std::mem::zeroed() },
+            len: cap.min(max),
+        }
+    }
+
+    /// What to pass the kernel: our storage, or nulls if the caller gave none.
+    fn args(&mut self) -> (*mut c_void, *mut socklen_t) {
+        if self.user.is_null() || self.user_len.is_null() {
+            (self.user, self.user_len)
+        } else {
+            (std::ptr::addr_of_mut!(self.storage).cast(), &mut self.len)
+        }
+    }
+
+    /// Gives the caller the address as the kernel would have: truncated to
+    /// its buffer, with the full length.
+    fn copy_back(&self) {
+        if self.user.is_null() || self.user_len.is_null() {
+            return;
+        }
+        let n = self.len.min(self.cap) as usize;
+        // SAFETY: the caller's buffer holds `cap` bytes and its length is
+        // writable, as recvfrom(2) requires.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                std::ptr::addr_of!(self.storage).cast::<u8>(),
+                self.user.cast::<u8>(),
+                n,
+            );
+            *self.user_len = self.len;
+        }
+    }
+}
+
+/// Whether `[start, start + len)` has a far byte and the shim is on.
+fn far_bytes(start: usize, len: usize) -> bool {
+    start != 0 && active().is_some_and(|f| overlaps(start, len, &f))
+}
+
+/// Copies `n` bytes from `from` into the caller's iovecs in order.
+///
+/// # Safety
+/// `from` holds `n` bytes; the iovecs are the caller's, as writable as
+/// the kernel would need them.
+unsafe fn scatter(from: *const u8, n: usize, iovs: &[iovec]) {
+    let mut left = n;
+    let mut at = from;
+    for v in iovs {
+        if left == 0 {
+            break;
+        }
+        let k = v.iov_len.min(left);
+        // SAFETY: per the contract.
+        unsafe {
+            std::ptr::copy_nonoverlapping(at, v.iov_base.cast::<u8>(), k);
+            at = at.add(k);
+        }
+        left -= k;
+    }
+}
+
+/// The caller's iovecs, if the array is one the kernel would take.
+///
+/// # Safety
+/// As readv(2)'s `iov` and `cnt`.
+unsafe fn iovecs<'a>(iov: *const iovec, cnt: c_int) -> Option<&'a [iovec]> {
+    if iov.is_null() || cnt <= 0 || cnt > libc::UIO_MAXIOV {
+        return None;
+    }
+    // SAFETY: per the contract.
+    Some(unsafe { std::slice::from_raw_parts(iov, cnt as usize) })
+}
+
+fn any_far(iovs: &[iovec]) -> bool {
+    iovs.iter()
+        .any(|v| far_bytes(v.iov_base as usize, v.iov_len))
+}
+
+/// Receives on a socket into the caller's iovecs through one local buffer
+/// (see [`bounced`]); `call(local_iov)` is the receive.
+///
+/// # Safety
+/// The iovecs are the caller's, as writable as the kernel would need them.
+unsafe fn bounced_vec(iovs: &[iovec], mut call: impl FnMut(&mut iovec) -> ssize_t) -> ssize_t {
+    let total = iovs.iter().fold(0usize, |t, v| t.saturating_add(v.iov_len));
+    let mut local: Vec<u8> = Vec::with_capacity(total.min(bounce_cap()));
+    let mut one = iovec {
+        iov_base: local.as_mut_ptr().cast(),
+        iov_len: local.capacity(),
+    };
+    let r = call(&mut one);
+    if r > 0 {
+        // SAFETY: the kernel wrote `r` bytes into `local`; per the contract.
+        unsafe { scatter(local.as_ptr(), r as usize, iovs) };
+    }
+    r
 }
 
 /// # Safety
@@ -484,10 +663,65 @@ fn sent_whole(
 /// As recvmsg(2).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn recvmsg(fd: c_int, msg: *mut msghdr, flags: c_int) -> ssize_t {
-    let (iov, cnt) = msg_iov(msg);
-    let call = || call_real!(RECVMSG: RecvmsgFn, -1; fd, msg, flags);
-    // SAFETY: the caller's message header and its iovecs, as recvmsg(2) requires.
-    unsafe { vectored(iov, cnt, Access::KernelWrites, call) }
+    let real = |m: *mut msghdr| call_real!(RECVMSG: RecvmsgFn, -1; fd, m, flags);
+    if msg.is_null() || active().is_none() {
+        return real(msg);
+    }
+    // SAFETY: the caller's header, which the kernel reads and writes.
+    let m = unsafe { &mut *msg };
+    // SAFETY: the header's iovecs, as recvmsg(2) requires.
+    let Some(iovs) = (unsafe { iovecs(m.msg_iov, m.msg_iovlen as c_int) }) else {
+        return real(msg);
+    };
+    let control_far = far_bytes(m.msg_control as usize, m.msg_controllen);
+    if !(any_far(iovs)
+        || far_bytes(msg as usize, std::mem::size_of::<msghdr>())
+        || far_bytes(m.msg_name as usize, m.msg_namelen as usize)
+        || control_far)
+    {
+        return real(msg);
+    }
+    // Everything the kernel writes goes to local memory first: the data,
+    // the address, the control messages, the header's lengths and flags.
+    let mut name_len = m.msg_namelen;
+    let mut name = LocalName::new(m.msg_name, &mut name_len);
+    let (name_ptr, name_len_ptr) = name.args();
+    // Control messages are small (SCM_RIGHTS: at most 253 descriptors);
+    // more than this comes back truncated (MSG_CTRUNC), as from the kernel.
+    let mut control: Vec<u8> = vec![0; m.msg_controllen.min(64 << 10)];
+    // SAFETY: per recvmsg(2); every pointer in `local` is to live memory.
+    unsafe {
+        bounced_vec(iovs, |one| {
+            let mut local: msghdr = std::mem::zeroed();
+            local.msg_iov = one;
+            local.msg_iovlen = 1;
+            local.msg_name = name_ptr;
+            local.msg_namelen = if name_len_ptr.is_null() {
+                0
+            } else {
+                *name_len_ptr
+            };
+            if !m.msg_control.is_null() {
+                local.msg_control = control.as_mut_ptr().cast();
+                local.msg_controllen = control.len() as _;
+            }
+            let r = real(&mut local);
+            if r >= 0 {
+                if !name_len_ptr.is_null() {
+                    *name_len_ptr = local.msg_namelen;
+                }
+                name.copy_back();
+                m.msg_namelen = name_len;
+                let c = local.msg_controllen;
+                if c > 0 {
+                    std::ptr::copy_nonoverlapping(control.as_ptr(), m.msg_control.cast::<u8>(), c);
+                }
+                m.msg_controllen = local.msg_controllen;
+                m.msg_flags = local.msg_flags;
+            }
+            r
+        })
+    }
 }
 
 /// # Safety

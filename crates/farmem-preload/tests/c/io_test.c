@@ -90,6 +90,17 @@ static void *pipe_writer(void *arg) {
     return 0;
 }
 
+#define DGRAM 4096
+static void *dgram_sender(void *arg) {
+    int fd = *(int *)arg;
+    for (size_t off = 0; off < n; off += DGRAM)
+        if (send(fd, a + off, DGRAM, 0) != DGRAM) {
+            perror("send datagram");
+            exit(22);
+        }
+    return 0;
+}
+
 static void *masked_copy(void *arg) {
     (void)arg;
     sigset_t all;
@@ -177,6 +188,50 @@ int main(int argc, char **argv) {
     pthread_join(t, 0);
     close(p[0]);
     check(6, "pipe");
+
+    /* 5b: the same, recv with MSG_WAITALL (one call fills the buffer). */
+    if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0) return 5;
+    pthread_create(&t, 0, sender, &sv[0]);
+    for (got = 0; got < n;) {
+        ssize_t k = recv(sv[1], b + got, n - got, MSG_WAITALL);
+        if (k <= 0) { perror("recv MSG_WAITALL"); return 5; }
+        got += (size_t)k;
+    }
+    pthread_join(t, 0);
+    close(sv[0]);
+    close(sv[1]);
+    check(5, "recv MSG_WAITALL");
+
+    /* 5c: datagrams into far pages not yet local, by recvfrom and recvmsg
+     * in turn, with the address, its length and the message header in far
+     * memory too: a receive that faulted would drop its datagram. */
+    if (socketpair(AF_UNIX, SOCK_DGRAM, 0, sv) != 0) return 5;
+    pthread_create(&t, 0, dgram_sender, &sv[0]);
+    struct sockaddr_storage *from = (struct sockaddr_storage *)(c + n / 2);
+    socklen_t *fromlen = (socklen_t *)(c + n / 2 + 4096);
+    struct msghdr *mh = (struct msghdr *)(c + n / 2 + 8192);
+    for (size_t off = 0, i = 0; off < n; off += DGRAM, i++) {
+        ssize_t k;
+        if (i % 2 == 0) {
+            *fromlen = sizeof *from;
+            k = recvfrom(sv[1], b + off, DGRAM, 0, (struct sockaddr *)from, fromlen);
+        } else {
+            struct iovec *v = (struct iovec *)(c + n / 2 + 12288);
+            v[0].iov_base = b + off;
+            v[0].iov_len = DGRAM / 2;
+            v[1].iov_base = b + off + DGRAM / 2;
+            v[1].iov_len = DGRAM / 2;
+            memset(mh, 0, sizeof *mh);
+            mh->msg_iov = v;
+            mh->msg_iovlen = 2;
+            k = recvmsg(sv[1], mh, 0);
+        }
+        if (k != DGRAM) { perror("receive datagram"); return 5; }
+    }
+    pthread_join(t, 0);
+    close(sv[0]);
+    close(sv[1]);
+    check(5, "datagrams");
 
     /* 7: far memory touched by a thread with every signal blocked. */
     pthread_create(&t, 0, masked_copy, 0);
