@@ -99,8 +99,9 @@ struct Shared {
     table: Mutex<Table>,
     /// Our connections to memory nodes, for pushing grants.
     links: Mutex<HashMap<u32, Connection>>,
-    /// Clients holding their grants on a lease, by name.
-    leases: Mutex<HashMap<String, Lease>>,
+    /// Clients holding their grants on a lease, and those whose lease ran
+    /// out. Locked before `table` when both are needed.
+    leases: Mutex<Leases>,
     grants_reclaimed: AtomicU64,
     bytes_reclaimed: AtomicU64,
 }
@@ -109,6 +110,33 @@ struct Shared {
 struct Lease {
     length: Duration,
     renewed: Instant,
+}
+
+/// Most lapsed clients remembered (each refused from then on).
+const LAPSED_REMEMBERED: usize = 1 << 16;
+
+#[derive(Default)]
+struct Leases {
+    held: HashMap<String, Lease>,
+    /// Clients whose grants were given back: their requests are refused,
+    /// so a client that was only stopped learns its memory is gone
+    /// instead of being handed more.
+    lapsed: std::collections::HashSet<String>,
+    lapsed_order: std::collections::VecDeque<String>,
+}
+
+impl Leases {
+    fn lapse(&mut self, name: String) {
+        self.held.remove(&name);
+        if self.lapsed.insert(name.clone()) {
+            self.lapsed_order.push_back(name);
+        }
+        while self.lapsed_order.len() > LAPSED_REMEMBERED {
+            if let Some(old) = self.lapsed_order.pop_front() {
+                self.lapsed.remove(&old);
+            }
+        }
+    }
 }
 
 /// A snapshot of the controller's table, as `Stats` returns it.
@@ -237,6 +265,7 @@ impl Shared {
     }
 
     fn stats(&self) -> ControllerStats {
+        let leases = self.leases.lock().held.len() as u64;
         let t = self.table.lock();
         let free: u64 = t.nodes.keys().map(|&id| t.tree.free_bytes(id)).sum();
         let granted: u64 = t.nodes.keys().map(|&id| t.tree.granted_bytes(id)).sum();
@@ -248,7 +277,7 @@ impl Shared {
             free_bytes: free,
             grants: t.tree.grants().len() as u64,
             granularity: t.tree.granularity(),
-            leases: self.leases.lock().len() as u64,
+            leases,
             grants_reclaimed: self.grants_reclaimed.load(Ordering::Relaxed),
             bytes_reclaimed: self.bytes_reclaimed.load(Ordering::Relaxed),
         }
@@ -290,27 +319,41 @@ impl Shared {
         }
     }
 
-    /// Gives back the grants of every client whose lease ran out.
-    fn reclaim_lapsed(&self) {
-        let lapsed: Vec<(String, Duration)> = {
+    /// Gives back the grants of every client whose lease ran out. After a
+    /// stall of the controller itself (`stalled`), every lease starts over
+    /// instead: their renewals were waiting on us.
+    fn reclaim_lapsed(&self, stalled: bool) {
+        let released: Vec<(String, Duration, Vec<Grant>)> = {
             let mut leases = self.leases.lock();
+            if stalled {
+                let now = Instant::now();
+                leases.held.values_mut().for_each(|l| l.renewed = now);
+                return;
+            }
             let lapsed: Vec<(String, Duration)> = leases
+                .held
                 .iter()
                 .filter(|(_, l)| l.renewed.elapsed() > l.length)
                 .map(|(name, l)| (name.clone(), l.length))
                 .collect();
-            for (name, _) in &lapsed {
-                leases.remove(name);
+            if lapsed.is_empty() {
+                return;
             }
-            lapsed
+            // Under the leases lock, so no request of theirs slips between
+            // the decision and the release.
+            let mut t = self.table.lock();
+            let released = lapsed
+                .into_iter()
+                .map(|(owner, length)| {
+                    let grants = t.tree.release_owner(&owner);
+                    leases.lapse(owner.clone());
+                    (owner, length, grants)
+                })
+                .collect();
+            self.save(&t);
+            released
         };
-        for (owner, length) in lapsed {
-            let grants = {
-                let mut t = self.table.lock();
-                let grants = t.tree.release_owner(&owner);
-                self.save(&t);
-                grants
-            };
+        for (owner, length, grants) in released {
             if grants.is_empty() {
                 tracing::info!(
                     "client {owner} was silent for its lease of {length:?}; it held nothing"
@@ -327,6 +370,29 @@ impl Shared {
             );
             self.revoke(&grants);
         }
+    }
+
+    /// Lets a compute client's request in: refused once its lease ran out,
+    /// and otherwise a renewal (any request is a sign of life). The guard
+    /// is held by requests that change the table, so a lease cannot run
+    /// out between this check and their change.
+    fn admit(&self, peer: &Peer) -> Result<parking_lot::MutexGuard<'_, Leases>, Refusal> {
+        let mut leases = self.leases.lock();
+        if peer.role == Role::Compute {
+            if leases.lapsed.contains(&peer.name) {
+                return Err(Refusal::new(
+                    ErrorCode::NotOwner,
+                    format!(
+                        "the lease of client {} ran out and its remote memory was given back",
+                        peer.name
+                    ),
+                ));
+            }
+            if let Some(l) = leases.held.get_mut(&peer.name) {
+                l.renewed = Instant::now();
+            }
+        }
+        Ok(leases)
     }
 
     fn refuse_role(peer: &Peer, what: &str) -> Refusal {
@@ -357,12 +423,14 @@ impl Shared {
         out: &mut Vec<u8>,
         me: &Arc<Shared>,
     ) -> Result<(), Refusal> {
-        if peer.role == Role::Compute
-            && let Some(l) = self.leases.lock().get_mut(&peer.name)
-        {
-            // Any request is a sign of life.
-            l.renewed = Instant::now();
-        }
+        let admitted = self.admit(peer)?;
+        let changes_table = matches!(msg, Msg::Alloc { .. } | Msg::Release { .. });
+        let _admitted = if changes_table {
+            Some(admitted)
+        } else {
+            drop(admitted);
+            None
+        };
         match msg {
             Msg::Register { listen, capacity } => {
                 if peer.role != Role::MemNode {
@@ -477,9 +545,9 @@ impl Shared {
                 }
                 let mut leases = self.leases.lock();
                 if ms == 0 {
-                    leases.remove(&peer.name);
+                    leases.held.remove(&peer.name);
                 } else {
-                    leases.insert(
+                    leases.held.insert(
                         peer.name.clone(),
                         Lease {
                             length: Duration::from_millis(ms.into()),
@@ -549,7 +617,7 @@ impl Controller {
             cfg: cfg.clone(),
             table: Mutex::new(table),
             links: Mutex::new(HashMap::new()),
-            leases: Mutex::new(HashMap::new()),
+            leases: Mutex::new(Leases::default()),
             grants_reclaimed: AtomicU64::new(0),
             bytes_reclaimed: AtomicU64::new(0),
         });
@@ -609,6 +677,7 @@ impl Drop for Controller {
 fn liveness_loop(shared: &Shared, stop: &AtomicBool) {
     let timeout = shared.cfg.heartbeat_timeout;
     let tick = (timeout / 4).max(Duration::from_millis(10));
+    let mut last_tick = Instant::now();
     while !stop.load(Ordering::SeqCst) {
         thread::sleep(tick);
         let mut t = shared.table.lock();
@@ -629,6 +698,9 @@ fn liveness_loop(shared: &Shared, stop: &AtomicBool) {
             shared.save(&t);
         }
         drop(t);
-        shared.reclaim_lapsed();
+        // A tick far later than due: the controller itself was stalled.
+        let stalled = last_tick.elapsed() > tick * 4 + Duration::from_secs(1);
+        last_tick = Instant::now();
+        shared.reclaim_lapsed(stalled);
     }
 }

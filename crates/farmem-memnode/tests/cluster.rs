@@ -421,7 +421,13 @@ fn a_silent_clients_lease_runs_out_and_a_renewed_one_does_not() {
     let rack = rack(2, Duration::from_millis(400));
     let kept = client(&rack, "cn-kept");
     let dead = client(&rack, "cn-dead");
-    let keeper = kept.keep_lease(Duration::from_secs(2)).unwrap();
+    let lost = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = lost.clone();
+    let keeper = kept
+        .keep_lease(Duration::from_secs(2), move |_| {
+            flag.store(true, std::sync::atomic::Ordering::SeqCst)
+        })
+        .unwrap();
     // The dead client takes a lease once and is never heard from again.
     dead.controller()
         .unwrap()
@@ -458,6 +464,23 @@ fn a_silent_clients_lease_runs_out_and_a_renewed_one_does_not() {
         Err(NetError::Remote { code, .. }) => assert_eq!(code, ErrorCode::NotOwner),
         other => panic!("a revoked range must be refused, got {other:?}"),
     }
+    // A client whose lease ran out is told so, not handed more memory.
+    let refused = |r: Result<(), NetError>| {
+        matches!(
+            r,
+            Err(NetError::Remote {
+                code: ErrorCode::NotOwner,
+                ..
+            })
+        )
+    };
+    assert!(refused(
+        dead.controller().unwrap().lease(Duration::from_secs(1))
+    ));
+    assert!(refused(
+        dead.allocate(128 << 20, Placement::Default).map(|_| ())
+    ));
+    assert!(!lost.load(std::sync::atomic::Ordering::SeqCst));
     // Dropping the keeper ends the lease; the grants stay until released.
     drop(keeper);
     assert_eq!(rack.controller.stats().leases, 0);

@@ -47,29 +47,42 @@ impl ControllerClient {
     /// renewed every quarter of its length by a thread (`farmem-lease`) on
     /// a connection of its own, which it reopens if it breaks, so a live
     /// client keeps its memory across a broken connection; dropping the
-    /// keeper ends the lease (the grants stay until released).
+    /// keeper ends the lease (the grants stay until released). A renewal
+    /// that fails is tried again within a second. If the controller says
+    /// the lease already ran out (the client was stopped for longer), its
+    /// memory is gone: `on_lost` is called once and renewals stop.
     pub fn keep_lease(
         &self,
         cfg: &ClientConfig,
         length: Duration,
+        on_lost: impl FnOnce(&NetError) + Send + 'static,
     ) -> Result<LeaseKeeper, NetError> {
-        let length = length.max(Duration::from_millis(1));
-        let conn = Connection::connect(&self.addr, cfg)?;
+        let length = length.max(Duration::from_millis(4));
+        let period = length / 4;
+        // A renewal waits no longer than its period for an answer.
+        let mut cfg = cfg.clone();
+        cfg.timeout = cfg.timeout.min(period.max(Duration::from_millis(100)));
+        let conn = Connection::connect(&self.addr, &cfg)?;
         lease_on(&conn, length)?;
         let stop = Arc::new((Mutex::new(false), Condvar::new()));
-        let (addr, cfg, flag) = (self.addr.clone(), cfg.clone(), stop.clone());
-        let period = length / 4;
+        let (addr, flag) = (self.addr.clone(), stop.clone());
         let thread = std::thread::Builder::new()
             .name("farmem-lease".into())
             .spawn(move || {
                 let mut conn = Some(conn);
                 let mut failing = false;
+                let mut on_lost = Some(on_lost);
                 loop {
+                    let wait = if failing {
+                        period.min(Duration::from_secs(1))
+                    } else {
+                        period
+                    };
                     {
                         let (stopped, cv) = &*flag;
                         let mut stopped = stopped.lock();
                         if !*stopped {
-                            cv.wait_for(&mut stopped, period);
+                            cv.wait_for(&mut stopped, wait);
                         }
                         if *stopped {
                             break;
@@ -86,6 +99,18 @@ impl ControllerClient {
                     };
                     match result {
                         Ok(()) => failing = false,
+                        Err(
+                            e @ NetError::Remote {
+                                code: farmem_wire::ErrorCode::NotOwner,
+                                ..
+                            },
+                        ) => {
+                            tracing::error!("our remote memory is gone: {e}");
+                            if let Some(f) = on_lost.take() {
+                                f(&e);
+                            }
+                            return;
+                        }
                         Err(e) => {
                             conn = None;
                             if !failing {
@@ -258,12 +283,16 @@ impl Cluster {
 
     /// Holds this client's grants on a lease (see
     /// [`ControllerClient::keep_lease`]).
-    pub fn keep_lease(&self, length: Duration) -> Result<LeaseKeeper, NetError> {
+    pub fn keep_lease(
+        &self,
+        length: Duration,
+        on_lost: impl FnOnce(&NetError) + Send + 'static,
+    ) -> Result<LeaseKeeper, NetError> {
         let ctl = self
             .controller
             .as_ref()
             .ok_or_else(|| NetError::Routing("a standalone cluster has no controller".into()))?;
-        ctl.keep_lease(&self.cfg, length)
+        ctl.keep_lease(&self.cfg, length, on_lost)
     }
 
     /// Allocates `size` bytes from the controller and connects to the nodes

@@ -440,11 +440,15 @@ fn init() -> Result<(), String> {
     if let Some(p) = getenv(c"FARMEM_POLICY") {
         cfg.policy = p.parse().map_err(|e| format!("FARMEM_POLICY: {e}"))?;
     }
-    // One owner per process, so a lease that runs out gives back only the
-    // memory of the process that died.
+    // One owner per process image, so a lease that runs out gives back only
+    // the memory of the process that died: the pid alone is reused (by
+    // exec, or in another pid namespace on the same rack).
     let prefix = getenv(c"FARMEM_NAME").unwrap_or_else(|| "farmem-run".into());
+    let started = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
     // SAFETY: getpid has no preconditions.
-    let name = format!("{prefix}-{}", unsafe { libc::getpid() });
+    let name = format!("{prefix}-{}-{started:x}", unsafe { libc::getpid() });
     let lease_ms: u64 = match getenv(c"FARMEM_LEASE_MS") {
         None => DEFAULT_LEASE_MS,
         Some(v) => v
@@ -463,7 +467,14 @@ fn init() -> Result<(), String> {
     if lease_ms > 0 {
         match store
             .cluster()
-            .keep_lease(std::time::Duration::from_millis(lease_ms))
+            .keep_lease(std::time::Duration::from_millis(lease_ms), |e| {
+                // Far pages are gone: going on would hang on the first one
+                // not local, or compute on what is left.
+                say(&format!(
+                    "this process's remote memory was given back to the rack ({e}); it was silent for longer than its lease (FARMEM_LEASE_MS, farmem run --lease), stopped or frozen; aborting"
+                ));
+                std::process::abort();
+            })
         {
             // Renewed for as long as the process lives.
             Ok(keeper) => std::mem::forget(keeper),
@@ -562,12 +573,16 @@ fn release_remote() {
     let _busy = Busy::enter();
     // SAFETY: leaked in init(), so it lives until the process ends.
     let store = unsafe { &*store };
-    if let Err(e) = store.release_all() {
-        say(&format!("giving remote memory back at exit: {e}"));
-    }
-    // Nothing left to hold: end the lease rather than let it run out.
-    if let Some(ctl) = store.cluster().controller() {
-        let _ = ctl.lease(std::time::Duration::ZERO);
+    match store.release_all() {
+        Err(e) => say(&format!(
+            "giving remote memory back at exit: {e}; the rack takes back the rest when this process's lease runs out"
+        )),
+        // Nothing left to hold: end the lease rather than let it run out.
+        Ok(()) => {
+            if let Some(ctl) = store.cluster().controller() {
+                let _ = ctl.lease(std::time::Duration::ZERO);
+            }
+        }
     }
 }
 

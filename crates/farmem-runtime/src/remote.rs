@@ -46,12 +46,16 @@ impl RackStore {
         &self.cluster
     }
 
-    /// Gives every extent back to the controller.
+    /// Gives every extent back to the controller, going on past a failed
+    /// one; the first error is returned.
     pub fn release_all(&self) -> Result<(), StoreError> {
+        let mut first = Ok(());
         for e in self.cluster.extents() {
-            self.cluster.release(e.base, e.len).map_err(store_error)?;
+            if let Err(err) = self.cluster.release(e.base, e.len) {
+                first = first.and(Err(store_error(err)));
+            }
         }
-        Ok(())
+        first
     }
 }
 

@@ -863,7 +863,7 @@ int main(void) {
     }
     let far = Command::new(farmem())
         .args(["run", "--controller", &ctl, "--local-mem", "16MiB"])
-        .args(["--lease", "0.5", "--"])
+        .args(["--lease", "1", "--"])
         .arg(&bin)
         .output()
         .unwrap();

@@ -77,7 +77,9 @@ pub struct Args {
     /// Seconds the controller keeps a process's remote memory after last
     /// hearing from it: a process that exits gives it back at once, one
     /// killed (SIGKILL, a crash) cannot, so its lease runs out instead.
-    /// Each process renews its lease every quarter of this; 0: no lease.
+    /// Each process renews its lease every quarter of this; a process
+    /// stopped for longer (Ctrl-Z, a debugger) loses its far data and is
+    /// aborted when it goes on. At least 1; 0: no lease.
     #[arg(long, default_value_t = 60.0, value_name = "SECONDS")]
     lease: f64,
     /// Write the runtime counters of every process that used far memory here, as JSON.
@@ -98,8 +100,8 @@ pub fn run(args: Args) -> Outcome {
     }
     anyhow::ensure!(args.memnodes >= 1, "--memnodes must be at least 1");
     anyhow::ensure!(
-        args.lease.is_finite() && (0.0..=4_000_000.0).contains(&args.lease),
-        "--lease must be between 0 and 4000000 seconds, got {}",
+        args.lease == 0.0 || (args.lease.is_finite() && (1.0..=4_000_000.0).contains(&args.lease)),
+        "--lease must be 0 (none) or between 1 and 4000000 seconds, got {}",
         args.lease
     );
     let lease_ms = (args.lease * 1000.0).round() as u64;
