@@ -12,10 +12,14 @@
 //! * **System calls on far buffers** (see [`crate::io`]): `read`,
 //!   `write`, `pread`, `pwrite`, `readv`, `writev`, `preadv`, `pwritev`,
 //!   `recv`, `recvfrom`, `recvmsg`, `send`, `sendto`, `sendmsg`, `fread`,
-//!   `fwrite` and `fputs` touch the far pages of their buffers before calling the
-//!   real function, and retry a call that fails with `EFAULT` after
-//!   touching them again. Off the signal path, for buffers with no far
-//!   byte, or on the runtime's own threads, a call goes straight through.
+//!   `fwrite` and `fputs`, and their `_FORTIFY_SOURCE` (`__read_chk` …),
+//!   `_unlocked` and `64` forms, touch the far pages of their buffers
+//!   before calling the real function, and retry a call that fails with
+//!   `EFAULT` after touching them again. Receives on sockets go through a
+//!   local buffer instead: a socket dequeues data before copying it out,
+//!   so a faulting copy would lose it. Off the signal path, for buffers
+//!   with no far byte, or on the runtime's own threads, a call goes
+//!   straight through.
 //!
 //! A flat buffer larger than a quarter of the local cache is moved piece
 //! by piece (its pages could not all be local at once): files, and every
@@ -255,6 +259,10 @@ reals! {
     SEND = c"send", SENDTO = c"sendto", SENDMSG = c"sendmsg",
     FREAD = c"fread", FWRITE = c"fwrite", FPUTS = c"fputs",
     PTHREAD_SIGMASK = c"pthread_sigmask", SIGPROCMASK = c"sigprocmask",
+    READ_CHK = c"__read_chk", PREAD_CHK = c"__pread64_chk", RECV_CHK = c"__recv_chk",
+    RECVFROM_CHK = c"__recvfrom_chk", FREAD_CHK = c"__fread_chk",
+    FREAD_UNLOCKED_CHK = c"__fread_unlocked_chk",
+    FREAD_UNLOCKED = c"fread_unlocked", FWRITE_UNLOCKED = c"fwrite_unlocked",
 }
 
 impl Real {
@@ -900,4 +908,197 @@ pub unsafe extern "C" fn sigprocmask(
     let mut copy: libc::sigset_t = unsafe { std::mem::zeroed() };
     let set = without_sigbus(how, set, &mut copy);
     call_real!(SIGPROCMASK: MaskFn, -1; how, set, old)
+}
+
+// _FORTIFY_SOURCE turns a call whose buffer size the compiler knows into
+// its `__*_chk` form (distributions build with it): the overflow check is
+// glibc's (its function is called, and aborts), the rest is ours.
+
+type ReadChkFn = unsafe extern "C" fn(c_int, *mut c_void, size_t, size_t) -> ssize_t;
+type PreadChkFn = unsafe extern "C" fn(c_int, *mut c_void, size_t, off_t, size_t) -> ssize_t;
+type RecvChkFn = unsafe extern "C" fn(c_int, *mut c_void, size_t, size_t, c_int) -> ssize_t;
+type RecvfromChkFn = unsafe extern "C" fn(
+    c_int,
+    *mut c_void,
+    size_t,
+    size_t,
+    c_int,
+    *mut sockaddr,
+    *mut socklen_t,
+) -> ssize_t;
+type FreadChkFn =
+    unsafe extern "C" fn(*mut c_void, size_t, size_t, size_t, *mut libc::FILE) -> size_t;
+
+/// # Safety
+/// As glibc's __read_chk.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __read_chk(
+    fd: c_int,
+    buf: *mut c_void,
+    n: size_t,
+    buflen: size_t,
+) -> ssize_t {
+    if n > buflen {
+        return call_real!(READ_CHK: ReadChkFn, -1; fd, buf, n, buflen);
+    }
+    // SAFETY: the caller's arguments, checked against the buffer's size.
+    unsafe { read(fd, buf, n) }
+}
+
+/// # Safety
+/// As glibc's __pread64_chk.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __pread64_chk(
+    fd: c_int,
+    buf: *mut c_void,
+    n: size_t,
+    off: off_t,
+    buflen: size_t,
+) -> ssize_t {
+    if n > buflen {
+        return call_real!(PREAD_CHK: PreadChkFn, -1; fd, buf, n, off, buflen);
+    }
+    // SAFETY: as above.
+    unsafe { pread64(fd, buf, n, off) }
+}
+
+/// # Safety
+/// As glibc's __pread_chk.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __pread_chk(
+    fd: c_int,
+    buf: *mut c_void,
+    n: size_t,
+    off: off_t,
+    buflen: size_t,
+) -> ssize_t {
+    // SAFETY: the same function on 64-bit targets.
+    unsafe { __pread64_chk(fd, buf, n, off, buflen) }
+}
+
+/// # Safety
+/// As glibc's __recv_chk.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __recv_chk(
+    fd: c_int,
+    buf: *mut c_void,
+    n: size_t,
+    buflen: size_t,
+    flags: c_int,
+) -> ssize_t {
+    if n > buflen {
+        return call_real!(RECV_CHK: RecvChkFn, -1; fd, buf, n, buflen, flags);
+    }
+    // SAFETY: as above.
+    unsafe { recv(fd, buf, n, flags) }
+}
+
+/// # Safety
+/// As glibc's __recvfrom_chk.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __recvfrom_chk(
+    fd: c_int,
+    buf: *mut c_void,
+    n: size_t,
+    buflen: size_t,
+    flags: c_int,
+    addr: *mut sockaddr,
+    addrlen: *mut socklen_t,
+) -> ssize_t {
+    if n > buflen {
+        return call_real!(RECVFROM_CHK: RecvfromChkFn, -1; fd, buf, n, buflen, flags, addr, addrlen);
+    }
+    // SAFETY: as above.
+    unsafe { recvfrom(fd, buf, n, flags, addr, addrlen) }
+}
+
+/// # Safety
+/// As glibc's __fread_chk.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __fread_chk(
+    ptr: *mut c_void,
+    ptrlen: size_t,
+    size: size_t,
+    n: size_t,
+    f: *mut libc::FILE,
+) -> size_t {
+    if size.checked_mul(n).is_none_or(|total| total > ptrlen) {
+        return call_real!(FREAD_CHK: FreadChkFn, 0; ptr, ptrlen, size, n, f);
+    }
+    // SAFETY: as above.
+    unsafe { fread(ptr, size, n, f) }
+}
+
+/// # Safety
+/// As glibc's __fread_unlocked_chk.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __fread_unlocked_chk(
+    ptr: *mut c_void,
+    ptrlen: size_t,
+    size: size_t,
+    n: size_t,
+    f: *mut libc::FILE,
+) -> size_t {
+    if size.checked_mul(n).is_none_or(|total| total > ptrlen) {
+        return call_real!(FREAD_UNLOCKED_CHK: FreadChkFn, 0; ptr, ptrlen, size, n, f);
+    }
+    // SAFETY: as above.
+    unsafe { fread_unlocked(ptr, size, n, f) }
+}
+
+/// # Safety
+/// As fread_unlocked(3).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fread_unlocked(
+    ptr: *mut c_void,
+    size: size_t,
+    n: size_t,
+    f: *mut libc::FILE,
+) -> size_t {
+    stream(
+        ptr,
+        size,
+        n,
+        Access::KernelWrites,
+        |p, k| call_real!(FREAD_UNLOCKED: FileFn, 0; p as *mut c_void, size, k, f),
+    )
+}
+
+/// # Safety
+/// As fwrite_unlocked(3).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fwrite_unlocked(
+    ptr: *const c_void,
+    size: size_t,
+    n: size_t,
+    f: *mut libc::FILE,
+) -> size_t {
+    stream(
+        ptr,
+        size,
+        n,
+        Access::KernelReads,
+        |p, k| call_real!(FWRITE_UNLOCKED: FileFn, 0; p as *mut c_void, size, k, f),
+    )
+}
+
+/// # Safety
+/// As preadv(2) (the same function on 64-bit targets).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn preadv64(fd: c_int, iov: *const iovec, cnt: c_int, off: off_t) -> ssize_t {
+    // SAFETY: the caller's arguments.
+    unsafe { preadv(fd, iov, cnt, off) }
+}
+
+/// # Safety
+/// As pwritev(2) (the same function on 64-bit targets).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn pwritev64(
+    fd: c_int,
+    iov: *const iovec,
+    cnt: c_int,
+    off: off_t,
+) -> ssize_t {
+    // SAFETY: the caller's arguments.
+    unsafe { pwritev(fd, iov, cnt, off) }
 }

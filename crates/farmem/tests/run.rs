@@ -236,6 +236,28 @@ fn system_calls_and_masked_threads_work_on_the_signal_path() {
         (0, 0),
         "{report}"
     );
+
+    // The same calls in their _FORTIFY_SOURCE forms.
+    let src = src.with_file_name("fortify_test.c");
+    let Some(bin) = compiled_or_skip("fortify-test", &src) else {
+        return;
+    };
+    let far = Command::new(farmem())
+        .args([
+            "run",
+            "--fault-path",
+            "signal",
+            "--local-mem",
+            "12MiB",
+            "--",
+        ])
+        .arg(&bin)
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_file(&bin);
+    let stderr = String::from_utf8_lossy(&far.stderr);
+    assert_eq!(far.status.code(), Some(0), "stderr: {stderr}");
+    assert_eq!(String::from_utf8_lossy(&far.stdout), "ok\n");
 }
 
 #[test]
