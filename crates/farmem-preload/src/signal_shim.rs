@@ -52,11 +52,10 @@ static BUDGET: AtomicUsize = AtomicUsize::new(0);
 /// Turns the interposers on for a runtime with `local_bytes` of cache.
 pub(crate) fn enable(local_bytes: u64) {
     resolve();
-    let budget = usize::try_from(local_bytes / 4).unwrap_or(usize::MAX);
-    BUDGET.store(
-        budget.max(farmem_core::PAGE_SIZE as usize),
-        Ordering::Relaxed,
-    );
+    // Whole pages, so pieces of an O_DIRECT transfer stay aligned.
+    let page = farmem_core::PAGE_SIZE as usize;
+    let budget = usize::try_from(local_bytes / 4).unwrap_or(usize::MAX) / page * page;
+    BUDGET.store(budget.max(page), Ordering::Relaxed);
     ON.store(true, Ordering::Release);
 }
 
