@@ -1011,6 +1011,12 @@ pub unsafe extern "C" fn __recvfrom_chk(
     unsafe { recvfrom(fd, buf, n, flags, addr, addrlen) }
 }
 
+/// Whether `n` items of `size` bytes overrun a buffer of `len` (glibc's
+/// fortify check, which then aborts in glibc's own function).
+fn overflows(size: size_t, n: size_t, len: size_t) -> bool {
+    size.checked_mul(n).is_none_or(|total| total > len)
+}
+
 /// # Safety
 /// As glibc's __fread_chk.
 #[unsafe(no_mangle)]
@@ -1021,7 +1027,7 @@ pub unsafe extern "C" fn __fread_chk(
     n: size_t,
     f: *mut libc::FILE,
 ) -> size_t {
-    if size.checked_mul(n).is_none_or(|total| total > ptrlen) {
+    if overflows(size, n, ptrlen) {
         return call_real!(FREAD_CHK: FreadChkFn, 0; ptr, ptrlen, size, n, f);
     }
     // SAFETY: as above.
@@ -1038,7 +1044,7 @@ pub unsafe extern "C" fn __fread_unlocked_chk(
     n: size_t,
     f: *mut libc::FILE,
 ) -> size_t {
-    if size.checked_mul(n).is_none_or(|total| total > ptrlen) {
+    if overflows(size, n, ptrlen) {
         return call_real!(FREAD_UNLOCKED_CHK: FreadChkFn, 0; ptr, ptrlen, size, n, f);
     }
     // SAFETY: as above.
