@@ -12,7 +12,7 @@
 //! * **System calls on far buffers** (see [`crate::io`]): `read`,
 //!   `write`, `pread`, `pwrite`, `readv`, `writev`, `preadv`, `pwritev`,
 //!   `recv`, `recvfrom`, `recvmsg`, `send`, `sendto`, `sendmsg`, `fread`,
-//!   `fwrite` and `fputs`, and their `_FORTIFY_SOURCE` (`__read_chk` …),
+//!   `fwrite`, `fputs`, `epoll_wait`, `epoll_pwait` and `poll`, and their `_FORTIFY_SOURCE` (`__read_chk` …),
 //!   `_unlocked` and `64` forms, touch the far pages of their buffers
 //!   before calling the real function, and retry a call that fails with
 //!   `EFAULT` after touching them again. Receives on sockets go through a
@@ -262,6 +262,7 @@ reals! {
     RECVFROM_CHK = c"__recvfrom_chk", FREAD_CHK = c"__fread_chk",
     FREAD_UNLOCKED_CHK = c"__fread_unlocked_chk",
     FREAD_UNLOCKED = c"fread_unlocked", FWRITE_UNLOCKED = c"fwrite_unlocked",
+    EPOLL_WAIT = c"epoll_wait", EPOLL_PWAIT = c"epoll_pwait", POLL = c"poll",
 }
 
 impl Real {
@@ -1106,4 +1107,86 @@ pub unsafe extern "C" fn pwritev64(
 ) -> ssize_t {
     // SAFETY: the caller's arguments.
     unsafe { pwritev(fd, iov, cnt, off) }
+}
+
+// Event loops: the kernel fills the caller's event array, which an
+// allocator whose arenas went far (jemalloc under redis) may have put in
+// far memory. A failed copy-out leaves the events pending (epoll puts them
+// back on its ready list; poll recomputes), so touching and retrying is
+// safe.
+
+type EpollWaitFn = unsafe extern "C" fn(c_int, *mut libc::epoll_event, c_int, c_int) -> c_int;
+type EpollPwaitFn = unsafe extern "C" fn(
+    c_int,
+    *mut libc::epoll_event,
+    c_int,
+    c_int,
+    *const libc::sigset_t,
+) -> c_int;
+type PollFn = unsafe extern "C" fn(*mut libc::pollfd, libc::nfds_t, c_int) -> c_int;
+
+/// `call` with `[start, start + len)` made local first, retried on EFAULT.
+fn filled(start: usize, len: usize, mut call: impl FnMut() -> c_int) -> c_int {
+    match active().filter(|f| overlaps(start, len, f)) {
+        Some(far) => touched(&[(start, len)], Access::KernelWrites, &far, || {
+            call() as ssize_t
+        }) as c_int,
+        None => call(),
+    }
+}
+
+fn array_bytes<T>(n: impl TryInto<usize>) -> usize {
+    n.try_into()
+        .unwrap_or(0)
+        .saturating_mul(std::mem::size_of::<T>())
+}
+
+/// # Safety
+/// As epoll_wait(2).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn epoll_wait(
+    epfd: c_int,
+    events: *mut libc::epoll_event,
+    max: c_int,
+    timeout: c_int,
+) -> c_int {
+    let len = array_bytes::<libc::epoll_event>(max);
+    filled(
+        events as usize,
+        len,
+        || call_real!(EPOLL_WAIT: EpollWaitFn, -1; epfd, events, max, timeout),
+    )
+}
+
+/// # Safety
+/// As epoll_pwait(2).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn epoll_pwait(
+    epfd: c_int,
+    events: *mut libc::epoll_event,
+    max: c_int,
+    timeout: c_int,
+    mask: *const libc::sigset_t,
+) -> c_int {
+    let len = array_bytes::<libc::epoll_event>(max);
+    // SAFETY: an all-zero sigset is a valid (empty) set.
+    let mut copy: libc::sigset_t = unsafe { std::mem::zeroed() };
+    let mask = without_sigbus(libc::SIG_SETMASK, mask, &mut copy);
+    filled(
+        events as usize,
+        len,
+        || call_real!(EPOLL_PWAIT: EpollPwaitFn, -1; epfd, events, max, timeout, mask),
+    )
+}
+
+/// # Safety
+/// As poll(2).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn poll(fds: *mut libc::pollfd, n: libc::nfds_t, timeout: c_int) -> c_int {
+    let len = array_bytes::<libc::pollfd>(n);
+    filled(
+        fds as usize,
+        len,
+        || call_real!(POLL: PollFn, -1; fds, n, timeout),
+    )
 }

@@ -3,7 +3,8 @@
  * (far) buffers, through a file, a socket pair and a pipe, with the
  * buffers pushed out of the local cache before each step; then a thread
  * that blocks every signal (as jemalloc's background threads do) copies
- * one far buffer into another, and fputs writes a far string. Prints one line per step with its
+ * one far buffer into another, fputs writes a far string, and epoll_wait
+ * and poll fill event arrays in far memory. Prints one line per step with its
  * checksum, then "ok"; exits with the failing step's number.
  * Usage: io_test MIB (size of each of the three buffers). */
 #include <errno.h>
@@ -13,6 +14,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -249,6 +252,22 @@ int main(int argc, char **argv) {
     if (fread(b, 1, n - 1, g) != n - 1 || sum(b, n - 1) != hc) return 8;
     fclose(g);
     printf("8 fputs %016llx\n", (unsigned long long)hc);
+
+    /* 9: event arrays the kernel fills, in far pages not yet local. */
+    memset(b, 0, n);
+    push_out();
+    int ep = epoll_create1(0), q[2];
+    if (ep < 0 || pipe(q) != 0 || write(q[1], "x", 1) != 1) return 9;
+    struct epoll_event ev = {.events = EPOLLIN, .data.fd = q[0]};
+    if (epoll_ctl(ep, EPOLL_CTL_ADD, q[0], &ev) != 0) return 9;
+    struct epoll_event *evs = (struct epoll_event *)(b + n / 3);
+    if (epoll_wait(ep, evs, 16, 1000) != 1 || evs[0].data.fd != q[0]) { perror("epoll_wait"); return 9; }
+    struct pollfd *pf = (struct pollfd *)(b + 2 * (n / 3));
+    pf[0].fd = q[0];
+    pf[0].events = POLLIN;
+    push_out();
+    if (poll(pf, 1, 1000) != 1 || !(pf[0].revents & POLLIN)) { perror("poll"); return 9; }
+    printf("9 epoll/poll\n");
 
     close(fd);
     printf("ok\n");
