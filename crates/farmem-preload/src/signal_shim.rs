@@ -5,14 +5,15 @@
 //!   thread must take; with SIGBUS blocked the kernel kills the process
 //!   instead (jemalloc starts its background threads with every signal
 //!   blocked, and redis died that way). `pthread_sigmask` and
-//!   `sigprocmask` leave SIGBUS out of the signals they block, and
-//!   `sigaction` leaves it out of a handler's mask. Blocking SIGBUS only
+//!   `sigprocmask` leave SIGBUS out of the signals they block, `sigaction`
+//!   leaves it out of a handler's mask, and `sigsuspend`, `ppoll` and
+//!   `epoll_pwait` out of the mask they wait with. Blocking SIGBUS only
 //!   ever deferred a SIGBUS sent with kill(2); a fault's SIGBUS cannot be
 //!   blocked anyway.
 //! * **System calls on far buffers** (see [`crate::io`]): `read`,
 //!   `write`, `pread`, `pwrite`, `readv`, `writev`, `preadv`, `pwritev`,
 //!   `recv`, `recvfrom`, `recvmsg`, `send`, `sendto`, `sendmsg`, `fread`,
-//!   `fwrite`, `fputs`, `epoll_wait`, `epoll_pwait` and `poll`, and their `_FORTIFY_SOURCE` (`__read_chk` …),
+//!   `fwrite`, `fputs`, `epoll_wait`, `epoll_pwait`, `poll` and `ppoll`, and their `_FORTIFY_SOURCE` (`__read_chk` …),
 //!   `_unlocked` and `64` forms, touch the far pages of their buffers
 //!   before calling the real function, and retry a call that fails with
 //!   `EFAULT` after touching them again. Receives on sockets go through a
@@ -263,6 +264,7 @@ reals! {
     FREAD_UNLOCKED_CHK = c"__fread_unlocked_chk",
     FREAD_UNLOCKED = c"fread_unlocked", FWRITE_UNLOCKED = c"fwrite_unlocked",
     EPOLL_WAIT = c"epoll_wait", EPOLL_PWAIT = c"epoll_pwait", POLL = c"poll",
+    PPOLL = c"ppoll", SIGSUSPEND = c"sigsuspend",
 }
 
 impl Real {
@@ -1189,4 +1191,44 @@ pub unsafe extern "C" fn poll(fds: *mut libc::pollfd, n: libc::nfds_t, timeout: 
         len,
         || call_real!(POLL: PollFn, -1; fds, n, timeout),
     )
+}
+
+type PpollFn = unsafe extern "C" fn(
+    *mut libc::pollfd,
+    libc::nfds_t,
+    *const libc::timespec,
+    *const libc::sigset_t,
+) -> c_int;
+type SigsuspendFn = unsafe extern "C" fn(*const libc::sigset_t) -> c_int;
+
+/// # Safety
+/// As ppoll(2).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ppoll(
+    fds: *mut libc::pollfd,
+    n: libc::nfds_t,
+    timeout: *const libc::timespec,
+    mask: *const libc::sigset_t,
+) -> c_int {
+    let len = array_bytes::<libc::pollfd>(n);
+    // SAFETY: an all-zero sigset is a valid (empty) set.
+    let mut copy: libc::sigset_t = unsafe { std::mem::zeroed() };
+    let mask = without_sigbus(libc::SIG_SETMASK, mask, &mut copy);
+    filled(
+        fds as usize,
+        len,
+        || call_real!(PPOLL: PpollFn, -1; fds, n, timeout, mask),
+    )
+}
+
+/// A handler run while waiting here gets this mask: SIGBUS stays out.
+///
+/// # Safety
+/// As sigsuspend(2).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn sigsuspend(mask: *const libc::sigset_t) -> c_int {
+    // SAFETY: an all-zero sigset is a valid (empty) set.
+    let mut copy: libc::sigset_t = unsafe { std::mem::zeroed() };
+    let mask = without_sigbus(libc::SIG_SETMASK, mask, &mut copy);
+    call_real!(SIGSUSPEND: SigsuspendFn, -1; mask)
 }

@@ -4,7 +4,8 @@
  * buffers pushed out of the local cache before each step; then a thread
  * that blocks every signal (as jemalloc's background threads do) copies
  * one far buffer into another, fputs writes a far string, and epoll_wait
- * and poll fill event arrays in far memory. Prints one line per step with its
+ * and poll fill event arrays in far memory, and a signal handler run inside
+ * sigsuspend touches far memory. Prints one line per step with its
  * checksum, then "ok"; exits with the failing step's number.
  * Usage: io_test MIB (size of each of the three buffers). */
 #include <errno.h>
@@ -102,6 +103,14 @@ static void *dgram_sender(void *arg) {
             exit(22);
         }
     return 0;
+}
+
+static volatile long handler_sum;
+static void on_usr1(int sig) {
+    (void)sig;
+    long s = 1;
+    for (size_t i = 0; i < n; i += 4096) s += b[i];
+    handler_sum = s;
 }
 
 static void *masked_copy(void *arg) {
@@ -268,6 +277,24 @@ int main(int argc, char **argv) {
     push_out();
     if (poll(pf, 1, 1000) != 1 || !(pf[0].revents & POLLIN)) { perror("poll"); return 9; }
     printf("9 epoll/poll\n");
+
+    /* 10: a handler that touches far memory, run inside sigsuspend with
+     * every other signal blocked. */
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_usr1;
+    sigaction(SIGUSR1, &sa, 0);
+    sigset_t usr1, all_but;
+    sigemptyset(&usr1);
+    sigaddset(&usr1, SIGUSR1);
+    sigprocmask(SIG_BLOCK, &usr1, 0);
+    push_out();
+    kill(getpid(), SIGUSR1);
+    sigfillset(&all_but);
+    sigdelset(&all_but, SIGUSR1);
+    sigsuspend(&all_but);
+    if (handler_sum == 0) return 10;
+    printf("10 sigsuspend handler\n");
 
     close(fd);
     printf("ok\n");
