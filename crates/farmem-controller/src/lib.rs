@@ -323,24 +323,26 @@ impl Shared {
     /// stall of the controller itself (`stalled`), every lease starts over
     /// instead: their renewals were waiting on us.
     fn reclaim_lapsed(&self, stalled: bool) {
+        // Held until the memory nodes are told: requests that change the
+        // table wait for it, so no range freed here is granted again, and
+        // pushed to its node, before its revocation (which would wipe the
+        // new grant).
+        let mut leases = self.leases.lock();
+        if stalled {
+            let now = Instant::now();
+            leases.held.values_mut().for_each(|l| l.renewed = now);
+            return;
+        }
+        let lapsed: Vec<(String, Duration)> = leases
+            .held
+            .iter()
+            .filter(|(_, l)| l.renewed.elapsed() > l.length)
+            .map(|(name, l)| (name.clone(), l.length))
+            .collect();
+        if lapsed.is_empty() {
+            return;
+        }
         let released: Vec<(String, Duration, Vec<Grant>)> = {
-            let mut leases = self.leases.lock();
-            if stalled {
-                let now = Instant::now();
-                leases.held.values_mut().for_each(|l| l.renewed = now);
-                return;
-            }
-            let lapsed: Vec<(String, Duration)> = leases
-                .held
-                .iter()
-                .filter(|(_, l)| l.renewed.elapsed() > l.length)
-                .map(|(name, l)| (name.clone(), l.length))
-                .collect();
-            if lapsed.is_empty() {
-                return;
-            }
-            // Under the leases lock, so no request of theirs slips between
-            // the decision and the release.
             let mut t = self.table.lock();
             let released = lapsed
                 .into_iter()
