@@ -289,7 +289,7 @@ int main(int argc, char **argv) {
     sigaddset(&usr1, SIGUSR1);
     sigprocmask(SIG_BLOCK, &usr1, 0);
     push_out();
-    kill(getpid(), SIGUSR1);
+    pthread_kill(pthread_self(), SIGUSR1); /* to this thread, not a runtime one */
     sigfillset(&all_but);
     sigdelset(&all_but, SIGUSR1);
     sigsuspend(&all_but);
