@@ -69,6 +69,7 @@ impl ControllerClient {
         let thread = std::thread::Builder::new()
             .name("farmem-lease".into())
             .spawn(move || {
+                crate::block_async_signals();
                 let mut conn = Some(conn);
                 let mut failing = false;
                 let mut on_lost = Some(on_lost);

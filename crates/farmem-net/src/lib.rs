@@ -26,6 +26,33 @@ pub use page_reader::{PageReadError, PageReader};
 
 use farmem_wire::{ErrorCode, WireError};
 
+/// Blocks, in the calling thread, every signal a program might send or
+/// handle asynchronously, leaving the synchronous ones (SIGBUS, SIGSEGV,
+/// SIGFPE, SIGILL, SIGTRAP, SIGSYS). Every background thread farmem runs
+/// inside a program's process calls it first, so that the program's
+/// process-directed signals (SIGCHLD, SIGALRM, SIGTERM, SIGUSR1, …) go to
+/// the program's own threads: a program's handler run on one of ours could
+/// touch far memory from the very thread that serves it.
+pub fn block_async_signals() {
+    // SAFETY: plain signal-set calls on a local set, and a mask change of
+    // this thread only.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut set);
+        for sync in [
+            libc::SIGBUS,
+            libc::SIGSEGV,
+            libc::SIGFPE,
+            libc::SIGILL,
+            libc::SIGTRAP,
+            libc::SIGSYS,
+        ] {
+            libc::sigdelset(&mut set, sync);
+        }
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+    }
+}
+
 /// Settings every client connection needs.
 #[derive(Debug, Clone)]
 pub struct ClientConfig {

@@ -1207,7 +1207,10 @@ impl Runtime {
         let spawn = |name: &str, f: Box<dyn FnOnce() + Send>| {
             std::thread::Builder::new()
                 .name(name.into())
-                .spawn(f)
+                .spawn(move || {
+                    farmem_net::block_async_signals();
+                    f()
+                })
                 .map_err(RuntimeError::Thread)
         };
         let (ship_tx, ship_rx) = crossbeam_channel::bounded::<Segment>(sh.cfg.log_segments);

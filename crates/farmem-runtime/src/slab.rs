@@ -44,6 +44,7 @@ impl ResourceManager {
         let spawned = std::thread::Builder::new()
             .name("farmem-slabs".into())
             .spawn(move || {
+                farmem_net::block_async_signals();
                 match rm.source.allocate(rm.batch) {
                     Ok(extents) => rm.add(extents),
                     // Not fatal: the next region asks synchronously and reports.
