@@ -219,12 +219,10 @@ unsafe fn vectored(
 ) -> ssize_t {
     let mut call = call;
     let Some(far) = active() else { return call() };
-    // An array the kernel would refuse (EINVAL) is not ours to read.
-    if iov.is_null() || cnt <= 0 || cnt > libc::UIO_MAXIOV {
-        return call();
-    }
     // SAFETY: per the contract (the kernel would read the same array).
-    let iovs = unsafe { std::slice::from_raw_parts(iov, cnt as usize) };
+    let Some(iovs) = (unsafe { iovecs(iov, cnt) }) else {
+        return call();
+    };
     let bufs: Vec<(usize, usize)> = iovs
         .iter()
         .map(|v| (v.iov_base as usize, v.iov_len))
@@ -852,25 +850,37 @@ pub(crate) fn keep_sigbus() -> bool {
     ON.load(Ordering::Acquire)
 }
 
-/// `set` without SIGBUS, in `copy`, when a mask change would block it.
-fn without_sigbus(
-    how: c_int,
-    set: *const libc::sigset_t,
-    copy: &mut libc::sigset_t,
-) -> *const libc::sigset_t {
-    // SAFETY: `set` is null or the caller's valid signal set.
-    if set.is_null() || how == libc::SIG_UNBLOCK || !keep_sigbus() {
-        return set;
-    }
-    // SAFETY: as above; `copy` is ours.
-    unsafe {
-        if libc::sigismember(set, libc::SIGBUS) != 1 {
-            return set;
+/// A caller's signal set as passed on: itself, or a copy without SIGBUS
+/// when the mask it sets would block SIGBUS.
+struct Mask {
+    given: *const libc::sigset_t,
+    copy: Option<libc::sigset_t>,
+}
+
+impl Mask {
+    /// `set` as a mask change `how` (`SIG_SETMASK` for a wait's mask).
+    fn without_sigbus(how: c_int, set: *const libc::sigset_t) -> Self {
+        let mut mask = Self {
+            given: set,
+            copy: None,
+        };
+        if set.is_null() || how == libc::SIG_UNBLOCK || !keep_sigbus() {
+            return mask;
         }
-        *copy = *set;
-        libc::sigdelset(copy, libc::SIGBUS);
+        // SAFETY: `set` is the caller's valid signal set; the copy is ours.
+        unsafe {
+            if libc::sigismember(set, libc::SIGBUS) == 1 {
+                let mut copy = *set;
+                libc::sigdelset(&mut copy, libc::SIGBUS);
+                mask.copy = Some(copy);
+            }
+        }
+        mask
     }
-    copy
+
+    fn ptr(&self) -> *const libc::sigset_t {
+        self.copy.as_ref().map_or(self.given, |c| c as *const _)
+    }
 }
 
 /// Leaves SIGBUS out of a handler's mask (see the module docs).
@@ -891,11 +901,9 @@ pub unsafe extern "C" fn pthread_sigmask(
     set: *const libc::sigset_t,
     old: *mut libc::sigset_t,
 ) -> c_int {
-    // SAFETY: an all-zero sigset is a valid (empty) set.
-    let mut copy: libc::sigset_t = unsafe { std::mem::zeroed() };
-    let set = without_sigbus(how, set, &mut copy);
+    let set = Mask::without_sigbus(how, set);
     // pthread_sigmask reports errors as its result, not in errno.
-    call_real!(PTHREAD_SIGMASK: MaskFn, libc::ENOSYS; how, set, old)
+    call_real!(PTHREAD_SIGMASK: MaskFn, libc::ENOSYS; how, set.ptr(), old)
 }
 
 /// # Safety
@@ -906,10 +914,8 @@ pub unsafe extern "C" fn sigprocmask(
     set: *const libc::sigset_t,
     old: *mut libc::sigset_t,
 ) -> c_int {
-    // SAFETY: an all-zero sigset is a valid (empty) set.
-    let mut copy: libc::sigset_t = unsafe { std::mem::zeroed() };
-    let set = without_sigbus(how, set, &mut copy);
-    call_real!(SIGPROCMASK: MaskFn, -1; how, set, old)
+    let set = Mask::without_sigbus(how, set);
+    call_real!(SIGPROCMASK: MaskFn, -1; how, set.ptr(), old)
 }
 
 // _FORTIFY_SOURCE turns a call whose buffer size the compiler knows into
@@ -1171,13 +1177,11 @@ pub unsafe extern "C" fn epoll_pwait(
     mask: *const libc::sigset_t,
 ) -> c_int {
     let len = array_bytes::<libc::epoll_event>(max);
-    // SAFETY: an all-zero sigset is a valid (empty) set.
-    let mut copy: libc::sigset_t = unsafe { std::mem::zeroed() };
-    let mask = without_sigbus(libc::SIG_SETMASK, mask, &mut copy);
+    let mask = Mask::without_sigbus(libc::SIG_SETMASK, mask);
     filled(
         events as usize,
         len,
-        || call_real!(EPOLL_PWAIT: EpollPwaitFn, -1; epfd, events, max, timeout, mask),
+        || call_real!(EPOLL_PWAIT: EpollPwaitFn, -1; epfd, events, max, timeout, mask.ptr()),
     )
 }
 
@@ -1211,13 +1215,11 @@ pub unsafe extern "C" fn ppoll(
     mask: *const libc::sigset_t,
 ) -> c_int {
     let len = array_bytes::<libc::pollfd>(n);
-    // SAFETY: an all-zero sigset is a valid (empty) set.
-    let mut copy: libc::sigset_t = unsafe { std::mem::zeroed() };
-    let mask = without_sigbus(libc::SIG_SETMASK, mask, &mut copy);
+    let mask = Mask::without_sigbus(libc::SIG_SETMASK, mask);
     filled(
         fds as usize,
         len,
-        || call_real!(PPOLL: PpollFn, -1; fds, n, timeout, mask),
+        || call_real!(PPOLL: PpollFn, -1; fds, n, timeout, mask.ptr()),
     )
 }
 
@@ -1227,8 +1229,6 @@ pub unsafe extern "C" fn ppoll(
 /// As sigsuspend(2).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn sigsuspend(mask: *const libc::sigset_t) -> c_int {
-    // SAFETY: an all-zero sigset is a valid (empty) set.
-    let mut copy: libc::sigset_t = unsafe { std::mem::zeroed() };
-    let mask = without_sigbus(libc::SIG_SETMASK, mask, &mut copy);
-    call_real!(SIGSUSPEND: SigsuspendFn, -1; mask)
+    let mask = Mask::without_sigbus(libc::SIG_SETMASK, mask);
+    call_real!(SIGSUSPEND: SigsuspendFn, -1; mask.ptr())
 }
