@@ -17,6 +17,7 @@
 //! lease again.
 
 pub mod extent;
+pub mod lost;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -27,11 +28,12 @@ use std::time::{Duration, Instant};
 
 use farmem_net::server::{Peer, Refusal, Server, ServerConfig, Service};
 use farmem_net::{ClientConfig, Connection, NetError};
-use farmem_wire::{ErrorCode, Msg, NodeInfo, Role};
+use farmem_wire::{ErrorCode, GrantKind, Msg, NodeInfo, Role};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
 use extent::{ExtentTree, Grant, Placement};
+use lost::LostRanges;
 
 /// How to run a controller.
 #[derive(Debug, Clone)]
@@ -83,6 +85,10 @@ struct NodeRecord {
     base: u64,
     capacity: u64,
     up: bool,
+    /// The node's incarnation when it last registered; another one means
+    /// it restarted and its memory is empty.
+    #[serde(default)]
+    incarnation: u64,
     #[serde(skip)]
     last_seen: Option<Instant>,
 }
@@ -92,6 +98,32 @@ struct Table {
     tree: ExtentTree,
     nodes: BTreeMap<u32, NodeRecord>,
     next_node: u32,
+    /// Granted ranges whose bytes went with a restart of their node.
+    #[serde(default)]
+    lost: LostRanges,
+}
+
+impl Table {
+    /// Frees `released` in the lost set too: no longer anyone's.
+    fn forget_lost(&mut self, released: &[Grant]) {
+        for g in released {
+            self.lost.remove(g.base, g.len);
+        }
+    }
+
+    /// Marks every grant on `node` lost; returns how many and their bytes.
+    fn lose_node(&mut self, node: u32) -> (usize, u64) {
+        let grants: Vec<Grant> = self
+            .tree
+            .grants()
+            .into_iter()
+            .filter(|g| g.node == node)
+            .collect();
+        for g in &grants {
+            self.lost.add(g.base, g.len);
+        }
+        (grants.len(), grants.iter().map(|g| g.len).sum())
+    }
 }
 
 struct Shared {
@@ -154,6 +186,9 @@ pub struct ControllerStats {
     /// Grants given back because their client's lease ran out, and their bytes.
     pub grants_reclaimed: u64,
     pub bytes_reclaimed: u64,
+    /// Granted bytes whose memory node restarted after they were written:
+    /// refused on access until their owners release them.
+    pub lost_bytes: u64,
 }
 
 impl Shared {
@@ -196,26 +231,54 @@ impl Shared {
         self.table.lock().nodes.get(&node).map(|n| n.addr.clone())
     }
 
-    /// Tells memory nodes about grants; `fresh` ones are zeroed there first.
-    fn push_grants(&self, grants: &[Grant], fresh: bool) -> Result<(), (u32, NetError)> {
+    /// Tells memory nodes about new grants, which they zero first.
+    fn push_fresh(&self, grants: &[Grant]) -> Result<(), (u32, NetError)> {
+        let pieces = grants.iter().map(|g| (g, g.base, g.len, GrantKind::Fresh));
+        self.push_pieces(pieces.collect())
+    }
+
+    /// Tells a node that (re)registered what it holds: the pieces of each
+    /// grant that are lost as lost, the rest as intact.
+    fn resend(&self, grants: &[Grant]) -> Result<(), (u32, NetError)> {
+        let t = self.table.lock();
+        let mut pieces = Vec::new();
         for g in grants {
+            for (base, len, lost) in t.lost.split(g.base, g.len) {
+                let kind = if lost {
+                    GrantKind::Lost
+                } else {
+                    GrantKind::Resend
+                };
+                pieces.push((g, base, len, kind));
+            }
+        }
+        drop(t);
+        self.push_pieces(pieces)
+    }
+
+    fn push_pieces(
+        &self,
+        pieces: Vec<(&Grant, u64, u64, GrantKind)>,
+    ) -> Result<(), (u32, NetError)> {
+        for (g, base, len, kind) in pieces {
             let addr = self.node_addr(g.node).unwrap_or_default();
-            self.push(
-                g.node,
-                &addr,
-                &Msg::Grant {
-                    owner: &g.owner,
-                    base: g.base,
-                    len: g.len,
-                    fresh,
-                },
-            )
-            .map_err(|e| (g.node, e))?;
+            let grant = Msg::Grant {
+                owner: &g.owner,
+                base,
+                len,
+                kind,
+            };
+            self.push(g.node, &addr, &grant).map_err(|e| (g.node, e))?;
         }
         Ok(())
     }
 
-    fn register(&self, listen: &str, capacity: u64) -> Result<(u32, u64), Refusal> {
+    fn register(
+        &self,
+        listen: &str,
+        capacity: u64,
+        incarnation: u64,
+    ) -> Result<(u32, u64), Refusal> {
         let mut t = self.table.lock();
         let existing = t
             .nodes
@@ -233,6 +296,15 @@ impl Shared {
                         ),
                     ));
                 }
+                if n.incarnation != incarnation {
+                    let (grants, bytes) = t.lose_node(id);
+                    if grants > 0 {
+                        tracing::error!(
+                            "memory node {id} at {listen} restarted (incarnation {:#x} -> {incarnation:#x}): the {grants} grants it held ({bytes} bytes) are lost; their owners are refused, never served zeros",
+                            n.incarnation
+                        );
+                    }
+                }
                 (id, n.base)
             }
             None => {
@@ -249,6 +321,7 @@ impl Shared {
                         base,
                         capacity,
                         up: true,
+                        incarnation,
                         last_seen: None,
                     },
                 );
@@ -258,6 +331,7 @@ impl Shared {
         t.tree.set_up(id, true);
         if let Some(n) = t.nodes.get_mut(&id) {
             n.up = true;
+            n.incarnation = incarnation;
             n.last_seen = Some(Instant::now());
         }
         self.save(&t);
@@ -280,6 +354,7 @@ impl Shared {
             leases,
             grants_reclaimed: self.grants_reclaimed.load(Ordering::Relaxed),
             bytes_reclaimed: self.bytes_reclaimed.load(Ordering::Relaxed),
+            lost_bytes: t.lost.bytes(),
         }
     }
 
@@ -348,6 +423,7 @@ impl Shared {
                 .into_iter()
                 .map(|(owner, length)| {
                     let grants = t.tree.release_owner(&owner);
+                    t.forget_lost(&grants);
                     leases.lapse(owner.clone());
                     (owner, length, grants)
                 })
@@ -434,11 +510,15 @@ impl Shared {
             None
         };
         match msg {
-            Msg::Register { listen, capacity } => {
+            Msg::Register {
+                listen,
+                capacity,
+                incarnation,
+            } => {
                 if peer.role != Role::MemNode {
                     return Err(Self::refuse_role(peer, "register as a memory node"));
                 }
-                let (node, base) = self.register(listen, capacity)?;
+                let (node, base) = self.register(listen, capacity, incarnation)?;
                 Msg::Registered { node, base }.encode(id, out);
                 // A node that restarted or reconnected learns its grants again.
                 let grants: Vec<Grant> = self
@@ -454,7 +534,7 @@ impl Shared {
                     thread::spawn(move || {
                         // Give the node a moment to read our reply first.
                         thread::sleep(Duration::from_millis(20));
-                        if let Err((node, e)) = me.push_grants(&grants, false) {
+                        if let Err((node, e)) = me.resend(&grants) {
                             tracing::warn!("cannot re-send grants to node {node}: {e}");
                         }
                     });
@@ -498,7 +578,7 @@ impl Shared {
                     self.save(&t);
                     grants
                 };
-                if let Err((node, e)) = self.push_grants(&grants, true) {
+                if let Err((node, e)) = self.push_fresh(&grants) {
                     let mut t = self.table.lock();
                     for g in &grants {
                         let _ = t.tree.release(&g.owner, g.base, g.len);
@@ -535,6 +615,7 @@ impl Shared {
                         .tree
                         .release(&peer.name, base, len)
                         .map_err(|e| Refusal::new(ErrorCode::NotOwner, e.to_string()))?;
+                    t.forget_lost(&released);
                     self.save(&t);
                     released
                 };
@@ -584,6 +665,7 @@ impl Controller {
             tree: ExtentTree::new(cfg.granularity),
             nodes: BTreeMap::new(),
             next_node: 0,
+            lost: LostRanges::default(),
         };
         if let Some(path) = &cfg.state {
             match std::fs::read(path) {

@@ -20,7 +20,7 @@ use std::time::Duration;
 use farmem_core::Counter;
 use farmem_net::server::{Peer, Refusal, Server, ServerConfig, Service};
 use farmem_net::{ClientConfig, Connection, NetError};
-use farmem_wire::{ErrorCode, Msg, Role};
+use farmem_wire::{ErrorCode, GrantKind, Msg, Role};
 use parking_lot::RwLock;
 use serde::Serialize;
 
@@ -78,6 +78,8 @@ struct Counters {
     refused_not_owner: Counter,
     refused_out_of_range: Counter,
     refused_role: Counter,
+    refused_lost: Counter,
+    refused_too_long: Counter,
     grants: Counter,
     revokes: Counter,
 }
@@ -86,11 +88,15 @@ struct Counters {
 #[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq, Eq)]
 pub struct MemNodeStats {
     pub node: u32,
+    /// Drawn at every start: a new one means this node's memory is new.
+    pub incarnation: u64,
     pub base: u64,
     pub capacity: u64,
     pub resident_bytes: u64,
     pub granted_bytes: u64,
     pub grants: u64,
+    /// Granted bytes whose data was lost when this node restarted.
+    pub lost_bytes: u64,
     pub reads: u64,
     pub writes: u64,
     pub bytes_read: u64,
@@ -100,6 +106,10 @@ pub struct MemNodeStats {
     pub refused_not_owner: u64,
     pub refused_out_of_range: u64,
     pub refused_role: u64,
+    /// Accesses to a lost range, refused instead of served as zeros.
+    pub refused_lost: u64,
+    /// Reads longer than one reply frame may carry.
+    pub refused_too_long: u64,
     pub connections: u64,
     pub protocol_errors: u64,
     pub auth_failures: u64,
@@ -108,10 +118,18 @@ pub struct MemNodeStats {
 struct GrantEntry {
     len: u64,
     owner: Arc<str>,
+    /// The owner wrote this range before this node last restarted: its
+    /// bytes are gone, and every access is refused.
+    lost: bool,
 }
 
 struct Shared {
     store: ChunkStore,
+    /// Drawn at start; told to the controller and to every client.
+    incarnation: u64,
+    /// Where peers reach us, for messages.
+    advertise: RwLock<String>,
+    max_frame: u32,
     /// Global address of this node's first byte (assigned by the controller).
     base: AtomicU64,
     node: AtomicU32,
@@ -145,18 +163,37 @@ impl Shared {
             return Ok(offset);
         }
         let grants = self.grants.read();
-        let owned = grants
+        let grant = grants
             .range(..=addr)
             .next_back()
-            .is_some_and(|(&gbase, g)| addr + len <= gbase + g.len && *g.owner == *peer.name);
-        if owned {
-            Ok(offset)
-        } else {
-            self.counters.refused_not_owner.inc();
-            Err(Refusal::new(
-                ErrorCode::NotOwner,
-                format!("[{addr:#x}, +{len}) is not granted to `{}`", peer.name),
-            ))
+            .filter(|(gbase, g)| addr + len <= **gbase + g.len && *g.owner == *peer.name);
+        match grant {
+            Some((_, g)) if g.lost => {
+                self.counters.refused_lost.inc();
+                Err(Refusal::new(
+                    ErrorCode::Lost,
+                    format!(
+                        "[{addr:#x}, +{len}) of `{}` was lost: memory node {} at {} restarted (incarnation {:#x}) after it was written",
+                        peer.name,
+                        self.node.load(Ordering::Relaxed),
+                        self.advertise.read(),
+                        self.incarnation
+                    ),
+                ))
+            }
+            Some(_) => Ok(offset),
+            None => {
+                self.counters.refused_not_owner.inc();
+                Err(Refusal::new(
+                    ErrorCode::NotOwner,
+                    format!(
+                        "[{addr:#x}, +{len}) is not granted to `{}` on memory node {} at {}",
+                        peer.name,
+                        self.node.load(Ordering::Relaxed),
+                        self.advertise.read()
+                    ),
+                ))
+            }
         }
     }
 
@@ -168,11 +205,13 @@ impl Shared {
             |f: fn(&farmem_net::server::ServerStats) -> u64| server.as_deref().map(f).unwrap_or(0);
         MemNodeStats {
             node: self.node.load(Ordering::Relaxed),
+            incarnation: self.incarnation,
             base: self.base.load(Ordering::Relaxed),
             capacity: self.store.capacity(),
             resident_bytes: self.store.resident_bytes(),
             granted_bytes: grants.values().map(|g| g.len).sum(),
             grants: grants.len() as u64,
+            lost_bytes: grants.values().filter(|g| g.lost).map(|g| g.len).sum(),
             reads: c.reads.get(),
             writes: c.writes.get(),
             bytes_read: c.bytes_read.get(),
@@ -182,6 +221,8 @@ impl Shared {
             refused_not_owner: c.refused_not_owner.get(),
             refused_out_of_range: c.refused_out_of_range.get(),
             refused_role: c.refused_role.get(),
+            refused_lost: c.refused_lost.get(),
+            refused_too_long: c.refused_too_long.get(),
             connections: sv(|s| s.connections.get()),
             protocol_errors: sv(|s| s.protocol_errors.get()),
             auth_failures: sv(|s| s.auth_failures.get()),
@@ -203,6 +244,17 @@ impl Service for Shared {
             Msg::Read { addr, len } => {
                 if peer.role != Role::Compute {
                     return Err(self.refuse_role(peer, "read"));
+                }
+                // The reply must fit one frame: a read may not ask for a whole extent.
+                let most = self.max_frame as usize - farmem_wire::HEADER_LEN;
+                if len as usize > most {
+                    self.counters.refused_too_long.inc();
+                    return Err(Refusal::new(
+                        ErrorCode::BadRequest,
+                        format!(
+                            "a read of {len} bytes is longer than one reply may carry ({most})"
+                        ),
+                    ));
                 }
                 let offset = self.authorize(peer, addr, len.into())?;
                 // Encode the reply header, then read straight into the frame.
@@ -254,7 +306,7 @@ impl Service for Shared {
                 owner,
                 base,
                 len,
-                fresh,
+                kind,
             } => {
                 if peer.role != Role::Controller {
                     return Err(self.refuse_role(peer, "grant memory"));
@@ -278,8 +330,9 @@ impl Service for Shared {
                 for gb in overlapping {
                     grants.remove(&gb);
                 }
-                if fresh {
-                    // Range checked above.
+                if kind != GrantKind::Resend {
+                    // New memory, or bytes that are gone: nothing of a
+                    // previous owner's stays readable. Range checked above.
                     let _ = self.store.zero(base - node_base, len);
                 }
                 grants.insert(
@@ -287,6 +340,7 @@ impl Service for Shared {
                     GrantEntry {
                         len,
                         owner: owner.into(),
+                        lost: kind == GrantKind::Lost,
                     },
                 );
                 self.counters.grants.inc();
@@ -323,6 +377,7 @@ impl Service for Shared {
                             GrantEntry {
                                 len: base - gb,
                                 owner: g.owner.clone(),
+                                lost: g.lost,
                             },
                         );
                     }
@@ -332,6 +387,7 @@ impl Service for Shared {
                             GrantEntry {
                                 len: gb + g.len - end,
                                 owner: g.owner,
+                                lost: g.lost,
                             },
                         );
                     }
@@ -357,8 +413,13 @@ pub struct MemNode {
 
 impl MemNode {
     pub fn start(cfg: MemNodeConfig) -> Result<Self, MemNodeError> {
+        // Never 0, which clients read as "a server that holds no data".
+        let incarnation = rand::random::<u64>() | 1;
         let shared = Arc::new(Shared {
             store: ChunkStore::new(cfg.capacity),
+            incarnation,
+            advertise: RwLock::new(cfg.listen.clone()),
+            max_frame: cfg.max_frame,
             base: AtomicU64::new(0),
             node: AtomicU32::new(0),
             standalone: cfg.controller.is_none(),
@@ -369,7 +430,8 @@ impl MemNode {
         let server_cfg = ServerConfig {
             token: cfg.token.clone(),
             max_frame: cfg.max_frame,
-            idle_timeout: None,
+            incarnation,
+            ..ServerConfig::default()
         };
         let server =
             Server::start(&cfg.listen, server_cfg, shared.clone()).map_err(MemNodeError::Listen)?;
@@ -378,6 +440,7 @@ impl MemNode {
             .advertise
             .clone()
             .unwrap_or_else(|| server.local_addr().to_string());
+        *shared.advertise.write() = advertise.clone();
         let stop = Arc::new(AtomicBool::new(false));
         let heartbeat = match &cfg.controller {
             None => None,
@@ -457,6 +520,7 @@ fn register(
     let reply = conn.call(&Msg::Register {
         listen: advertise,
         capacity: cfg.capacity,
+        incarnation: shared.incarnation,
     })?;
     match reply.msg()? {
         Msg::Registered { node, base } => {

@@ -397,7 +397,7 @@ fn assert_closed(s: &mut TcpStream) {
 }
 
 #[test]
-fn a_restarted_memnode_is_reconnected_on_next_use() {
+fn a_restarted_standalone_memnode_never_serves_zeros_for_old_data() {
     let mut node = MemNode::start(MemNodeConfig::new("127.0.0.1:0", GIB)).unwrap();
     let addr = node.addr().to_string();
     let client =
@@ -405,15 +405,143 @@ fn a_restarted_memnode_is_reconnected_on_next_use() {
     client.write(4096, b"before").unwrap();
     node.shutdown();
     drop(node);
-    // Same address, fresh (empty) memory.
+    // Same address, fresh (empty) memory, a new incarnation.
     let _node = MemNode::start(MemNodeConfig::new(addr.clone(), GIB)).unwrap();
     let mut buf = [9u8; 6];
     // The old connection is found dead by the first request...
     let first = client.read(4096, &mut buf);
     assert!(first.as_ref().is_err_and(|e| e.is_transient()), "{first:?}");
-    // ...and replaced by the next.
-    client.read(4096, &mut buf).unwrap();
-    assert_eq!(buf, [0u8; 6]);
+    // ...and the next reaches the restarted node, which is refused for
+    // good: what it holds now is not what we wrote.
+    for _ in 0..3 {
+        match client.read(4096, &mut buf) {
+            Err(NetError::NodeLost { addr: a, held, .. }) => {
+                assert_eq!(a, addr);
+                assert_eq!(held, GIB);
+            }
+            other => panic!("a restarted node must be refused, got {other:?} ({buf:?})"),
+        }
+    }
+    assert_eq!(buf, [9u8; 6], "nothing was copied out");
+}
+
+#[test]
+fn a_memnode_restarted_in_a_rack_refuses_its_lost_grants_until_released() {
+    let mut rack = rack(2, Duration::from_secs(5));
+    let a = client(&rack, "cn-a");
+    let extents = a.allocate(256 << 20, Placement::Default).unwrap();
+    let pattern: Vec<u8> = (0..8192u32).map(|i| (i * 13) as u8).collect();
+    for e in &extents {
+        a.write(e.base, &pattern).unwrap();
+    }
+    // Restart the node holding the first extent, on the same address.
+    let victim = rack
+        .memnodes
+        .iter()
+        .position(|m| m.node_id() == extents[0].node)
+        .unwrap();
+    let addr = rack.memnodes[victim].addr().to_string();
+    let mut old = rack.memnodes.remove(victim);
+    old.shutdown();
+    drop(old);
+    let mut cfg = MemNodeConfig::new(addr.clone(), 64 * GIB);
+    cfg.controller = Some(rack.controller.local_addr().to_string());
+    cfg.token = TOKEN.to_vec();
+    cfg.heartbeat = Duration::from_millis(50);
+    rack.memnodes.push(MemNode::start(cfg).unwrap());
+    let lost: u64 = extents
+        .iter()
+        .filter(|e| e.node == extents[0].node)
+        .map(|e| e.len)
+        .sum();
+    let start = Instant::now();
+    while rack.controller.stats().lost_bytes != lost {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "{:?}",
+            rack.controller.stats()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // The client that wrote it learns the node restarted...
+    let mut buf = vec![0u8; pattern.len()];
+    let err = loop {
+        match a.read(extents[0].base, &mut buf) {
+            Err(e) if e.is_transient() => continue,
+            other => break other.unwrap_err(),
+        }
+    };
+    assert!(matches!(err, NetError::NodeLost { .. }), "{err}");
+    // ...and a fresh connection under its name is refused by the node
+    // itself once the controller re-sent the grant as lost, never zeros.
+    let b = client(&rack, "cn-a");
+    b.adopt(a.extents()).unwrap();
+    let start = Instant::now();
+    loop {
+        match b.read(extents[0].base, &mut buf) {
+            Err(NetError::Remote {
+                code: ErrorCode::Lost,
+                message,
+            }) => {
+                assert!(message.contains(&addr), "{message}");
+                break;
+            }
+            Err(NetError::Remote {
+                code: ErrorCode::NotOwner,
+                ..
+            }) => {}
+            other => panic!("a lost range must be refused, got {other:?}"),
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the grant was never re-sent"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let st = rack.memnodes.last().unwrap().stats();
+    assert_eq!(st.lost_bytes, lost, "{st:?}");
+    assert!(st.refused_lost >= 1, "{st:?}");
+    // The other node's data is intact.
+    if let Some(e) = extents.iter().find(|e| e.node != extents[0].node) {
+        b.read(e.base, &mut buf).unwrap();
+        assert_eq!(buf, pattern);
+    }
+    // Releasing the lost range frees it for good.
+    for e in extents.iter().filter(|e| e.node == extents[0].node) {
+        a.release(e.base, e.len).unwrap();
+    }
+    assert_eq!(rack.controller.stats().lost_bytes, 0);
+}
+
+#[test]
+fn a_killed_memnode_is_declared_down_after_the_deadline() {
+    let mut node = MemNode::start(MemNodeConfig::new("127.0.0.1:0", GIB)).unwrap();
+    let addr = node.addr().to_string();
+    let mut cfg = ClientConfig::new("cn-a", Role::Compute);
+    cfg.fail_after = Duration::from_millis(300);
+    let client = Cluster::standalone(&addr, GIB, cfg, 1).unwrap();
+    client.write(0, b"data").unwrap();
+    node.shutdown();
+    drop(node);
+    let start = Instant::now();
+    let mut buf = [0u8; 4];
+    let err = loop {
+        match client.read(0, &mut buf) {
+            Err(e) if e.is_transient() => std::thread::sleep(Duration::from_millis(10)),
+            other => break other.unwrap_err(),
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "never declared down"
+        );
+    };
+    match err {
+        NetError::NodeDown { addr: a, held, .. } => {
+            assert_eq!(a, addr);
+            assert_eq!(held, GIB);
+        }
+        other => panic!("expected the node declared down, got {other}"),
+    }
 }
 
 #[test]

@@ -8,8 +8,8 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
 use farmem_wire::{Extent, LINE_LEN, LOG_RECORD_LEN, LogRecords, Msg, NodeInfo, Placement};
 use parking_lot::{Condvar, Mutex, RwLock};
@@ -202,30 +202,66 @@ pub fn stats_json(conn: &Connection) -> Result<String, NetError> {
 }
 
 struct NodeConns {
+    id: u32,
     addr: String,
     conns: Vec<Mutex<Connection>>,
     next: AtomicUsize,
     /// Allocation-free readers for faults served in a signal handler
     /// ([`Cluster::keep_page_readers`]); empty unless asked for.
     readers: RwLock<Vec<Mutex<PageReader>>>,
+    /// The node's incarnation when we first connected: a connection that
+    /// finds another one has reached a restarted node, whose memory is new.
+    incarnation: u64,
+    /// The other incarnation found, once one was (0: none): every request
+    /// to the node fails from then on, rather than read what it holds now.
+    restarted_as: AtomicU64,
+    lost: AtomicBool,
+    /// When the node's current run of failed requests began.
+    failing_since: Mutex<Option<Instant>>,
 }
 
 impl NodeConns {
     /// The next connection round-robin; a failed one is replaced by a fresh
-    /// connection first, so a memory node that restarted is picked up again.
+    /// connection first, which must reach the same incarnation.
     fn pick(&self, cfg: &ClientConfig) -> Result<Connection, NetError> {
+        self.check_lost()?;
         let i = self.next.fetch_add(1, Ordering::Relaxed) % self.conns.len();
         let mut slot = self.conns[i].lock();
         if !slot.is_alive() {
-            *slot = Connection::connect(&self.addr, cfg)?;
+            let conn = Connection::connect(&self.addr, cfg)?;
+            self.check_incarnation(conn.incarnation())?;
+            *slot = conn;
         }
         Ok(slot.clone())
+    }
+
+    fn check_incarnation(&self, now: u64) -> Result<(), NetError> {
+        if now != self.incarnation {
+            self.restarted_as.store(now, Ordering::SeqCst);
+            self.lost.store(true, Ordering::SeqCst);
+        }
+        self.check_lost()
+    }
+
+    fn check_lost(&self) -> Result<(), NetError> {
+        if !self.lost.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        Err(NetError::NodeLost {
+            node: self.id,
+            addr: self.addr.clone(),
+            was: self.incarnation,
+            now: self.restarted_as.load(Ordering::SeqCst),
+            held: 0,
+        })
     }
 }
 
 /// A pool of connections to the memory nodes holding this client's extents.
 pub struct Cluster {
     cfg: ClientConfig,
+    /// `cfg` with requests timing out within `fail_after`, for memory nodes.
+    node_cfg: ClientConfig,
     controller: Option<ControllerClient>,
     conns_per_node: usize,
     /// Extents held, by base address.
@@ -245,6 +281,7 @@ impl Cluster {
     ) -> Result<Self, NetError> {
         Ok(Self {
             controller: Some(ControllerClient::connect(controller, &cfg)?),
+            node_cfg: node_cfg(&cfg),
             cfg,
             conns_per_node: conns_per_node.max(1),
             extents: RwLock::new(BTreeMap::new()),
@@ -263,6 +300,7 @@ impl Cluster {
     ) -> Result<Self, NetError> {
         let cluster = Self {
             controller: None,
+            node_cfg: node_cfg(&cfg),
             cfg,
             conns_per_node: conns_per_node.max(1),
             extents: RwLock::new(BTreeMap::new()),
@@ -364,15 +402,91 @@ impl Cluster {
             return Ok(());
         }
         let conns = (0..self.conns_per_node)
-            .map(|_| Connection::connect(addr, &self.cfg).map(Mutex::new))
+            .map(|_| Connection::connect(addr, &self.node_cfg))
             .collect::<Result<Vec<_>, _>>()?;
+        let incarnation = conns[0].incarnation();
+        if let Some(other) = conns.iter().find(|c| c.incarnation() != incarnation) {
+            return Err(NetError::Routing(format!(
+                "memory node {node} at {addr} restarted while we connected (incarnation {incarnation:#x} -> {:#x})",
+                other.incarnation()
+            )));
+        }
         self.nodes.write().entry(node).or_insert(NodeConns {
+            id: node,
             addr: addr.to_string(),
-            conns,
+            conns: conns.into_iter().map(Mutex::new).collect(),
             next: AtomicUsize::new(0),
             readers: RwLock::new(Vec::new()),
+            incarnation,
+            restarted_as: AtomicU64::new(0),
+            lost: AtomicBool::new(false),
+            failing_since: Mutex::new(None),
         });
         self.refresh_page_readers()
+    }
+
+    /// Bytes of this client's extents on `node`.
+    fn held_on(&self, node: u32) -> u64 {
+        let extents = self.extents.read();
+        extents
+            .values()
+            .filter(|e| e.node == node)
+            .map(|e| e.len)
+            .sum()
+    }
+
+    /// Keeps `node`'s health from the outcome of a request to it: success
+    /// ends its run of failures; a transient failure starts or continues
+    /// one, and one that has lasted `fail_after` declares the node down.
+    /// A restarted node's errors say how much this client lost there.
+    fn settle<T>(&self, node: u32, result: Result<T, NetError>) -> Result<T, NetError> {
+        let nodes = self.nodes.read();
+        let Some(n) = nodes.get(&node) else {
+            return result;
+        };
+        let e = match result {
+            Ok(v) => {
+                *n.failing_since.lock() = None;
+                return Ok(v);
+            }
+            Err(e) => e,
+        };
+        match e {
+            NetError::NodeLost {
+                node,
+                addr,
+                was,
+                now,
+                ..
+            } => Err(NetError::NodeLost {
+                node,
+                addr,
+                was,
+                now,
+                held: self.held_on(node),
+            }),
+            e if e.is_transient() => {
+                let now = Instant::now();
+                // A request that timed out began failing when it was sent.
+                let began = match e {
+                    NetError::Timeout(t) => now.checked_sub(t).unwrap_or(now),
+                    _ => now,
+                };
+                let since = *n.failing_since.lock().get_or_insert(began);
+                let waited = now.saturating_duration_since(since);
+                if waited < self.cfg.fail_after {
+                    return Err(e);
+                }
+                Err(NetError::NodeDown {
+                    node,
+                    addr: n.addr.clone(),
+                    waited,
+                    cause: e.to_string(),
+                    held: self.held_on(node),
+                })
+            }
+            e => Err(e),
+        }
     }
 
     /// Keeps `per_node` [`PageReader`]s open to every memory node, now and
@@ -403,7 +517,14 @@ impl Cluster {
             if healthy {
                 continue;
             }
-            let connect = || PageReader::connect(&n.addr, &self.cfg, PAGE_READ_MAX);
+            if n.lost.load(Ordering::SeqCst) {
+                continue;
+            }
+            let connect = || {
+                let reader = PageReader::connect(&n.addr, &self.node_cfg, PAGE_READ_MAX)?;
+                n.check_incarnation(reader.incarnation())?;
+                Ok::<_, NetError>(reader)
+            };
             let mut readers = n.readers.write();
             for r in readers.iter_mut() {
                 let r = r.get_mut();
@@ -437,7 +558,11 @@ impl Cluster {
             e.node
         };
         let nodes = self.nodes.try_read()?;
-        let readers = nodes.get(&node)?.readers.try_read()?;
+        let n = nodes.get(&node)?;
+        if n.lost.load(Ordering::Relaxed) {
+            return None;
+        }
+        let readers = n.readers.try_read()?;
         let mut reader = readers
             .iter()
             .filter_map(|r| r.try_lock())
@@ -472,19 +597,24 @@ impl Cluster {
         let conns = nodes
             .get(&node)
             .ok_or_else(|| NetError::Routing(format!("no connection to memory node {node}")))?;
-        conns.pick(&self.cfg)
+        conns.pick(&self.node_cfg)
+    }
+
+    /// Sends `msg` to `node`, its health kept (see [`Self::settle`]).
+    fn submit_to(&self, node: u32, msg: &Msg<'_>) -> Result<Ticket, NetError> {
+        let sent = self.node_conn(node).and_then(|c| c.submit(msg));
+        self.settle(node, sent)
     }
 
     /// Starts a read; complete it with [`read_reply_into`].
     pub fn submit_read(&self, addr: u64, len: u32) -> Result<Ticket, NetError> {
-        self.conn_for(addr, len.into())?
-            .submit(&Msg::Read { addr, len })
+        self.submit_to(self.route(addr, len.into())?, &Msg::Read { addr, len })
     }
 
     /// Starts a write; the ticket's reply is `Done` once the node has it.
     pub fn submit_write(&self, addr: u64, data: &[u8]) -> Result<Ticket, NetError> {
-        self.conn_for(addr, data.len() as u64)?
-            .submit(&Msg::Write { addr, data })
+        let node = self.route(addr, data.len() as u64)?;
+        self.submit_to(node, &Msg::Write { addr, data })
     }
 
     /// Reads `buf.len()` bytes at `addr`, in frame-sized pieces issued together.
@@ -493,10 +623,24 @@ impl Cluster {
         let tickets = buf
             .chunks(piece)
             .enumerate()
-            .map(|(i, c)| self.submit_read(addr + (i * piece) as u64, c.len() as u32))
-            .collect::<Result<Vec<_>, _>>()?;
-        for (ticket, chunk) in tickets.into_iter().zip(buf.chunks_mut(piece)) {
-            read_reply_into(&ticket.wait()?, chunk)?;
+            .map(|(i, c)| {
+                let at = addr + (i * piece) as u64;
+                let node = self.route(at, c.len() as u64)?;
+                Ok((
+                    node,
+                    self.submit_to(
+                        node,
+                        &Msg::Read {
+                            addr: at,
+                            len: c.len() as u32,
+                        },
+                    )?,
+                ))
+            })
+            .collect::<Result<Vec<_>, NetError>>()?;
+        for ((node, ticket), chunk) in tickets.into_iter().zip(buf.chunks_mut(piece)) {
+            let reply = self.settle(node, ticket.wait())?;
+            read_reply_into(&reply, chunk)?;
         }
         Ok(())
     }
@@ -507,10 +651,17 @@ impl Cluster {
         let tickets = data
             .chunks(piece)
             .enumerate()
-            .map(|(i, c)| self.submit_write(addr + (i * piece) as u64, c))
-            .collect::<Result<Vec<_>, _>>()?;
-        for t in tickets {
-            t.wait()?.done("write")?;
+            .map(|(i, c)| {
+                let at = addr + (i * piece) as u64;
+                let node = self.route(at, c.len() as u64)?;
+                Ok((
+                    node,
+                    self.submit_to(node, &Msg::Write { addr: at, data: c })?,
+                ))
+            })
+            .collect::<Result<Vec<_>, NetError>>()?;
+        for (node, t) in tickets {
+            self.settle(node, t.wait())?.done("write")?;
         }
         Ok(())
     }
@@ -527,15 +678,15 @@ impl Cluster {
         }
         let per_frame = (self.max_piece() / LOG_RECORD_LEN) * LOG_RECORD_LEN;
         let mut tickets = Vec::new();
-        for (node, raw) in &per_node {
-            let conn = self.node_conn(*node)?;
+        for (&node, raw) in &per_node {
             for chunk in raw.chunks(per_frame) {
                 let records = LogRecords::from_raw(chunk)?;
-                tickets.push((records.len(), conn.submit(&Msg::LogBatch { records })?));
+                let ticket = self.submit_to(node, &Msg::LogBatch { records })?;
+                tickets.push((node, records.len(), ticket));
             }
         }
-        for (count, t) in tickets {
-            match t.wait()?.msg()? {
+        for (node, count, t) in tickets {
+            match self.settle(node, t.wait())?.msg()? {
                 Msg::LogAck { applied } if applied as usize == count => {}
                 Msg::LogAck { applied } => {
                     return Err(NetError::Routing(format!(
@@ -575,6 +726,14 @@ impl Cluster {
         let limit = limit.unwrap_or(1 << 20).max(4096);
         1 << (usize::BITS - 1 - limit.leading_zeros())
     }
+}
+
+/// Memory node connections wait no longer for a reply than it takes to
+/// declare their node down.
+fn node_cfg(cfg: &ClientConfig) -> ClientConfig {
+    let mut node_cfg = cfg.clone();
+    node_cfg.timeout = cfg.timeout.min(cfg.fail_after);
+    node_cfg
 }
 
 /// Copies a read reply into `buf`.

@@ -74,6 +74,8 @@ struct Inner {
     dead: Mutex<Option<String>>,
     next_id: AtomicU64,
     max_frame: u32,
+    /// The server's incarnation, from its welcome.
+    incarnation: u64,
     timeout: Duration,
     delay: Option<Arc<crate::delay::EgressDelay>>,
 }
@@ -104,7 +106,10 @@ impl Connection {
         let stream = dial(addr, cfg)?;
         let mut reader = BufReader::with_capacity(256 << 10, stream.try_clone()?);
         let mut writer = stream;
-        let max_frame = handshake(&mut reader, &mut writer, cfg, addr)?;
+        let Welcomed {
+            max_frame,
+            incarnation,
+        } = handshake(&mut reader, &mut writer, cfg, addr)?;
         Ok(Self {
             inner: Arc::new(Inner {
                 peer: addr.to_string(),
@@ -117,6 +122,7 @@ impl Connection {
                 dead: Mutex::new(None),
                 next_id: AtomicU64::new(1),
                 max_frame,
+                incarnation,
                 timeout: cfg.timeout,
                 delay: cfg.delay.clone(),
             }),
@@ -126,6 +132,12 @@ impl Connection {
     /// The address this connection was made to.
     pub fn peer(&self) -> &str {
         &self.inner.peer
+    }
+
+    /// The server's incarnation: a memory node draws a new one at every
+    /// start (0: a server that holds no data).
+    pub fn incarnation(&self) -> u64 {
+        self.inner.incarnation
     }
 
     /// The largest frame the server accepts.
@@ -395,12 +407,18 @@ pub(crate) fn dial(addr: &str, cfg: &ClientConfig) -> Result<TcpStream, NetError
     Ok(stream)
 }
 
+/// What a server told us in the handshake.
+pub(crate) struct Welcomed {
+    pub max_frame: u32,
+    pub incarnation: u64,
+}
+
 pub(crate) fn handshake(
     reader: &mut BufReader<TcpStream>,
     writer: &mut TcpStream,
     cfg: &ClientConfig,
     addr: &str,
-) -> Result<u32, NetError> {
+) -> Result<Welcomed, NetError> {
     let client_nonce: [u8; 16] = rand::random();
     let mut out = Vec::new();
     Msg::Hello {
@@ -452,7 +470,10 @@ pub(crate) fn handshake(
     writer.write_all(&out)?;
     let h = read_frame(reader, &mut body, HANDSHAKE_MAX_FRAME)?;
     match Msg::decode(h.op, &body)? {
-        Msg::Welcome { .. } => Ok(max_frame),
+        Msg::Welcome { incarnation, .. } => Ok(Welcomed {
+            max_frame,
+            incarnation,
+        }),
         Msg::Error { code, message } => Err(NetError::Auth(format!(
             "{addr} refused us ({code:?}): {message}"
         ))),

@@ -53,6 +53,11 @@ pub fn block_async_signals() {
     }
 }
 
+/// How long a memory node may fail every request before a [`Cluster`]
+/// declares it down: long enough to ride out a reconnect, short enough that
+/// a program whose only copy was there stops within seconds of the loss.
+pub const DEFAULT_FAIL_AFTER: Duration = Duration::from_secs(3);
+
 /// Settings every client connection needs.
 #[derive(Debug, Clone)]
 pub struct ClientConfig {
@@ -66,6 +71,10 @@ pub struct ClientConfig {
     pub timeout: Duration,
     /// Injected egress delay, shared by every connection of this node.
     pub delay: Option<std::sync::Arc<delay::EgressDelay>>,
+    /// A memory node that fails every request for this long is declared
+    /// down ([`NetError::NodeDown`]): a [`Cluster`] stops retrying it. Its
+    /// requests time out after at most this long too.
+    pub fail_after: Duration,
 }
 
 impl ClientConfig {
@@ -76,6 +85,7 @@ impl ClientConfig {
             token: Vec::new(),
             timeout: Duration::from_secs(10),
             delay: None,
+            fail_after: DEFAULT_FAIL_AFTER,
         }
     }
 
@@ -118,6 +128,29 @@ pub enum NetError {
     Timeout(Duration),
     #[error("{0}")]
     Routing(String),
+    /// A memory node failed every request for the client's `fail_after`.
+    #[error(
+        "memory node {node} at {addr} has not answered for {waited:.1?} ({cause}); this client held {held} bytes there"
+    )]
+    NodeDown {
+        node: u32,
+        addr: String,
+        waited: Duration,
+        cause: String,
+        held: u64,
+    },
+    /// A memory node restarted since this client wrote to it: what it held
+    /// for us is gone.
+    #[error(
+        "memory node {node} at {addr} restarted (incarnation {was:#x} -> {now:#x}): the {held} bytes this client held there are lost"
+    )]
+    NodeLost {
+        node: u32,
+        addr: String,
+        was: u64,
+        now: u64,
+        held: u64,
+    },
 }
 
 impl NetError {

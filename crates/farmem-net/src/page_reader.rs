@@ -43,6 +43,7 @@ pub struct PageReader {
     frame: Box<[u8]>,
     delay: Option<Arc<EgressDelay>>,
     dead: bool,
+    incarnation: u64,
 }
 
 /// How long a read polls for its reply before sleeping for it: longer
@@ -57,7 +58,10 @@ impl PageReader {
     pub fn connect(addr: &str, cfg: &ClientConfig, max_len: usize) -> Result<Self, NetError> {
         let mut stream = crate::conn::dial(addr, cfg)?;
         let mut reader = std::io::BufReader::new(stream.try_clone()?);
-        let max_frame = crate::conn::handshake(&mut reader, &mut stream, cfg, addr)?;
+        let crate::conn::Welcomed {
+            max_frame,
+            incarnation,
+        } = crate::conn::handshake(&mut reader, &mut stream, cfg, addr)?;
         if !reader.buffer().is_empty() {
             return Err(NetError::Auth(format!(
                 "{addr} sent bytes after its welcome"
@@ -72,7 +76,13 @@ impl PageReader {
             frame: vec![0; HEADER_LEN + max_len].into_boxed_slice(),
             delay: cfg.delay.clone(),
             dead: false,
+            incarnation,
         })
+    }
+
+    /// The server's incarnation (see [`crate::Connection::incarnation`]).
+    pub fn incarnation(&self) -> u64 {
+        self.incarnation
     }
 
     pub fn is_alive(&self) -> bool {

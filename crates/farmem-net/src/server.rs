@@ -76,6 +76,9 @@ pub struct ServerConfig {
     pub max_frame: u32,
     /// A connection that sends nothing for this long is closed.
     pub idle_timeout: Option<Duration>,
+    /// Told to every client in its welcome: a memory node's, new at every
+    /// start; 0 for a server that holds no data.
+    pub incarnation: u64,
 }
 
 impl Default for ServerConfig {
@@ -84,6 +87,7 @@ impl Default for ServerConfig {
             token: Vec::new(),
             max_frame: farmem_wire::DEFAULT_MAX_FRAME,
             idle_timeout: None,
+            incarnation: 0,
         }
     }
 }
@@ -361,7 +365,11 @@ fn handshake(
         )));
     }
     out.clear();
-    Msg::Welcome { session }.encode(h.id, &mut out);
+    Msg::Welcome {
+        session,
+        incarnation: cfg.incarnation,
+    }
+    .encode(h.id, &mut out);
     writer.write_all(&out)?;
     writer.flush()?;
     Ok(Peer {

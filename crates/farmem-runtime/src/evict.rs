@@ -321,6 +321,11 @@ fn ship(sh: &Shared, seg: &mut Segment) -> Result<(), (usize, StoreError)> {
             for v in seg.pages.drain(..) {
                 revert(sh, v, keep);
             }
+            if e.is_lost() {
+                // Kept resident, but the rest of this program's data on
+                // that node is gone with it.
+                sh.lost(format!("{n} dirty pages cannot be written back: {e}"));
+            }
             Err((n, e))
         }
     }

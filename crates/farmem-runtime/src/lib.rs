@@ -28,7 +28,7 @@ pub mod store;
 pub mod uffd;
 
 pub use config::{Config, DirtyMode, FaultPath, WaitMode};
-pub use runtime::{MAX_FAULT_AROUND, Region, Runtime};
+pub use runtime::{LOST_EXIT_CODE, MAX_FAULT_AROUND, Region, Runtime};
 pub use stats::{StageTimes, Stats};
 pub use store::{FaultOp, MemStore, MemStoreStats, RemoteStore, SlabSource, StoreError};
 

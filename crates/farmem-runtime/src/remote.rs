@@ -2,8 +2,10 @@
 //! grants extents and the memory nodes that hold them, reached through
 //! [`farmem_net::Cluster`].
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use farmem_net::{ClientConfig, Cluster, NetError};
-use farmem_wire::Placement;
+use farmem_wire::{ErrorCode, Placement};
 
 use crate::store::{RemoteStore, SlabSource, StoreError};
 
@@ -17,6 +19,9 @@ const SIGNAL_READERS_PER_NODE: usize = 4;
 pub struct RackStore {
     cluster: Cluster,
     placement: Placement,
+    /// Set by [`Self::release_all`]: failures after it are the release's
+    /// doing, never lost data.
+    released: AtomicBool,
 }
 
 impl RackStore {
@@ -28,10 +33,7 @@ impl RackStore {
         conns_per_node: usize,
     ) -> Result<Self, StoreError> {
         let cluster = Cluster::connect(controller, cfg, conns_per_node).map_err(store_error)?;
-        Ok(Self {
-            cluster,
-            placement: Placement::Default,
-        })
+        Ok(Self::new(cluster))
     }
 
     /// Wraps an existing cluster client.
@@ -39,6 +41,7 @@ impl RackStore {
         Self {
             cluster,
             placement: Placement::Default,
+            released: AtomicBool::new(false),
         }
     }
 
@@ -49,27 +52,53 @@ impl RackStore {
     /// Gives every extent back to the controller, going on past a failed
     /// one; the first error is returned.
     pub fn release_all(&self) -> Result<(), StoreError> {
+        self.released.store(true, Ordering::SeqCst);
         let mut first = Ok(());
         for e in self.cluster.extents() {
             if let Err(err) = self.cluster.release(e.base, e.len) {
-                first = first.and(Err(store_error(err)));
+                first = first.and(Err(StoreError::Other(Box::new(err))));
             }
         }
         first
     }
 }
 
+impl RackStore {
+    /// Maps transport errors onto the runtime's, keeping the cause's
+    /// message (which node, which range, what the node said). Data that a
+    /// memory node lost or no longer serves is [`StoreError::Lost`], unless
+    /// this store gave its memory back already.
+    fn store_error(&self, e: NetError) -> StoreError {
+        let lost = match &e {
+            NetError::NodeDown { .. } | NetError::NodeLost { .. } => true,
+            NetError::Remote { code, .. } => matches!(code, ErrorCode::Lost | ErrorCode::NotOwner),
+            _ => false,
+        };
+        if lost && !self.released.load(Ordering::SeqCst) {
+            StoreError::Lost(e.to_string())
+        } else {
+            store_error(e)
+        }
+    }
+}
+
 impl RemoteStore for RackStore {
     fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), StoreError> {
-        self.cluster.read(addr, buf).map_err(store_error)
+        self.cluster
+            .read(addr, buf)
+            .map_err(|e| self.store_error(e))
     }
 
     fn write(&self, addr: u64, data: &[u8]) -> Result<(), StoreError> {
-        self.cluster.write(addr, data).map_err(store_error)
+        self.cluster
+            .write(addr, data)
+            .map_err(|e| self.store_error(e))
     }
 
     fn write_lines(&self, lines: &[(u64, [u8; 64])]) -> Result<(), StoreError> {
-        self.cluster.write_lines(lines).map_err(store_error)
+        self.cluster
+            .write_lines(lines)
+            .map_err(|e| self.store_error(e))
     }
 
     fn prepare_read_in_signal(&self) -> Result<bool, StoreError> {

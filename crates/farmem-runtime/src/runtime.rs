@@ -242,6 +242,8 @@ pub(crate) struct Shared {
     pub m: Metrics,
     pub epoch: Instant,
     pub last_error: Mutex<Option<String>>,
+    /// Called when far data cannot be had at all ([`Runtime::on_lost`]).
+    pub on_lost: RwLock<OnLost>,
     /// Recycled page buffers for snapshots, off the allocator on the fault path.
     pub pool: Mutex<Vec<Box<PageBuf>>>,
     /// Fault path `signal`: where handlers pass what they cannot do at once.
@@ -455,6 +457,15 @@ impl Shared {
         *self.last_error.lock() = Some(msg);
     }
 
+    /// Far data cannot be had (see [`StoreError::Lost`]): reported, then
+    /// the `on_lost` hook, which by default ends the process.
+    pub(crate) fn lost(&self, what: String) {
+        self.m.data_lost.inc();
+        self.report(what.clone());
+        let hook = self.on_lost.read().clone();
+        hook(&what);
+    }
+
     /// Takes a slot in the local cache if one is free, kicking the
     /// evictor past the high watermark or when there is none.
     fn try_reserve(&self) -> bool {
@@ -607,12 +618,18 @@ impl Shared {
 
     /// Reads a page from the store, retrying until it works: the faulting
     /// thread cannot proceed without its page, and guessing would corrupt
-    /// it. False only at shutdown.
+    /// it. False at shutdown, or when the page is lost (the store says so,
+    /// for instance once its memory node missed its deadline).
     fn read_page(&self, remote: u64, buf: &mut PageBuf) -> bool {
         let mut backoff = Duration::from_micros(100);
         loop {
             match self.store.read(remote, &mut buf.0) {
                 Ok(()) => return true,
+                Err(e) if e.is_lost() => {
+                    self.m.fetch_errors.inc();
+                    self.lost(format!("the far page at {remote:#x} cannot be read: {e}"));
+                    return false;
+                }
                 Err(e) => {
                     self.m.fetch_errors.inc();
                     self.report(format!("fetching {remote:#x}: {e}; retrying"));
@@ -1030,6 +1047,26 @@ fn monitor(sh: Arc<Shared>, tx: Option<Sender<FetchJob>>) {
     }
 }
 
+/// Exit status of a process whose far data was lost (EX_IOERR): see
+/// [`Runtime::on_lost`].
+pub const LOST_EXIT_CODE: i32 = 74;
+
+/// What to do when far data is lost.
+pub(crate) type OnLost = Arc<dyn Fn(&str) + Send + Sync>;
+
+/// The default [`Runtime::on_lost`]: one line on stderr and `_exit`, which
+/// runs no exit handler (they could touch far memory and wait forever).
+fn stop_process(what: &str) {
+    let line = format!(
+        "farmem: far memory lost: {what}; stopping the program (exit {LOST_EXIT_CODE}) rather than let it go on without that data\n"
+    );
+    // SAFETY: writes our own buffer to fd 2, then ends the process.
+    unsafe {
+        libc::write(2, line.as_ptr().cast(), line.len());
+        libc::_exit(LOST_EXIT_CODE);
+    }
+}
+
 /// A fresh private anonymous mapping of `len` bytes for userfaultfd to
 /// serve, in 4 KiB pages only: a huge page would be fetched and tracked as
 /// one block. Returns its address.
@@ -1189,6 +1226,7 @@ impl Runtime {
             m: Metrics::default(),
             epoch: Instant::now(),
             last_error: Mutex::new(None),
+            on_lost: RwLock::new(Arc::new(stop_process)),
             pool: Mutex::new(Vec::new()),
             handoff: (cfg.fault_path == FaultPath::Signal)
                 .then(|| crossbeam_channel::bounded(HANDOFF_QUEUE)),
@@ -1376,6 +1414,16 @@ impl Runtime {
             self.sh.high,
             self.sh.low
         )
+    }
+
+    /// Replaces what happens when far data cannot be had (its memory node
+    /// restarted or stayed unreachable past its deadline with no copy
+    /// left): by default the process writes the reason on stderr and exits
+    /// with [`LOST_EXIT_CODE`] at once, since the access that needed the
+    /// data cannot complete and going on would compute on what is left.
+    /// A hook that returns leaves that access waiting.
+    pub fn on_lost(&self, hook: impl Fn(&str) + Send + Sync + 'static) {
+        *self.sh.on_lost.write() = Arc::new(hook);
     }
 
     /// The most recent error the background threads reported, if any.

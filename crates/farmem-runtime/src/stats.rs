@@ -40,6 +40,8 @@ pub(crate) struct Metrics {
     pub log_batches: Counter,
     pub snapshots: Counter,
     pub fetch_errors: Counter,
+    /// Times far data was found lost (the `on_lost` hook was called).
+    pub data_lost: Counter,
     pub writeback_errors: Counter,
     /// Dirty pages whose write-back failed for good and stayed resident.
     pub writeback_kept: Counter,
@@ -109,6 +111,9 @@ pub struct Stats {
     pub log_batches: u64,
     pub snapshots: u64,
     pub fetch_errors: u64,
+    /// Times far data was found lost: its memory node restarted or stayed
+    /// unreachable past its deadline with no copy left.
+    pub data_lost: u64,
     pub writeback_errors: u64,
     pub writeback_kept: u64,
     /// Pages cached beyond the limit while the store refused write-backs
@@ -145,6 +150,7 @@ impl Metrics {
             log_batches: self.log_batches.get(),
             snapshots: self.snapshots.get(),
             fetch_errors: self.fetch_errors.get(),
+            data_lost: self.data_lost.get(),
             writeback_errors: self.writeback_errors.get(),
             writeback_kept: self.writeback_kept.get(),
             limit_overruns: self.limit_overruns.get(),

@@ -19,9 +19,15 @@ use farmem_core::Counter;
 const PAGE: u64 = farmem_core::PAGE_SIZE;
 
 /// Why a store operation failed. The runtime never drops data on any of
-/// these: it retries or keeps the page resident.
+/// these: it retries or keeps the page resident, except for
+/// [`StoreError::Lost`], where there is nothing left to retry.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
+    /// The bytes asked for are gone, or the node holding them is (restarted,
+    /// down past its deadline) and no copy is left: retrying cannot help,
+    /// and serving anything in their place would be a wrong answer.
+    #[error("{0}")]
+    Lost(String),
     /// The store is up but declined the operation (full, read-only, fenced).
     #[error("store refused the operation")]
     Refused,
@@ -37,6 +43,13 @@ pub enum StoreError {
     Exhausted { asked: u64, left: u64 },
     #[error(transparent)]
     Other(#[from] Box<dyn std::error::Error + Send + Sync>),
+}
+
+impl StoreError {
+    /// True when the data asked for cannot be had at all (see [`StoreError::Lost`]).
+    pub fn is_lost(&self) -> bool {
+        matches!(self, StoreError::Lost(_))
+    }
 }
 
 /// Where pages live when they are not local. Addresses are global remote addresses.

@@ -22,7 +22,9 @@ mod codec;
 mod msg;
 
 pub use codec::{FrameHeader, Reader, decode_header, encode_frame};
-pub use msg::{ErrorCode, Extent, LogRecord, LogRecords, Msg, NodeInfo, Op, Placement, Role};
+pub use msg::{
+    ErrorCode, Extent, GrantKind, LogRecord, LogRecords, Msg, NodeInfo, Op, Placement, Role,
+};
 
 /// Protocol version spoken by this build; peers with another version are refused.
 pub const PROTOCOL_VERSION: u16 = 1;

@@ -81,6 +81,9 @@ pub enum ErrorCode {
     VersionMismatch = 7,
     /// Something failed inside the server.
     Internal = 8,
+    /// The range's data is gone: its memory node restarted (a new
+    /// incarnation) after the data was written, and no copy was restored.
+    Lost = 9,
 }
 
 impl ErrorCode {
@@ -93,8 +96,38 @@ impl ErrorCode {
             5 => Self::NoCapacity,
             6 => Self::NotFound,
             7 => Self::VersionMismatch,
+            9 => Self::Lost,
             _ => Self::Internal,
         }
+    }
+}
+
+/// What a `Grant` tells a memory node about the range's contents.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum GrantKind {
+    /// Re-sent after a reconnect to the same incarnation: the bytes are intact.
+    Resend = 0,
+    /// A new allocation: zeroed first, so no owner reads a previous owner's bytes.
+    Fresh = 1,
+    /// Held by the owner, but the bytes were lost when this node restarted:
+    /// every access is refused with [`ErrorCode::Lost`], never served as zeros.
+    Lost = 2,
+}
+
+impl GrantKind {
+    fn from_u8(v: u8) -> Result<Self, WireError> {
+        Ok(match v {
+            0 => Self::Resend,
+            1 => Self::Fresh,
+            2 => Self::Lost,
+            _ => {
+                return Err(WireError::BadValue {
+                    what: "grant kind",
+                    value: v.into(),
+                });
+            }
+        })
     }
 }
 
@@ -211,9 +244,13 @@ pub enum Msg<'a> {
     Auth {
         proof: [u8; 32],
     },
-    /// Authentication succeeded.
+    /// Authentication succeeded. `incarnation` is the server's: a memory
+    /// node draws a new one at every start, so a client that reconnects and
+    /// sees another knows the node's memory is not what it wrote (0: a
+    /// server that holds no data).
     Welcome {
         session: u64,
+        incarnation: u64,
     },
     /// Generic success for requests with nothing to return.
     Done,
@@ -257,10 +294,12 @@ pub enum Msg<'a> {
     Lease {
         ms: u32,
     },
-    /// A memory node joins the controller.
+    /// A memory node joins the controller; a new `incarnation` (drawn at
+    /// every start) tells the controller that the node's memory is empty.
     Register {
         listen: &'a str,
         capacity: u64,
+        incarnation: u64,
     },
     Registered {
         node: u32,
@@ -271,14 +310,13 @@ pub enum Msg<'a> {
         node: u32,
         used: u64,
     },
-    /// Controller → memory node: `owner` may now access the range. `fresh`
-    /// grants (new allocations) are zeroed first, so no owner ever reads a
-    /// previous owner's bytes; re-sent grants (after a reconnect) are not.
+    /// Controller → memory node: `owner` holds the range; `kind` says
+    /// whether its bytes are new (zeroed), intact (re-sent) or lost.
     Grant {
         owner: &'a str,
         base: u64,
         len: u64,
-        fresh: bool,
+        kind: GrantKind,
     },
     /// Controller → memory node: the range is no longer anyone's.
     Revoke {
@@ -360,7 +398,13 @@ impl<'a> Msg<'a> {
                 b.extend_from_slice(&max_frame.to_le_bytes());
             }
             Msg::Auth { proof } => b.extend_from_slice(proof),
-            Msg::Welcome { session } => b.extend_from_slice(&session.to_le_bytes()),
+            Msg::Welcome {
+                session,
+                incarnation,
+            } => {
+                b.extend_from_slice(&session.to_le_bytes());
+                b.extend_from_slice(&incarnation.to_le_bytes());
+            }
             Msg::Done | Msg::ListNodes | Msg::Stats => {}
             Msg::Read { addr, len } => {
                 b.extend_from_slice(&addr.to_le_bytes());
@@ -390,8 +434,13 @@ impl<'a> Msg<'a> {
                 b.extend_from_slice(&base.to_le_bytes());
                 b.extend_from_slice(&len.to_le_bytes());
             }
-            Msg::Register { listen, capacity } => {
+            Msg::Register {
+                listen,
+                capacity,
+                incarnation,
+            } => {
                 b.extend_from_slice(&capacity.to_le_bytes());
+                b.extend_from_slice(&incarnation.to_le_bytes());
                 put_str(b, listen);
             }
             Msg::Registered { node, base } => {
@@ -406,11 +455,11 @@ impl<'a> Msg<'a> {
                 owner,
                 base,
                 len,
-                fresh,
+                kind,
             } => {
                 b.extend_from_slice(&base.to_le_bytes());
                 b.extend_from_slice(&len.to_le_bytes());
-                b.push(u8::from(*fresh));
+                b.push(*kind as u8);
                 put_str(b, owner);
             }
             Msg::NodesOk { nodes } => {
@@ -450,7 +499,10 @@ impl<'a> Msg<'a> {
                 max_frame: r.u32()?,
             },
             Op::Auth => Msg::Auth { proof: r.array()? },
-            Op::Welcome => Msg::Welcome { session: r.u64()? },
+            Op::Welcome => Msg::Welcome {
+                session: r.u64()?,
+                incarnation: r.u64()?,
+            },
             Op::Done => Msg::Done,
             Op::Read => Msg::Read {
                 addr: r.u64()?,
@@ -492,9 +544,11 @@ impl<'a> Msg<'a> {
             Op::Lease => Msg::Lease { ms: r.u32()? },
             Op::Register => {
                 let capacity = r.u64()?;
+                let incarnation = r.u64()?;
                 Msg::Register {
                     listen: r.str("listen address")?,
                     capacity,
+                    incarnation,
                 }
             }
             Op::Registered => Msg::Registered {
@@ -508,21 +562,12 @@ impl<'a> Msg<'a> {
             Op::Grant => {
                 let base = r.u64()?;
                 let len = r.u64()?;
-                let fresh = match r.u8()? {
-                    0 => false,
-                    1 => true,
-                    v => {
-                        return Err(WireError::BadValue {
-                            what: "fresh flag",
-                            value: v.into(),
-                        });
-                    }
-                };
+                let kind = GrantKind::from_u8(r.u8()?)?;
                 Msg::Grant {
                     owner: r.str("owner")?,
                     base,
                     len,
-                    fresh,
+                    kind,
                 }
             }
             Op::Revoke => Msg::Revoke {
@@ -640,7 +685,10 @@ mod tests {
                 max_frame: 1 << 20,
             },
             Msg::Auth { proof: [6; 32] },
-            Msg::Welcome { session: 99 },
+            Msg::Welcome {
+                session: 99,
+                incarnation: 0xfeed,
+            },
             Msg::Done,
             Msg::Read {
                 addr: 12345,
@@ -667,6 +715,7 @@ mod tests {
             Msg::Register {
                 listen: "127.0.0.1:9",
                 capacity: 1 << 36,
+                incarnation: 77,
             },
             Msg::Registered {
                 node: 3,
@@ -677,7 +726,7 @@ mod tests {
                 owner: "cn-0",
                 base: 5,
                 len: 6,
-                fresh: true,
+                kind: GrantKind::Lost,
             },
             Msg::Revoke { base: 5, len: 6 },
             Msg::ListNodes,
