@@ -14,6 +14,8 @@
 //! | `FARMEM_POLICY` | replacement policy name | runtime default |
 //! | `FARMEM_STATS_JSON` | file that gets one JSON line of stats per process that used far memory | — |
 //! | `FARMEM_NAME` | client name shown to the controller (the process id is appended) | farmem-run |
+//! | `FARMEM_TOKEN_FILE` | file holding the cluster token (whitespace trimmed) of a rack started with `--token-file`; the handshake proves it | none (an unauthenticated rack) |
+//! | `FARMEM_FALLBACK` | when the runtime cannot start: `fail` stops the process with exit 70 ([`NO_FAR_MEMORY_EXIT`]) before it runs; `local` runs it on local memory | fail |
 //! | `FARMEM_LEASE_MS` | the controller gives back a process's remote memory once it has not heard from it this long (a killed process); 0: never | 60000 |
 //!
 //! `malloc`, `calloc`, `realloc`, `reallocarray`, `posix_memalign`,
@@ -31,8 +33,14 @@
 //! The runtime starts when the library is loaded (if `FARMEM_CONTROLLER` is
 //! set), before any allocator holds a lock: starting it from inside an
 //! allocator's `mmap` would deadlock on that allocator. If it cannot start
-//! (no controller, bad variable, no userfaultfd), the shim prints one
-//! `farmem: …` line on stderr and the whole process uses local memory.
+//! (controller unreachable, token missing or refused, bad variable, no
+//! userfaultfd), the shim prints one `farmem: …` line on stderr saying why
+//! and, by default (`FARMEM_FALLBACK=fail`), ends the process with exit
+//! status [`NO_FAR_MEMORY_EXIT`] before the program runs, so a program
+//! never runs on local memory unnoticed; with `FARMEM_FALLBACK=local` the
+//! whole process uses local memory instead. Either way a `fallback` line
+//! (`{"pid", "fallback", "reason"}`) goes to `FARMEM_STATS_JSON`. Without
+//! `FARMEM_CONTROLLER` nothing was asked of the shim: it stays local.
 //! With fault path `signal` the runtime's SIGBUS handler serves far-memory
 //! faults; `sigaction` and `signal` are interposed so that a program's own
 //! SIGBUS handler is kept for the SIGBUSes that are not far faults instead
@@ -60,6 +68,10 @@
 
 pub mod heap;
 pub mod io;
+
+/// Exit status of a process whose far memory could not be had, under
+/// `FARMEM_FALLBACK=fail` (the default): 70, `EX_SOFTWARE` of sysexits.h.
+pub const NO_FAR_MEMORY_EXIT: i32 = 70;
 
 #[cfg(not(test))]
 mod shim;

@@ -392,11 +392,11 @@ fn ensure_init() -> bool {
                     let ok = match std::panic::catch_unwind(init) {
                         Ok(Ok(())) => true,
                         Ok(Err(e)) => {
-                            say(&format!("{e}; running on local memory only"));
+                            give_up(&e);
                             false
                         }
                         Err(_) => {
-                            say("starting the runtime panicked; running on local memory only");
+                            give_up("starting the runtime panicked");
                             false
                         }
                     };
@@ -414,10 +414,98 @@ fn ensure_init() -> bool {
     }
 }
 
+/// The runtime could not start, for `reason`. Under `FARMEM_FALLBACK=local`
+/// the process goes on in local memory; otherwise (`fail`, the default) it
+/// stops at once with [`crate::NO_FAR_MEMORY_EXIT`], before it has done
+/// anything, so it never runs on local memory unnoticed. A process that was
+/// never asked to use far memory (no `FARMEM_CONTROLLER`) stays local.
+/// Either way one `farmem:` line says why, and a `fallback` line goes to
+/// `FARMEM_STATS_JSON` for `farmem run`'s summary.
+fn give_up(reason: &str) {
+    let asked = getenv(c"FARMEM_CONTROLLER").is_some_and(|c| !c.is_empty());
+    let local = !asked || fallback_local().unwrap_or(false);
+    record_fallback(reason, local);
+    if local {
+        say(&format!("{reason}; running on local memory only"));
+        return;
+    }
+    say(&format!(
+        "{reason}; no far memory, so stopping with exit {} instead of running on local memory (FARMEM_FALLBACK=local, farmem run --fallback local, runs it there)",
+        crate::NO_FAR_MEMORY_EXIT
+    ));
+    // SAFETY: _exit ends the process without running the program's atexit
+    // handlers; nothing of the program has run yet.
+    unsafe { libc::_exit(crate::NO_FAR_MEMORY_EXIT) };
+}
+
+/// FARMEM_FALLBACK: true for `local`, false for `fail` (or unset).
+fn fallback_local() -> Result<bool, String> {
+    match getenv(c"FARMEM_FALLBACK").as_deref().map(str::trim) {
+        None | Some("" | "fail") => Ok(false),
+        Some("local") => Ok(true),
+        Some(other) => Err(format!(
+            "FARMEM_FALLBACK={other:?}: expected `local` or `fail`"
+        )),
+    }
+}
+
+/// Tells `farmem run` (FARMEM_STATS_JSON) that this process got no far
+/// memory and why: one JSON line, appended in one write.
+fn record_fallback(reason: &str, local: bool) {
+    let Some(path) = getenv(c"FARMEM_STATS_JSON").filter(|p| !p.is_empty()) else {
+        return;
+    };
+    let line = serde_json::json!({
+        // SAFETY: getpid has no preconditions.
+        "pid": unsafe { libc::getpid() },
+        "fallback": if local { "local" } else { "fail" },
+        "reason": reason,
+    })
+    .to_string()
+        + "\n";
+    use std::io::Write;
+    let written = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .and_then(|mut f| f.write_all(line.as_bytes()));
+    if let Err(e) = written {
+        say(&format!("writing stats to {path}: {e}"));
+    }
+}
+
+/// The cluster token named by FARMEM_TOKEN_FILE, or none.
+fn token() -> Result<Vec<u8>, String> {
+    let Some(path) = getenv(c"FARMEM_TOKEN_FILE").filter(|p| !p.is_empty()) else {
+        return Ok(Vec::new());
+    };
+    let token = farmem_net::read_token_file(std::path::Path::new(&path))
+        .map_err(|e| format!("reading FARMEM_TOKEN_FILE {path}: {e}"))?;
+    if token.is_empty() {
+        return Err(format!("FARMEM_TOKEN_FILE {path} is empty"));
+    }
+    Ok(token)
+}
+
+/// Connects to the controller, proving the token if there is one.
+fn connect(controller: &str, name: String) -> Result<RackStore, String> {
+    let token = token()?;
+    let anonymous = token.is_empty();
+    let cfg = farmem_net::ClientConfig::new(name, farmem_wire::Role::Compute).with_token(token);
+    match farmem_net::Cluster::connect(controller, cfg, 2) {
+        Ok(cluster) => Ok(RackStore::new(cluster)),
+        Err(e @ farmem_net::NetError::Auth(_)) if anonymous => Err(format!(
+            "connecting to controller {controller}: {e} (no FARMEM_TOKEN_FILE given: a rack started with --token-file admits only holders of its token)"
+        )),
+        Err(e) => Err(format!("connecting to controller {controller}: {e}")),
+    }
+}
+
 fn init() -> Result<(), String> {
     let controller = getenv(c"FARMEM_CONTROLLER")
         .filter(|s| !s.is_empty())
         .ok_or("FARMEM_CONTROLLER is not set")?;
+    fallback_local()?;
     let local = size_env(c"FARMEM_LOCAL_MEM", 256 << 20)?;
     let far = size_env(c"FARMEM_FAR_MEM", 8 << 30)?;
     let mut cfg = Config {
@@ -456,14 +544,7 @@ fn init() -> Result<(), String> {
             .parse()
             .map_err(|e| format!("FARMEM_LEASE_MS `{v}`: {e}"))?,
     };
-    let store = Arc::new(
-        RackStore::connect(
-            &controller,
-            farmem_net::ClientConfig::new(name, farmem_wire::Role::Compute),
-            2,
-        )
-        .map_err(|e| format!("connecting to controller {controller}: {e}"))?,
-    );
+    let store = Arc::new(connect(&controller, name)?);
     if lease_ms > 0 {
         match store
             .cluster()

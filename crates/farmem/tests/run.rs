@@ -301,30 +301,258 @@ fn missing_command_and_bad_flags_are_clear_errors() {
     assert!(!out.status.success());
 }
 
+/// farmem run's exit status when far memory cannot be had (the shim's too).
+const NO_FAR_MEMORY_EXIT: i32 = 70;
+
 #[test]
-fn unreachable_controller_falls_back_to_local_memory() {
+fn an_unreachable_controller_stops_the_run_unless_fallback_is_local() {
     let Some(bin) = alloc_test_or_skip() else {
         return;
     };
     let local = Command::new(&bin).args(["2", "4"]).output().unwrap();
     // Port 1 on loopback: nothing listens, the connection is refused.
-    let far = Command::new(farmem())
-        .args(["run", "--controller", "127.0.0.1:1", "--"])
-        .arg(&bin)
-        .args(["2", "4"])
-        .output()
-        .unwrap();
+    let run = |fallback: &[&str]| {
+        Command::new(farmem())
+            .args(["run", "--controller", "127.0.0.1:1"])
+            .args(fallback)
+            .arg("--")
+            .arg(&bin)
+            .args(["2", "4"])
+            .output()
+            .unwrap()
+    };
+    let strict = run(&[]);
+    let lenient = run(&["--fallback", "local"]);
     let _ = std::fs::remove_file(&bin);
-    let stderr = String::from_utf8_lossy(&far.stderr);
-    assert_eq!(far.status.code(), Some(0), "{stderr}");
-    assert_eq!(far.stdout, local.stdout, "{stderr}");
+    let stderr = String::from_utf8_lossy(&strict.stderr);
+    assert_eq!(strict.status.code(), Some(NO_FAR_MEMORY_EXIT), "{stderr}");
+    // The program never ran.
+    assert!(strict.stdout.is_empty(), "{stderr}");
     assert!(
-        stderr.contains("farmem: connecting to controller 127.0.0.1:1")
-            && stderr.contains("running on local memory only"),
+        stderr.contains("farmem: error: controller 127.0.0.1:1: cannot connect")
+            && stderr.contains("--fallback local"),
+        "{stderr}"
+    );
+    let stderr = String::from_utf8_lossy(&lenient.stderr);
+    assert_eq!(lenient.status.code(), Some(0), "{stderr}");
+    assert_eq!(lenient.stdout, local.stdout, "{stderr}");
+    assert!(
+        stderr.contains("farmem: controller 127.0.0.1:1: cannot connect")
+            && stderr.contains("on local memory only (--fallback local)"),
         "{stderr}"
     );
     assert!(
         stderr.lines().all(|l| l.starts_with("farmem: ")),
+        "{stderr}"
+    );
+    // An address that is not one is as clear.
+    let out = Command::new(farmem())
+        .args(["run", "--controller", "no-port-here", "--", "true"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(NO_FAR_MEMORY_EXIT), "{stderr}");
+    assert!(stderr.contains("controller no-port-here"), "{stderr}");
+}
+
+#[test]
+fn a_local_cache_too_small_to_run_is_refused_with_its_minimum() {
+    for size in ["0", "64KiB"] {
+        let out = Command::new(farmem())
+            .args(["run", "--local-mem", size, "--", "echo", "ran"])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert!(out.stdout.is_empty(), "{stderr}");
+        assert!(
+            stderr.contains("--local-mem") && stderr.contains("at least 1MiB"),
+            "{stderr}"
+        );
+    }
+}
+
+/// A controller and a memory node started by hand as `farmem` processes,
+/// both with `--token-file`; stopped on drop.
+struct TokenRack {
+    controller: String,
+    token: PathBuf,
+    children: Vec<std::process::Child>,
+}
+
+impl TokenRack {
+    fn start(name: &str) -> Self {
+        let token =
+            std::env::temp_dir().join(format!("farmem-{name}-{}.token", std::process::id()));
+        std::fs::write(&token, "a shared secret for this test only\n").unwrap();
+        let mut rack = Self {
+            controller: String::new(),
+            token,
+            children: Vec::new(),
+        };
+        let token = rack.token.to_str().unwrap().to_string();
+        rack.controller = rack.spawn(&["controller", "--listen", "127.0.0.1:0"], &token);
+        rack.spawn(
+            &["memnode", "--listen", "127.0.0.1:0", "--capacity", "2GiB"],
+            &token,
+        );
+        rack
+    }
+
+    /// Starts `farmem ARGS --token-file TOKEN --json` and returns the
+    /// address it announces.
+    fn spawn(&mut self, args: &[&str], token: &str) -> String {
+        use std::io::BufRead;
+        let mut cmd = Command::new(farmem());
+        cmd.args(args).args(["--token-file", token, "--json"]);
+        if args[0] == "memnode" {
+            cmd.args(["--controller", &self.controller]);
+        }
+        let mut child = cmd
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        self.children.push(child);
+        let v: serde_json::Value = serde_json::from_str(line.trim())
+            .unwrap_or_else(|e| panic!("`farmem {}` printed {line:?}: {e}", args[0]));
+        v["addr"].as_str().unwrap().to_string()
+    }
+}
+
+impl Drop for TokenRack {
+    fn drop(&mut self) {
+        for child in self.children.iter_mut().rev() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        let _ = std::fs::remove_file(&self.token);
+    }
+}
+
+#[test]
+fn a_rack_with_a_token_serves_farmem_run_only_with_that_token() {
+    let Some(bin) = alloc_test_or_skip() else {
+        return;
+    };
+    let rack = TokenRack::start("token");
+    let local = Command::new(&bin).args(["8", "16"]).output().unwrap();
+    assert!(local.status.success(), "local run failed: {local:?}");
+    let wrong = rack.token.with_extension("wrong");
+    std::fs::write(&wrong, "not the rack's secret\n").unwrap();
+    let stats = rack.token.with_extension("json");
+    let run = |extra: &[&std::ffi::OsStr]| {
+        Command::new(farmem())
+            .args([
+                "run",
+                "--controller",
+                &rack.controller,
+                "--local-mem",
+                "32MiB",
+            ])
+            .args(extra)
+            .arg("--")
+            .arg(&bin)
+            .args(["8", "16"])
+            .output()
+            .unwrap()
+    };
+    let far = run(&[
+        "--token-file".as_ref(),
+        rack.token.as_ref(),
+        "--stats-json".as_ref(),
+        stats.as_ref(),
+    ]);
+    let anonymous = run(&[]);
+    let wrong_token = run(&["--token-file".as_ref(), wrong.as_ref()]);
+    let lenient = run(&["--fallback".as_ref(), "local".as_ref()]);
+    let _ = std::fs::remove_file(&bin);
+    let _ = std::fs::remove_file(&wrong);
+
+    let stderr = String::from_utf8_lossy(&far.stderr);
+    assert_eq!(far.status.code(), Some(0), "{stderr}");
+    assert_eq!(far.stdout, local.stdout, "{stderr}");
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
+    let _ = std::fs::remove_file(&stats);
+    assert!(
+        report["processes"][0]["far_bytes_peak"].as_u64() >= Some(128 << 20),
+        "{report}"
+    );
+    assert!(
+        report["total"]["bytes_written_back"].as_u64() > Some(0),
+        "{report}"
+    );
+
+    for (out, hint) in [
+        (&anonymous, "no --token-file given"),
+        (&wrong_token, "is --token-file the token"),
+    ] {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(NO_FAR_MEMORY_EXIT), "{stderr}");
+        assert!(out.stdout.is_empty(), "{stderr}");
+        assert!(
+            stderr.contains(&format!(
+                "controller {}: authentication failed",
+                rack.controller
+            )) && stderr.contains(hint),
+            "{stderr}"
+        );
+    }
+    let stderr = String::from_utf8_lossy(&lenient.stderr);
+    assert_eq!(lenient.status.code(), Some(0), "{stderr}");
+    assert_eq!(lenient.stdout, local.stdout, "{stderr}");
+    assert!(
+        stderr.contains("authentication failed") && stderr.contains("on local memory only"),
+        "{stderr}"
+    );
+}
+
+/// The controller is fine for `farmem run`, but a process the program
+/// starts cannot reach it (its token file is gone): the shim stops that
+/// process before it runs, and the summary says which and why; with
+/// --fallback local it runs on local memory and the summary says so.
+#[test]
+fn a_process_whose_runtime_cannot_start_is_stopped_and_reported() {
+    if let Some(why) = unavailable() {
+        eprintln!("skipping: {why}");
+        return;
+    }
+    let rack = TokenRack::start("shim");
+    let script = "FARMEM_TOKEN_FILE=/nonexistent/farmem.token exec echo ran";
+    let run = |fallback: &str| {
+        Command::new(farmem())
+            .args(["run", "--controller", &rack.controller, "--token-file"])
+            .arg(&rack.token)
+            .args(["--fallback", fallback, "--", "sh", "-c", script])
+            .output()
+            .unwrap()
+    };
+    let strict = run("fail");
+    let stderr = String::from_utf8_lossy(&strict.stderr);
+    assert_eq!(strict.status.code(), Some(NO_FAR_MEMORY_EXIT), "{stderr}");
+    assert!(strict.stdout.is_empty(), "{stderr}");
+    assert!(
+        stderr.contains("1 process stopped with exit 70 before running")
+            && stderr.contains("reading FARMEM_TOKEN_FILE /nonexistent/farmem.token"),
+        "{stderr}"
+    );
+    let lenient = run("local");
+    let stderr = String::from_utf8_lossy(&lenient.stderr);
+    assert_eq!(lenient.status.code(), Some(0), "{stderr}");
+    assert_eq!(
+        String::from_utf8_lossy(&lenient.stdout),
+        "ran\n",
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(
+            "1 process ran on local memory only (--fallback local): reading FARMEM_TOKEN_FILE"
+        ) && stderr.contains("all of it local"),
         "{stderr}"
     );
 }

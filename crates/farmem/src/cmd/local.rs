@@ -1,8 +1,16 @@
 //! A local rack for the quick start, benchmarks and `farmem run`: a
 //! controller and memory nodes started as child processes of this binary on
 //! loopback, stopped (and reaped) when the value is dropped.
+//!
+//! Even this rack is authenticated: it makes a random cluster token of its
+//! own (32 random bytes, hex) in a private temporary directory (0700, the
+//! file 0600, removed on drop), starts its daemons with `--token-file`, and
+//! its users connect with its token ([`connect_target`]) or pass
+//! [`LocalRack::token_file`] on (`farmem run` to its programs).
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -13,16 +21,26 @@ pub struct LocalRack {
     pub controller: String,
     pub memnodes: Vec<String>,
     children: Vec<Child>,
+    /// The private directory holding the token file.
+    dir: PathBuf,
+    token_file: PathBuf,
+    token: Vec<u8>,
 }
 
 impl LocalRack {
-    /// Starts a controller and `memnodes` memory nodes of `capacity` each.
+    /// Starts a controller and `memnodes` memory nodes of `capacity` each,
+    /// all holding a fresh random cluster token.
     pub fn start(memnodes: usize, capacity: u64, granularity: u64) -> anyhow::Result<Self> {
+        let (dir, token_file, token) = make_token()?;
         let mut rack = Self {
             controller: String::new(),
             memnodes: Vec::new(),
             children: Vec::new(),
+            dir,
+            token_file,
+            token,
         };
+        let token_file = rack.token_file.to_string_lossy().into_owned();
         rack.controller = rack.spawn(
             "controller",
             &[
@@ -31,6 +49,8 @@ impl LocalRack {
                 "127.0.0.1:0",
                 "--granularity",
                 &granularity.to_string(),
+                "--token-file",
+                &token_file,
                 "--json",
             ],
         )?;
@@ -46,12 +66,20 @@ impl LocalRack {
                     &capacity.to_string(),
                     "--controller",
                     &ctl,
+                    "--token-file",
+                    &token_file,
                     "--json",
                 ],
             )?;
             rack.memnodes.push(addr);
         }
         Ok(rack)
+    }
+
+    /// The file holding this rack's token (readable by this user only;
+    /// gone once the rack is dropped).
+    pub fn token_file(&self) -> &Path {
+        &self.token_file
     }
 
     /// Spawns `farmem ARGS…` and waits for the JSON line announcing its
@@ -112,6 +140,74 @@ impl LocalRack {
     }
 }
 
+/// The rack a client of this binary talks to: `controller` with the token
+/// in `token_file` when one is given, else a local rack from `start`, with
+/// its own token. Returns the controller's address, the token, and the rack
+/// to keep alive for as long as it is used.
+pub fn connect_target(
+    controller: Option<&str>,
+    token_file: Option<&Path>,
+    start: impl FnOnce() -> anyhow::Result<LocalRack>,
+) -> anyhow::Result<(String, Vec<u8>, Option<LocalRack>)> {
+    match controller {
+        Some(c) => Ok((c.to_string(), super::load_token(token_file)?, None)),
+        None => {
+            let rack = start().context("starting a local rack")?;
+            Ok((rack.controller.clone(), rack.token.clone(), Some(rack)))
+        }
+    }
+}
+
+/// A new private directory under the temp dir holding `token`: 32 random
+/// bytes as hex, in a file only this user can read. The directory is made
+/// with create-new semantics, so nobody can have planted it (or a link in
+/// it) beforehand.
+fn make_token() -> anyhow::Result<(PathBuf, PathBuf, Vec<u8>)> {
+    let mut last = None;
+    for _ in 0..8 {
+        let dir = std::env::temp_dir().join(format!(
+            "farmem-rack-{}-{:016x}",
+            std::process::id(),
+            rand::random::<u64>()
+        ));
+        match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+            Ok(()) => {
+                let file = dir.join("token");
+                let token = write_token(&file).inspect_err(|_| {
+                    let _ = std::fs::remove_dir_all(&dir);
+                })?;
+                return Ok((dir, file, token));
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => last = Some(e),
+            Err(e) => {
+                return Err(e).with_context(|| {
+                    format!(
+                        "creating a private directory for the local rack's token in {}",
+                        std::env::temp_dir().display()
+                    )
+                });
+            }
+        }
+    }
+    Err(last.expect("the loop ran"))
+        .context("creating a private directory for the local rack's token")
+}
+
+/// Writes a fresh token to `file` (new, mode 0600) and returns it.
+fn write_token(file: &Path) -> anyhow::Result<Vec<u8>> {
+    let bytes: [u8; 32] = rand::random();
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(file)
+        .with_context(|| format!("creating the local rack's token file {}", file.display()))?;
+    writeln!(f, "{hex}")
+        .with_context(|| format!("writing the local rack's token file {}", file.display()))?;
+    Ok(hex.into_bytes())
+}
+
 /// `s` without ANSI escape sequences (log colours).
 fn strip_ansi(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
@@ -157,6 +253,7 @@ impl Drop for LocalRack {
                 }
             }
         }
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
@@ -169,5 +266,21 @@ mod tests {
             "2026  WARN x"
         );
         assert_eq!(super::strip_ansi("plain"), "plain");
+    }
+
+    #[test]
+    fn the_token_is_private_random_and_removed_with_its_directory() {
+        use std::os::unix::fs::PermissionsExt;
+        let (dir, file, token) = super::make_token().unwrap();
+        let (dir2, _, token2) = super::make_token().unwrap();
+        assert_ne!(token, token2);
+        assert_eq!(token.len(), 64);
+        assert_eq!(farmem_net::read_token_file(&file).unwrap(), token);
+        let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&file), 0o600);
+        assert_eq!(mode(&dir), 0o700);
+        for d in [dir, dir2] {
+            std::fs::remove_dir_all(&d).unwrap();
+        }
     }
 }

@@ -9,12 +9,26 @@ use std::time::Instant;
 
 use anyhow::{Context, bail};
 use farmem_core::ByteSize;
+use farmem_net::{ClientConfig, ControllerClient, NetError};
 use serde_json::{Map, Value, json};
 
 use super::Outcome;
-use super::local::LocalRack;
+use super::local::{LocalRack, connect_target};
 
 const PRELOAD: &str = "libfarmem_preload.so";
+
+/// Exit status when far memory cannot be had and --fallback is `fail`:
+/// `EX_SOFTWARE`, the same as the shim's (`farmem_preload::NO_FAR_MEMORY_EXIT`).
+const NO_FAR_MEMORY_EXIT: u8 = 70;
+
+/// What to do when far memory cannot be had.
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Fallback {
+    /// Stop with exit 70 and a message; the program does not run.
+    Fail,
+    /// Run the program on local memory, with one message saying why.
+    Local,
+}
 
 /// Run CMD with its allocations of at least --threshold bytes (malloc
 /// family and anonymous private mmap) in far memory on memory nodes.
@@ -22,9 +36,18 @@ const PRELOAD: &str = "libfarmem_preload.so";
 /// Without --controller, a controller and --memnodes memory nodes start on
 /// loopback for the run and stop after it. The program's stdout, stderr and
 /// exit code are its own (a signal becomes 128+signo); farmem's summary goes
-/// to stderr with a `farmem:` prefix.
+/// to stderr with a `farmem:` prefix. The controller is checked before the
+/// program starts (reachable, our token accepted, a memory node up with
+/// room left); when far memory cannot be had, farmem exits 70 unless
+/// --fallback local is given.
 #[derive(clap::Args)]
 #[command(after_help = "\
+Exit status: the program's own; 70 when far memory cannot be had (the \
+controller unreachable, the token missing or refused, no memory node up, \
+the rack full, no userfaultfd) and --fallback is `fail`, in which case the \
+program does not run (a process the program starts later stops at once with \
+70 too); 2 for farmem's own errors (bad flags).
+
 fork and exec: the parent is never affected. A forked child places new \
 allocations in local memory; far memory it inherited is made inaccessible \
 (touching it raises SIGSEGV), because pages that were remote at the fork \
@@ -33,12 +56,23 @@ popen() work, and a child that reads its parent's far data fails loudly \
 instead of computing on zeros (redis: run it with --save \"\"). A program \
 started by exec gets its own runtime on the same controller.")]
 pub struct Args {
-    /// Local memory that caches far pages.
+    /// Local memory that caches far pages (at least 1MiB).
     #[arg(long, default_value = "256MiB")]
     local_mem: ByteSize,
-    /// Controller of an existing rack (host:port); default: start one locally.
+    /// Controller of an existing rack (host:port); default: start one
+    /// locally, authenticated by a random token of its own.
     #[arg(long)]
     controller: Option<String>,
+    /// File holding the cluster token of --controller's rack (the one its
+    /// daemons were started with, whitespace trimmed); every process
+    /// proves it in its handshake (FARMEM_TOKEN_FILE).
+    #[arg(long, value_name = "FILE", requires = "controller")]
+    token_file: Option<PathBuf>,
+    /// When far memory cannot be had: `fail` exits 70 with a message
+    /// naming the cause, without running the program; `local` runs it on
+    /// local memory with one message (FARMEM_FALLBACK).
+    #[arg(long, value_enum, default_value_t = Fallback::Fail)]
+    fallback: Fallback,
     /// Memory nodes to start when no --controller is given.
     #[arg(long, default_value_t = 2)]
     memnodes: usize,
@@ -91,6 +125,92 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Outcome {
+    let (lease_ms, far) = validate(&args)?;
+    let preload = find_preload()?;
+    let shown = args.command[0].to_string_lossy().into_owned();
+    let target = match far_target(&args, far) {
+        Ok(t) => Ok(t),
+        Err(e) if args.fallback == Fallback::Local => {
+            eprintln!("farmem: {e:#}; running `{shown}` on local memory only (--fallback local)");
+            Err(format!("{e:#}"))
+        }
+        Err(e) => {
+            eprintln!(
+                "farmem: error: {e:#}; `{shown}` was not started (exit {NO_FAR_MEMORY_EXIT}; --fallback local runs it on local memory instead)"
+            );
+            return Ok(ExitCode::from(NO_FAR_MEMORY_EXIT));
+        }
+    };
+
+    let stats_tmp = std::env::temp_dir().join(format!(
+        "farmem-run-{}-{}.jsonl",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0)
+    ));
+    let _ = std::fs::remove_file(&stats_tmp);
+    let mut cmd = Command::new(&args.command[0]);
+    cmd.args(&args.command[1..]);
+    if let Ok(t) = &target {
+        shim_env(&mut cmd, &args, t, preload, far, lease_ms, &stats_tmp);
+    }
+    let start = Instant::now();
+    let code = run_child(cmd, &shown)?;
+    let seconds = start.elapsed().as_secs_f64();
+    let resident = peak_resident();
+    // Stops a local rack.
+    let target = target.map(|t| t.controller.clone());
+
+    let lines = read_stats(&stats_tmp);
+    let _ = std::fs::remove_file(&stats_tmp);
+    let (processes, fallbacks): (Vec<Value>, Vec<Value>) =
+        lines.into_iter().partition(|l| l.get("fallback").is_none());
+    let total = sum_stats(&processes);
+    let run = Summary {
+        shown: &shown,
+        code,
+        seconds,
+        resident,
+        processes: &processes,
+        fallbacks: &fallbacks,
+        total: &total,
+    };
+    match &target {
+        Ok(_) => run.print(&args),
+        Err(why) => eprintln!(
+            "farmem: `{shown}` exited {code} after {seconds:.2} s on local memory only ({why}); its largest peak resident set was {}, all of it local",
+            ByteSize(resident)
+        ),
+    }
+    if let Some(path) = &args.stats_json {
+        let report = json!({
+            "command": args.command.iter().map(|a| a.to_string_lossy()).collect::<Vec<_>>(),
+            "exit_code": code,
+            "seconds": seconds,
+            "local_mem": args.local_mem.bytes(),
+            "far_mem": far,
+            "threshold": args.threshold.bytes(),
+            "dirty": args.dirty,
+            "fault_path": args.fault_path.to_string(),
+            "fault_around": args.fault_around,
+            "controller": target.as_ref().ok(),
+            "fallback_reason": target.as_ref().err(),
+            "peak_resident_bytes": resident,
+            "page_amplification": page_amplification(&total),
+            "total": total,
+            "processes": processes,
+            "fallbacks": fallbacks,
+        });
+        std::fs::write(path, format!("{report:#}\n"))
+            .with_context(|| format!("writing --stats-json {}", path.display()))?;
+    }
+    Ok(ExitCode::from(code.clamp(0, 255) as u8))
+}
+
+/// Checks the flags; the lease in ms and the far heap's size.
+fn validate(args: &Args) -> anyhow::Result<(u64, u64)> {
     args.dirty
         .parse::<farmem_runtime::DirtyMode>()
         .context("--dirty")?;
@@ -104,58 +224,147 @@ pub fn run(args: Args) -> Outcome {
         "--lease must be 0 (none) or between 1 and 4000000 seconds, got {}",
         args.lease
     );
-    let lease_ms = (args.lease * 1000.0).round() as u64;
+    let min = min_local_mem();
+    anyhow::ensure!(
+        args.local_mem.bytes() >= min,
+        "--local-mem {} is too small: the local cache of far pages must be at least {} (it holds the pages being faulted in and evicted)",
+        args.local_mem,
+        ByteSize(min)
+    );
     anyhow::ensure!(args.threshold.bytes() > 0, "--threshold must be positive");
-    let preload = find_preload()?;
     let far = args.far_mem.bytes().div_ceil(128 << 20) * (128 << 20);
     anyhow::ensure!(far > 0, "--far-mem must be positive");
+    Ok(((args.lease * 1000.0).round() as u64, far))
+}
 
-    let rack = match &args.controller {
-        Some(_) => None,
-        None => Some(
-            LocalRack::start(args.memnodes, far + (1 << 30), 128 << 20)
-                .context("starting a local rack")?,
+/// The smallest --local-mem: the runtime's own floor (every fault handler's
+/// page in flight plus an eviction batch), and at least 1 MiB.
+fn min_local_mem() -> u64 {
+    let cfg = farmem_runtime::Config::default();
+    let pages = farmem_runtime::config::MIN_LOCAL_PAGES + (cfg.handlers + cfg.fillers) as u64;
+    (pages * farmem_runtime::PAGE).max(1 << 20)
+}
+
+/// The rack the program's processes use, kept alive until it ends.
+struct Target {
+    controller: String,
+    /// Passed on as FARMEM_TOKEN_FILE (absolute: a process may chdir and exec).
+    token_file: Option<PathBuf>,
+    _rack: Option<LocalRack>,
+}
+
+/// Starts a local rack (with a token of its own) or reads --token-file, and
+/// checks the controller the way each process will reach it, so the
+/// common failures come out here, naming the controller, before the
+/// program has run.
+fn far_target(args: &Args, far: u64) -> anyhow::Result<Target> {
+    let (controller, token, rack) = connect_target(
+        args.controller.as_deref(),
+        args.token_file.as_deref(),
+        || LocalRack::start(args.memnodes, far + (1 << 30), 128 << 20),
+    )?;
+    check_controller(&controller, token)?;
+    let token_file = match (&rack, &args.token_file) {
+        (Some(r), _) => Some(r.token_file().to_path_buf()),
+        (None, Some(f)) => Some(
+            std::fs::canonicalize(f)
+                .with_context(|| format!("finding token file {}", f.display()))?,
         ),
+        (None, None) => None,
     };
-    let controller = match (&args.controller, &rack) {
-        (Some(c), _) => c.clone(),
-        (None, Some(r)) => r.controller.clone(),
-        (None, None) => unreachable!("a rack is started when no controller is given"),
-    };
+    Ok(Target {
+        controller,
+        token_file,
+        _rack: rack,
+    })
+}
 
-    let stats_tmp = std::env::temp_dir().join(format!(
-        "farmem-run-{}-{}.jsonl",
-        std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0)
-    ));
-    let _ = std::fs::remove_file(&stats_tmp);
+/// Connects and authenticates to `controller` as a process would, and
+/// makes sure its rack has a memory node up with room left.
+fn check_controller(controller: &str, token: Vec<u8>) -> anyhow::Result<()> {
+    let anonymous = token.is_empty();
+    let name = format!("farmem-run-check-{}", std::process::id());
+    let cfg = ClientConfig::new(name, farmem_wire::Role::Compute).with_token(token);
+    let ctl = match ControllerClient::connect(controller, &cfg) {
+        Ok(c) => c,
+        Err(e @ NetError::Auth(_)) if anonymous => bail!(
+            "controller {controller}: {e} (no --token-file given: a rack started with --token-file admits only holders of its token)"
+        ),
+        Err(e @ NetError::Auth(_)) => bail!(
+            "controller {controller}: {e} (is --token-file the token the rack was started with?)"
+        ),
+        Err(e) => bail!("controller {controller}: {e}"),
+    };
+    // A controller that does not list its nodes to a compute client leaves
+    // the processes to find out.
+    if let Ok(nodes) = ctl.nodes() {
+        let up: Vec<_> = nodes.iter().filter(|n| n.up).collect();
+        anyhow::ensure!(
+            !up.is_empty(),
+            "controller {controller} has no memory node up ({} registered)",
+            nodes.len()
+        );
+        let capacity: u64 = up.iter().map(|n| n.capacity).sum();
+        let free: u64 = up
+            .iter()
+            .map(|n| n.capacity.saturating_sub(n.granted))
+            .sum();
+        anyhow::ensure!(
+            free > 0,
+            "the rack of controller {controller} is full: its {} memory node(s) up have granted all of their {}",
+            up.len(),
+            ByteSize(capacity)
+        );
+    }
+    Ok(())
+}
+
+/// The environment that loads the shim into `cmd` and points it at `target`.
+fn shim_env(
+    cmd: &mut Command,
+    args: &Args,
+    target: &Target,
+    preload: PathBuf,
+    far: u64,
+    lease_ms: u64,
+    stats: &Path,
+) {
     let mut ld_preload = preload.into_os_string();
     if let Some(old) = std::env::var_os("LD_PRELOAD").filter(|o| !o.is_empty()) {
         ld_preload.push(":");
         ld_preload.push(old);
     }
-    let mut cmd = Command::new(&args.command[0]);
-    cmd.args(&args.command[1..])
-        .env("LD_PRELOAD", ld_preload)
-        .env("FARMEM_CONTROLLER", &controller)
+    cmd.env("LD_PRELOAD", ld_preload)
+        .env("FARMEM_CONTROLLER", &target.controller)
         .env("FARMEM_LOCAL_MEM", args.local_mem.bytes().to_string())
         .env("FARMEM_FAR_MEM", far.to_string())
         .env("FARMEM_THRESHOLD", args.threshold.bytes().to_string())
         .env("FARMEM_DIRTY", &args.dirty)
         .env("FARMEM_FAULT_PATH", args.fault_path.to_string())
         .env("FARMEM_FAULT_AROUND", args.fault_around.to_string())
-        .env("FARMEM_STATS_JSON", &stats_tmp)
+        .env("FARMEM_STATS_JSON", stats)
         .env("FARMEM_NAME", "farmem-run")
-        .env("FARMEM_LEASE_MS", lease_ms.to_string());
+        .env("FARMEM_LEASE_MS", lease_ms.to_string())
+        .env(
+            "FARMEM_FALLBACK",
+            match args.fallback {
+                Fallback::Fail => "fail",
+                Fallback::Local => "local",
+            },
+        );
+    match &target.token_file {
+        Some(f) => cmd.env("FARMEM_TOKEN_FILE", f),
+        None => cmd.env_remove("FARMEM_TOKEN_FILE"),
+    };
     match &args.policy {
         Some(p) => cmd.env("FARMEM_POLICY", p),
         None => cmd.env_remove("FARMEM_POLICY"),
     };
-    let shown = args.command[0].to_string_lossy().into_owned();
-    let start = Instant::now();
+}
+
+/// Runs the program to its end, passing on the signals farmem gets; its
+/// exit code (a signal becomes 128+signo).
+fn run_child(mut cmd: Command, shown: &str) -> anyhow::Result<i32> {
     // Stay alive until the program ends so the rack is stopped cleanly:
     // Ctrl-C reaches the program from the terminal, SIGTERM and SIGHUP sent
     // to farmem are passed on to it (held until it has a pid). Caught
@@ -177,73 +386,122 @@ pub fn run(args: Args) -> Outcome {
         .wait()
         .with_context(|| format!("waiting for `{shown}`"))?;
     CHILD.store(0, Ordering::SeqCst);
-    let seconds = start.elapsed().as_secs_f64();
-    drop(rack);
+    Ok(
+        match (
+            status.code(),
+            std::os::unix::process::ExitStatusExt::signal(&status),
+        ) {
+            (Some(c), _) => c,
+            (None, Some(sig)) => 128 + sig,
+            (None, None) => 1,
+        },
+    )
+}
 
-    let code = match (
-        status.code(),
-        std::os::unix::process::ExitStatusExt::signal(&status),
-    ) {
-        (Some(c), _) => c,
-        (None, Some(sig)) => 128 + sig,
-        (None, None) => 1,
+/// The largest peak resident set among the processes waited for so far
+/// (the program, and whatever it waited for itself).
+fn peak_resident() -> u64 {
+    // SAFETY: getrusage fills the struct we pass.
+    let usage = unsafe {
+        let mut u: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_CHILDREN, &mut u);
+        u
     };
-    let processes = read_stats(&stats_tmp);
-    let _ = std::fs::remove_file(&stats_tmp);
-    let total = sum_stats(&processes);
-    let get = |k: &str| total.get(k).and_then(Value::as_u64).unwrap_or(0);
-    if processes.is_empty() {
-        eprintln!(
-            "farmem: `{shown}` exited {code} after {seconds:.2} s; nothing went to far memory (no allocation of {} or more, or the runtime could not start)",
-            args.threshold
-        );
-    } else {
-        let peak: u64 = processes
-            .iter()
-            .filter_map(|p| p.get("far_bytes_peak").and_then(Value::as_u64))
-            .sum();
-        eprintln!(
-            "farmem: `{shown}` exited {code} after {seconds:.2} s; far memory used {} (peak, {} process{}), local {}",
-            ByteSize(peak),
-            processes.len(),
-            if processes.len() == 1 { "" } else { "es" },
-            args.local_mem,
-        );
-        eprintln!(
-            "farmem: faults {} missing + {} write-protect; fetched {}; written back {}; evicted {} pages ({} dirty)",
-            get("faults_missing"),
-            get("faults_wp"),
-            ByteSize(get("bytes_fetched")),
-            ByteSize(get("bytes_written_back")),
-            get("pages_evicted_clean") + get("pages_evicted_dirty"),
-            get("pages_evicted_dirty"),
-        );
-        if let Some(amp) = page_amplification(&total) {
+    usage.ru_maxrss.max(0) as u64 * 1024
+}
+
+/// Why the shim of the first process that got no far memory gave up.
+fn fallback_reason(fallbacks: &[Value]) -> String {
+    fallbacks
+        .iter()
+        .find_map(|f| f.get("reason").and_then(Value::as_str))
+        .map_or_else(
+            || "far memory could not be had, see above".to_string(),
+            str::to_string,
+        )
+}
+
+/// What the run did, for the `farmem:` lines at its end.
+struct Summary<'a> {
+    shown: &'a str,
+    code: i32,
+    seconds: f64,
+    resident: u64,
+    processes: &'a [Value],
+    fallbacks: &'a [Value],
+    total: &'a Map<String, Value>,
+}
+
+impl Summary<'_> {
+    fn print(&self, args: &Args) {
+        let (shown, code, seconds) = (self.shown, self.code, self.seconds);
+        let get = |k: &str| self.total.get(k).and_then(Value::as_u64).unwrap_or(0);
+        if self.processes.is_empty() {
             eprintln!(
-                "farmem: dirty amplification avoided: whole dirty pages would have been {amp:.1}x the lines written back"
+                "farmem: `{shown}` exited {code} after {seconds:.2} s; nothing went to far memory{}",
+                if self.fallbacks.is_empty() {
+                    format!(" (no allocation of {} or more)", args.threshold)
+                } else {
+                    String::new()
+                }
+            );
+        } else {
+            let peak: u64 = self
+                .processes
+                .iter()
+                .filter_map(|p| p.get("far_bytes_peak").and_then(Value::as_u64))
+                .sum();
+            let n = self.processes.len();
+            eprintln!(
+                "farmem: `{shown}` exited {code} after {seconds:.2} s; far memory used {} (peak, {n} process{}), local {}",
+                ByteSize(peak),
+                if n == 1 { "" } else { "es" },
+                args.local_mem,
+            );
+            eprintln!(
+                "farmem: faults {} missing + {} write-protect; fetched {}; written back {}; evicted {} pages ({} dirty)",
+                get("faults_missing"),
+                get("faults_wp"),
+                ByteSize(get("bytes_fetched")),
+                ByteSize(get("bytes_written_back")),
+                get("pages_evicted_clean") + get("pages_evicted_dirty"),
+                get("pages_evicted_dirty"),
+            );
+            if let Some(amp) = page_amplification(self.total) {
+                eprintln!(
+                    "farmem: dirty amplification avoided: whole dirty pages would have been {amp:.1}x the lines written back"
+                );
+            }
+        }
+        self.print_fallbacks();
+    }
+
+    /// The processes that got no far memory: how many, why, and what that
+    /// left in local memory.
+    fn print_fallbacks(&self) {
+        let count = |kind: &str| {
+            self.fallbacks
+                .iter()
+                .filter(|f| f.get("fallback").and_then(Value::as_str) == Some(kind))
+                .count()
+        };
+        let (local, stopped) = (count("local"), count("fail"));
+        let why = fallback_reason(self.fallbacks);
+        let s = |n: usize| if n == 1 { "" } else { "es" };
+        if local > 0 {
+            eprintln!(
+                "farmem: {local} process{} ran on local memory only (--fallback local): {why}; the largest peak resident set was {}, all of it local",
+                s(local),
+                ByteSize(self.resident)
+            );
+        }
+        if stopped > 0 {
+            eprintln!(
+                "farmem: {stopped} process{} stopped with exit {NO_FAR_MEMORY_EXIT} before running, as far memory could not be had: {why} (--fallback local runs them on local memory instead)",
+                s(stopped)
             );
         }
     }
-    if let Some(path) = &args.stats_json {
-        let report = json!({
-            "command": args.command.iter().map(|a| a.to_string_lossy()).collect::<Vec<_>>(),
-            "exit_code": code,
-            "seconds": seconds,
-            "local_mem": args.local_mem.bytes(),
-            "far_mem": far,
-            "threshold": args.threshold.bytes(),
-            "dirty": args.dirty,
-            "fault_path": args.fault_path.to_string(),
-            "fault_around": args.fault_around,
-            "controller": controller,
-            "page_amplification": page_amplification(&total),
-            "total": total,
-            "processes": processes,
-        });
-        std::fs::write(path, format!("{report:#}\n"))
-            .with_context(|| format!("writing --stats-json {}", path.display()))?;
-    }
-    Ok(ExitCode::from(code.clamp(0, 255) as u8))
 }
 
 /// The running program, for signal forwarding (0: none).

@@ -1,6 +1,7 @@
 //! `farmem bench kona` and `farmem bench fault`: the compute-node runtime
 //! against a rack (a local one by default), or against in-process memory.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context;
@@ -15,7 +16,7 @@ use farmem_runtime::{
 use farmem_wire::Role;
 
 use crate::cmd::Outcome;
-use crate::cmd::local::LocalRack;
+use crate::cmd::local::{LocalRack, connect_target};
 
 /// Where the runtime's remote memory lives during a benchmark.
 #[derive(clap::Args)]
@@ -23,6 +24,10 @@ pub struct StoreArgs {
     /// Use this controller instead of starting a local rack of child processes.
     #[arg(long)]
     controller: Option<String>,
+    /// File holding the cluster token of --controller's rack (a local rack
+    /// makes its own).
+    #[arg(long, value_name = "FILE", requires = "controller")]
+    token_file: Option<PathBuf>,
     /// Keep remote memory in this process (no network): isolates the runtime's own cost.
     #[arg(long, conflicts_with = "controller")]
     in_process: bool,
@@ -81,14 +86,13 @@ fn backing(args: &StoreArgs, bytes: u64, name: &str) -> anyhow::Result<Backing> 
             _rack: None,
         });
     }
-    let (controller, rack) = match &args.controller {
-        Some(c) => (c.clone(), None),
-        None => {
-            let rack = LocalRack::start(2, (bytes * 2).max(8 << 30), 128 << 20)?;
-            (rack.controller.clone(), Some(rack))
-        }
-    };
-    let rack_store = RackStore::connect(&controller, ClientConfig::new(name, Role::Compute), 2)
+    let (controller, token, rack) = connect_target(
+        args.controller.as_deref(),
+        args.token_file.as_deref(),
+        || LocalRack::start(2, (bytes * 2).max(8 << 30), 128 << 20),
+    )?;
+    let cfg = ClientConfig::new(name, Role::Compute).with_token(token);
+    let rack_store = RackStore::connect(&controller, cfg, 2)
         .with_context(|| format!("connecting to the controller at {controller}"))?;
     let store = Arc::new(rack_store);
     Ok(Backing {

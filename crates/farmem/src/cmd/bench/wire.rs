@@ -12,6 +12,7 @@
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::Context;
@@ -21,19 +22,24 @@ use farmem_wire::{HEADER_LEN, Msg, Placement, Role};
 use rand::{Rng, SeedableRng};
 
 use crate::cmd::Outcome;
-use crate::cmd::local::LocalRack;
+use crate::cmd::local::{LocalRack, connect_target};
 
 /// Measure the wire protocol beside plain TCP.
 ///
 /// Starts a local controller and two memory nodes as child processes (or
 /// uses --controller), allocates a region, and measures 4 KiB and 64 B read
 /// latency and pipelined 4 KiB read throughput, each beside its plain-TCP
-/// baseline in the same run.
+/// baseline in the same run. The region goes back to the controller at the
+/// end, whether the run succeeded or not.
 #[derive(clap::Args)]
 pub struct Args {
     /// Use this controller (and its memory nodes) instead of starting a local rack.
     #[arg(long)]
     controller: Option<String>,
+    /// File holding the cluster token of --controller's rack (a local rack
+    /// makes its own).
+    #[arg(long, value_name = "FILE", requires = "controller")]
+    token_file: Option<PathBuf>,
     /// Round trips per latency measurement.
     #[arg(long, default_value_t = 20_000)]
     iters: usize,
@@ -57,33 +63,52 @@ pub fn run(args: Args) -> Outcome {
         (1..=4096).contains(&args.inflight),
         "--inflight must be 1..=4096"
     );
-    let _rack;
-    let controller = match &args.controller {
-        Some(c) => c.clone(),
-        None => {
+    let (controller, token, _rack) = connect_target(
+        args.controller.as_deref(),
+        args.token_file.as_deref(),
+        || {
             progress(&args, "starting a local controller and 2 memory nodes");
-            let rack = LocalRack::start(2, 8 << 30, 128 << 20)?;
-            let c = rack.controller.clone();
-            _rack = rack;
-            c
-        }
-    };
+            LocalRack::start(2, 8 << 30, 128 << 20)
+        },
+    )?;
     let cluster = Cluster::connect(
         &controller,
-        ClientConfig::new("bench-wire", Role::Compute),
+        ClientConfig::new("bench-wire", Role::Compute).with_token(token),
         1,
     )
     .with_context(|| format!("connecting to the controller at {controller}"))?;
     let extents = cluster
         .allocate(REGION, Placement::Default)
         .context("allocating the benchmark region")?;
+    let measured = measure(&args, &cluster, &extents);
+    // Give the region back whatever happened: a shared rack keeps it otherwise.
+    let mut released = Ok(());
+    for e in &extents {
+        if let Err(err) = cluster.release(e.base, e.len) {
+            released = released.and(Err(err).with_context(|| {
+                format!("giving the region back to the controller at {controller}")
+            }));
+        }
+    }
+    let report = measured?;
+    released?;
+    print_report(&args, &report);
+    Ok(std::process::ExitCode::SUCCESS)
+}
+
+/// The measurements, on the region `extents` of `cluster`: the JSON report.
+fn measure(
+    args: &Args,
+    cluster: &Cluster,
+    extents: &[farmem_wire::Extent],
+) -> anyhow::Result<serde_json::Value> {
     let first = extents
         .first()
         .context("the controller granted nothing")?
         .clone();
-    progress(&args, "filling the region");
+    progress(args, "filling the region");
     let fill = vec![0x5au8; 2 << 20];
-    for e in &extents {
+    for e in extents {
         for off in (0..e.len).step_by(fill.len()) {
             cluster.write(e.base + off, &fill)?;
         }
@@ -91,7 +116,7 @@ pub fn run(args: Args) -> Outcome {
     let conn = cluster.conn_for(first.base, first.len)?;
     let baseline = EchoServer::start()?;
 
-    progress(&args, "latency");
+    progress(args, "latency");
     let tcp = LatencyHistogram::new();
     let read4k = LatencyHistogram::new();
     let read64 = LatencyHistogram::new();
@@ -129,7 +154,7 @@ pub fn run(args: Args) -> Outcome {
         }
     }
 
-    progress(&args, "throughput");
+    progress(args, "throughput");
     let bytes = args.stream_bytes.bytes().max(64 << 20);
     let tcp_gbps = baseline.stream(bytes)?;
     let wire_gbps = pipelined_reads(&conn, first.base, pages, bytes, args.inflight)?;
@@ -161,22 +186,32 @@ pub fn run(args: Args) -> Outcome {
         "throughput_ratio": wire_gbps / tcp_gbps,
         "goals": {"latency_ratio_4k_max": 1.3, "throughput_ratio_min": 0.7},
     });
+    Ok(report)
+}
+
+/// The report as one JSON line or a table.
+fn print_report(args: &Args, report: &serde_json::Value) {
+    let f = |k: &str| report[k].as_f64().unwrap_or(f64::NAN);
+    let (tcp_gbps, wire_gbps) = (f("tcp_stream_gbps"), f("read4k_stream_gbps"));
+    let t = (f("tcp_rtt_us_p50"), f("tcp_rtt_us_p99"));
+    let r4 = (f("read4k_us_p50"), f("read4k_us_p99"));
+    let r64 = (f("read64_us_p50"), f("read64_us_p99"));
     if args.json {
         println!("{report}");
     } else {
         println!(
             "plain TCP round trip   p50 {:7.1} µs  p99 {:7.1} µs",
-            t.p50_us, t.p99_us
+            t.0, t.1
         );
         println!(
             "wire 4 KiB read        p50 {:7.1} µs  p99 {:7.1} µs  ({:.2}× TCP)",
-            r4.p50_us,
-            r4.p99_us,
-            r4.p50_us / t.p50_us
+            r4.0,
+            r4.1,
+            r4.0 / t.0
         );
         println!(
             "wire 64 B read         p50 {:7.1} µs  p99 {:7.1} µs",
-            r64.p50_us, r64.p99_us
+            r64.0, r64.1
         );
         println!("plain TCP stream       {tcp_gbps:7.2} GB/s");
         println!(
@@ -185,7 +220,6 @@ pub fn run(args: Args) -> Outcome {
             wire_gbps / tcp_gbps
         );
     }
-    Ok(std::process::ExitCode::SUCCESS)
 }
 
 fn progress(args: &Args, what: &str) {
