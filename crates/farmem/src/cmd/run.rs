@@ -436,7 +436,12 @@ impl Summary<'_> {
     fn print(&self, args: &Args) {
         let (shown, code, seconds) = (self.shown, self.code, self.seconds);
         let get = |k: &str| self.total.get(k).and_then(Value::as_u64).unwrap_or(0);
-        if self.processes.is_empty() {
+        if code == farmem_runtime::LOST_EXIT_CODE && self.processes.is_empty() {
+            // The runtime ends such a process at once, stats unwritten.
+            eprintln!(
+                "farmem: `{shown}` was stopped after {seconds:.2} s (exit {code}): far memory it needed was lost, as the `far memory lost` line above says"
+            );
+        } else if self.processes.is_empty() {
             eprintln!(
                 "farmem: `{shown}` exited {code} after {seconds:.2} s; nothing went to far memory{}",
                 if self.fallbacks.is_empty() {
