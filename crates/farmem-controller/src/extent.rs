@@ -549,6 +549,36 @@ impl ExtentTree {
         Ok(out)
     }
 
+    /// Grants one granule on `node` to `owner`: a replica's home, chosen by
+    /// the caller. None when the node is unknown, down or full.
+    pub fn allocate_granule_on(&mut self, owner: &str, node: u32) -> Option<Grant> {
+        let g = self.granularity;
+        let state = self
+            .nodes
+            .get_mut(&node)
+            .filter(|n| n.up && n.free_bytes >= g)?;
+        let (base, len) = state.take_lowest(g).into_iter().next()?;
+        self.grants_insert_merge(base, len, node, owner);
+        Some(Grant {
+            node,
+            base,
+            len,
+            owner: owner.to_string(),
+        })
+    }
+
+    /// Up nodes with a free granule, most free bytes first (lowest id on ties).
+    pub fn nodes_with_room(&self) -> Vec<(u32, u64)> {
+        let mut out: Vec<(u32, u64)> = self
+            .nodes
+            .iter()
+            .filter(|(_, n)| n.up && n.free_bytes >= self.granularity)
+            .map(|(&id, n)| (id, n.free_bytes))
+            .collect();
+        out.sort_by_key(|&(id, free)| (std::cmp::Reverse(free), id));
+        out
+    }
+
     /// Return `[base, base + len)` from `owner` to the free pool. The range
     /// may be part of a grant (the grant is split) or span several of the
     /// owner's adjacent grants, but must be aligned and wholly granted to

@@ -104,6 +104,66 @@ struct Table {
 }
 
 impl Table {
+    /// Carves `size` bytes for `owner` as placed by `placement`, each
+    /// granule of it copied on `replicas - 1` more nodes (the ones with the
+    /// most room, never the granule's own): the primary grants, each with
+    /// its mirrors. All or nothing.
+    fn allocate(
+        &mut self,
+        owner: &str,
+        size: u64,
+        placement: Placement,
+        replicas: usize,
+    ) -> Result<Vec<(Grant, Vec<Grant>)>, String> {
+        let with_room = self.tree.nodes_with_room().len();
+        if replicas > with_room {
+            return Err(format!(
+                "{replicas} copies need {replicas} memory nodes with free memory; {with_room} have"
+            ));
+        }
+        let primaries = self
+            .tree
+            .allocate(owner, size, placement)
+            .map_err(|e| e.to_string())?;
+        if replicas <= 1 {
+            return Ok(primaries.into_iter().map(|g| (g, Vec::new())).collect());
+        }
+        let g = self.tree.granularity();
+        let mut sets: Vec<(Grant, Vec<Grant>)> = Vec::new();
+        for p in &primaries {
+            for base in (p.base..p.end()).step_by(g as usize) {
+                let chunk = Grant {
+                    base,
+                    len: g,
+                    ..p.clone()
+                };
+                let mut mirrors: Vec<Grant> = Vec::new();
+                for (node, _) in self.tree.nodes_with_room() {
+                    if mirrors.len() + 1 == replicas {
+                        break;
+                    }
+                    if node != chunk.node && mirrors.iter().all(|m| m.node != node) {
+                        mirrors.extend(self.tree.allocate_granule_on(owner, node));
+                    }
+                }
+                let short = mirrors.len() + 1 < replicas;
+                sets.push((chunk, mirrors));
+                if short {
+                    for m in sets.iter().flat_map(|(_, ms)| ms) {
+                        let _ = self.tree.release(owner, m.base, m.len);
+                    }
+                    for p in &primaries {
+                        let _ = self.tree.release(owner, p.base, p.len);
+                    }
+                    return Err(format!(
+                        "no room for {replicas} copies of {size} bytes on distinct memory nodes"
+                    ));
+                }
+            }
+        }
+        Ok(sets)
+    }
+
     /// Frees `released` in the lost set too: no longer anyone's.
     fn forget_lost(&mut self, released: &[Grant]) {
         for g in released {
@@ -338,6 +398,65 @@ impl Shared {
         Ok((id, base))
     }
 
+    /// Grants `size` bytes to `owner`, each byte on `replicas` distinct
+    /// memory nodes, and tells the nodes (which zero them) before answering.
+    fn alloc(
+        &self,
+        owner: &str,
+        size: u64,
+        placement: Placement,
+        replicas: usize,
+    ) -> Result<Vec<farmem_wire::Extent>, Refusal> {
+        let sets = {
+            let mut t = self.table.lock();
+            let sets = t
+                .allocate(owner, size, placement, replicas)
+                .map_err(|e| Refusal::new(ErrorCode::NoCapacity, e))?;
+            self.save(&t);
+            sets
+        };
+        let all: Vec<Grant> = sets
+            .iter()
+            .flat_map(|(p, ms)| std::iter::once(p).chain(ms))
+            .cloned()
+            .collect();
+        if let Err((node, e)) = self.push_fresh(&all) {
+            let mut t = self.table.lock();
+            for g in &all {
+                let _ = t.tree.release(&g.owner, g.base, g.len);
+            }
+            self.save(&t);
+            return Err(Refusal::new(
+                ErrorCode::Internal,
+                format!("memory node {node} did not take the grant: {e}"),
+            ));
+        }
+        let t = self.table.lock();
+        let addr = |node: u32| {
+            t.nodes
+                .get(&node)
+                .map(|n| n.addr.clone())
+                .unwrap_or_default()
+        };
+        Ok(sets
+            .iter()
+            .map(|(p, mirrors)| farmem_wire::Extent {
+                node: p.node,
+                addr: addr(p.node),
+                base: p.base,
+                len: p.len,
+                mirrors: mirrors
+                    .iter()
+                    .map(|m| farmem_wire::Mirror {
+                        node: m.node,
+                        addr: addr(m.node),
+                        base: m.base,
+                    })
+                    .collect(),
+            })
+            .collect())
+    }
+
     fn stats(&self) -> ControllerStats {
         let leases = self.leases.lock().held.len() as u64;
         let t = self.table.lock();
@@ -560,7 +679,11 @@ impl Shared {
                 }
                 Msg::Done.encode(id, out);
             }
-            Msg::Alloc { size, placement } => {
+            Msg::Alloc {
+                size,
+                placement,
+                replicas,
+            } => {
                 if peer.role != Role::Compute {
                     return Err(Self::refuse_role(peer, "allocate"));
                 }
@@ -569,40 +692,7 @@ impl Shared {
                     farmem_wire::Placement::RoundRobin => Placement::RoundRobin,
                     farmem_wire::Placement::LeastLoaded => Placement::LeastLoaded,
                 };
-                let grants = {
-                    let mut t = self.table.lock();
-                    let grants = t
-                        .tree
-                        .allocate(&peer.name, size, placement)
-                        .map_err(|e| Refusal::new(ErrorCode::NoCapacity, e.to_string()))?;
-                    self.save(&t);
-                    grants
-                };
-                if let Err((node, e)) = self.push_fresh(&grants) {
-                    let mut t = self.table.lock();
-                    for g in &grants {
-                        let _ = t.tree.release(&g.owner, g.base, g.len);
-                    }
-                    self.save(&t);
-                    return Err(Refusal::new(
-                        ErrorCode::Internal,
-                        format!("memory node {node} did not take the grant: {e}"),
-                    ));
-                }
-                let t = self.table.lock();
-                let extents = grants
-                    .iter()
-                    .map(|g| farmem_wire::Extent {
-                        node: g.node,
-                        addr: t
-                            .nodes
-                            .get(&g.node)
-                            .map(|n| n.addr.clone())
-                            .unwrap_or_default(),
-                        base: g.base,
-                        len: g.len,
-                    })
-                    .collect();
+                let extents = self.alloc(&peer.name, size, placement, replicas.max(1).into())?;
                 Msg::AllocOk { extents }.encode(id, out);
             }
             Msg::Release { base, len } => {

@@ -614,3 +614,58 @@ fn a_silent_clients_lease_runs_out_and_a_renewed_one_does_not() {
     assert_eq!(rack.controller.stats().leases, 0);
     assert_eq!(rack.controller.stats().granted_bytes, 256 << 20);
 }
+
+#[test]
+fn two_copies_survive_a_killed_node_and_are_released_together() {
+    let mut rack = rack(2, Duration::from_secs(5));
+    let mut cfg = ClientConfig::new("cn-r", Role::Compute).with_token(TOKEN);
+    cfg.fail_after = Duration::from_millis(300);
+    let a = Cluster::connect(&rack.controller.local_addr().to_string(), cfg, 2).unwrap();
+    a.set_replicas(2);
+    let extents = a.allocate(256 << 20, Placement::Default).unwrap();
+    assert_eq!(rack.controller.stats().granted_bytes, 512 << 20);
+    for e in &extents {
+        assert_eq!(e.mirrors.len(), 1, "{e:?}");
+        assert_ne!(e.mirrors[0].node, e.node, "copies on distinct nodes: {e:?}");
+    }
+    let pattern: Vec<u8> = (0..(1u32 << 20)).map(|i| (i * 31 + 7) as u8).collect();
+    let base = extents[0].base;
+    a.write(base, &pattern).unwrap();
+    let line = [0x5au8; 64];
+    a.write_lines(&[(base + 4096, line)]).unwrap();
+    let mut expected = pattern.clone();
+    expected[4096..4160].copy_from_slice(&line);
+    // Kill the node holding the first copy: reads fail over at once.
+    let victim = rack
+        .memnodes
+        .iter()
+        .position(|m| m.node_id() == extents[0].node)
+        .unwrap();
+    rack.memnodes.remove(victim).shutdown();
+    let mut back = vec![0u8; pattern.len()];
+    a.read(base, &mut back).unwrap();
+    assert!(
+        back == expected,
+        "the surviving copy reads back what was written"
+    );
+    // Writes fail while the node is only suspected, then go on to the
+    // copy left once it is declared down.
+    let start = Instant::now();
+    let line2 = [0xa5u8; 64];
+    while let Err(e) = a.write_lines(&[(base + 8192, line2)]) {
+        assert!(e.is_transient(), "{e}");
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "never declared down"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    expected[8192..8256].copy_from_slice(&line2);
+    a.read(base, &mut back).unwrap();
+    assert!(back == expected);
+    // Both copies go back to the controller.
+    for e in a.extents() {
+        a.release(e.base, e.len).unwrap();
+    }
+    assert_eq!(rack.controller.stats().granted_bytes, 0);
+}

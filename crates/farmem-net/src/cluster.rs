@@ -8,11 +8,13 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use farmem_wire::{Extent, LINE_LEN, LOG_RECORD_LEN, LogRecords, Msg, NodeInfo, Placement};
+use farmem_wire::{Extent, Msg, NodeInfo, Placement};
 use parking_lot::{Condvar, Mutex, RwLock};
+
+mod io;
 
 use crate::conn::copy_read_reply;
 use crate::{ClientConfig, Connection, NetError, PageReadError, PageReader, Reply, Ticket};
@@ -133,8 +135,18 @@ impl ControllerClient {
     }
 
     /// Asks for `size` bytes (rounded up to the controller's granularity).
-    pub fn alloc(&self, size: u64, placement: Placement) -> Result<Vec<Extent>, NetError> {
-        match self.conn.call(&Msg::Alloc { size, placement })?.msg()? {
+    pub fn alloc(
+        &self,
+        size: u64,
+        placement: Placement,
+        replicas: u8,
+    ) -> Result<Vec<Extent>, NetError> {
+        let alloc = Msg::Alloc {
+            size,
+            placement,
+            replicas,
+        };
+        match self.conn.call(&alloc)?.msg()? {
             Msg::AllocOk { extents } => Ok(extents),
             other => Err(NetError::Unexpected {
                 request: "alloc",
@@ -218,6 +230,13 @@ struct NodeConns {
     lost: AtomicBool,
     /// When the node's current run of failed requests began.
     failing_since: Mutex<Option<Instant>>,
+    /// In a run of failed requests (`failing_since` is set): copies
+    /// elsewhere are tried first.
+    failing: AtomicBool,
+    /// Declared down: failed every request for `fail_after`. How long,
+    /// and the last failure, for the error every later request gets.
+    down: Mutex<Option<(Duration, String)>>,
+    is_down: AtomicBool,
 }
 
 impl NodeConns {
@@ -243,7 +262,20 @@ impl NodeConns {
         self.check_lost()
     }
 
+    /// Fails once the node is lost (restarted) or down: this client uses
+    /// it no more, and says why.
     fn check_lost(&self) -> Result<(), NetError> {
+        if self.is_down.load(Ordering::SeqCst)
+            && let Some((waited, cause)) = self.down.lock().clone()
+        {
+            return Err(NetError::NodeDown {
+                node: self.id,
+                addr: self.addr.clone(),
+                waited,
+                cause,
+                held: 0,
+            });
+        }
         if !self.lost.load(Ordering::SeqCst) {
             return Ok(());
         }
@@ -269,6 +301,8 @@ pub struct Cluster {
     nodes: RwLock<HashMap<u32, NodeConns>>,
     /// Page readers kept open to each node, including nodes connected later.
     page_readers: AtomicUsize,
+    /// Copies of each byte asked for in allocations.
+    replicas: AtomicU8,
 }
 
 impl Cluster {
@@ -287,6 +321,7 @@ impl Cluster {
             extents: RwLock::new(BTreeMap::new()),
             nodes: RwLock::new(HashMap::new()),
             page_readers: AtomicUsize::new(0),
+            replicas: AtomicU8::new(1),
         })
     }
 
@@ -306,12 +341,14 @@ impl Cluster {
             extents: RwLock::new(BTreeMap::new()),
             nodes: RwLock::new(HashMap::new()),
             page_readers: AtomicUsize::new(0),
+            replicas: AtomicU8::new(1),
         };
         cluster.adopt(vec![Extent {
             node: 0,
             addr: memnode.to_string(),
             base: 0,
             len: capacity,
+            mirrors: Vec::new(),
         }])?;
         Ok(cluster)
     }
@@ -341,42 +378,46 @@ impl Cluster {
             .controller
             .as_ref()
             .ok_or_else(|| NetError::Routing("a standalone cluster cannot allocate".into()))?;
-        let extents = ctl.alloc(size, placement)?;
+        let replicas = self.replicas.load(Ordering::Relaxed);
+        let extents = ctl.alloc(size, placement, replicas)?;
         self.adopt(extents.clone())?;
         Ok(extents)
     }
 
-    /// Gives an extent (or part of one) back to the controller.
+    /// Every later allocation holds each byte on `n` distinct memory nodes
+    /// (1 by default): writes reach every copy, reads fail over between them.
+    pub fn set_replicas(&self, n: u8) {
+        self.replicas.store(n.max(1), Ordering::Relaxed);
+    }
+
+    /// Gives an extent (or part of one), with its copies, back to the
+    /// controller.
     pub fn release(&self, base: u64, len: u64) -> Result<(), NetError> {
+        let end = base.saturating_add(len);
+        let overlapping: Vec<Extent> = self
+            .extents
+            .read()
+            .range(..end)
+            .filter(|(b, e)| **b + e.len > base)
+            .map(|(_, e)| e.clone())
+            .collect();
         if let Some(ctl) = &self.controller {
-            ctl.release(base, len)?;
+            for e in &overlapping {
+                let part = sub_extent(e, base.max(e.base), end.min(e.base + e.len));
+                ctl.release(part.base, part.len)?;
+                for m in &part.mirrors {
+                    ctl.release(m.base, part.len)?;
+                }
+            }
         }
         let mut extents = self.extents.write();
-        let whole: Vec<u64> = extents
-            .range(..base + len)
-            .filter(|(b, e)| **b + e.len > base)
-            .map(|(b, _)| *b)
-            .collect();
-        for b in whole {
-            let e = extents.remove(&b).expect("listed above");
+        for e in overlapping {
+            extents.remove(&e.base);
             if e.base < base {
-                extents.insert(
-                    e.base,
-                    Extent {
-                        len: base - e.base,
-                        ..e.clone()
-                    },
-                );
+                extents.insert(e.base, sub_extent(&e, e.base, base));
             }
-            if e.base + e.len > base + len {
-                extents.insert(
-                    base + len,
-                    Extent {
-                        base: base + len,
-                        len: e.base + e.len - base - len,
-                        ..e
-                    },
-                );
+            if e.base + e.len > end {
+                extents.insert(end, sub_extent(&e, end, e.base + e.len));
             }
         }
         Ok(())
@@ -387,6 +428,9 @@ impl Cluster {
     pub fn adopt(&self, extents: Vec<Extent>) -> Result<(), NetError> {
         for e in extents {
             self.ensure_node(e.node, &e.addr)?;
+            for m in &e.mirrors {
+                self.ensure_node(m.node, &m.addr)?;
+            }
             self.extents.write().insert(e.base, e);
         }
         Ok(())
@@ -421,6 +465,9 @@ impl Cluster {
             restarted_as: AtomicU64::new(0),
             lost: AtomicBool::new(false),
             failing_since: Mutex::new(None),
+            failing: AtomicBool::new(false),
+            down: Mutex::new(None),
+            is_down: AtomicBool::new(false),
         });
         self.refresh_page_readers()
     }
@@ -428,29 +475,54 @@ impl Cluster {
     /// Bytes of this client's extents on `node`.
     fn held_on(&self, node: u32) -> u64 {
         let extents = self.extents.read();
-        extents
-            .values()
-            .filter(|e| e.node == node)
-            .map(|e| e.len)
-            .sum()
+        let copies = |e: &Extent| {
+            u64::from(e.node == node) + e.mirrors.iter().filter(|m| m.node == node).count() as u64
+        };
+        extents.values().map(|e| copies(e) * e.len).sum()
     }
 
     /// Keeps `node`'s health from the outcome of a request to it: success
     /// ends its run of failures; a transient failure starts or continues
     /// one, and one that has lasted `fail_after` declares the node down.
-    /// A restarted node's errors say how much this client lost there.
+    /// A lost or down node's errors say how much this client held there.
     fn settle<T>(&self, node: u32, result: Result<T, NetError>) -> Result<T, NetError> {
-        let nodes = self.nodes.read();
-        let Some(n) = nodes.get(&node) else {
-            return result;
-        };
-        let e = match result {
-            Ok(v) => {
-                *n.failing_since.lock() = None;
-                return Ok(v);
+        let e = {
+            let nodes = self.nodes.read();
+            let Some(n) = nodes.get(&node) else {
+                return result;
+            };
+            match result {
+                Ok(v) => {
+                    if n.failing.swap(false, Ordering::Relaxed) {
+                        *n.failing_since.lock() = None;
+                    }
+                    return Ok(v);
+                }
+                Err(e) if e.is_transient() => {
+                    let now = Instant::now();
+                    // A request that timed out began failing when it was sent.
+                    let began = match e {
+                        NetError::Timeout(t) => now.checked_sub(t).unwrap_or(now),
+                        _ => now,
+                    };
+                    let since = *n.failing_since.lock().get_or_insert(began);
+                    n.failing.store(true, Ordering::Relaxed);
+                    let waited = now.saturating_duration_since(since);
+                    if waited < self.cfg.fail_after {
+                        return Err(e);
+                    }
+                    *n.down.lock() = Some((waited, e.to_string()));
+                    n.is_down.store(true, Ordering::SeqCst);
+                    n.check_lost().err().unwrap_or(e)
+                }
+                Err(e) => e,
             }
-            Err(e) => e,
         };
+        Err(self.with_held(e))
+    }
+
+    /// Fills in how much this client held on a lost or down node.
+    fn with_held(&self, e: NetError) -> NetError {
         match e {
             NetError::NodeLost {
                 node,
@@ -458,34 +530,27 @@ impl Cluster {
                 was,
                 now,
                 ..
-            } => Err(NetError::NodeLost {
+            } => NetError::NodeLost {
                 node,
                 addr,
                 was,
                 now,
                 held: self.held_on(node),
-            }),
-            e if e.is_transient() => {
-                let now = Instant::now();
-                // A request that timed out began failing when it was sent.
-                let began = match e {
-                    NetError::Timeout(t) => now.checked_sub(t).unwrap_or(now),
-                    _ => now,
-                };
-                let since = *n.failing_since.lock().get_or_insert(began);
-                let waited = now.saturating_duration_since(since);
-                if waited < self.cfg.fail_after {
-                    return Err(e);
-                }
-                Err(NetError::NodeDown {
-                    node,
-                    addr: n.addr.clone(),
-                    waited,
-                    cause: e.to_string(),
-                    held: self.held_on(node),
-                })
-            }
-            e => Err(e),
+            },
+            NetError::NodeDown {
+                node,
+                addr,
+                waited,
+                cause,
+                ..
+            } => NetError::NodeDown {
+                node,
+                addr,
+                waited,
+                cause,
+                held: self.held_on(node),
+            },
+            e => e,
         }
     }
 
@@ -504,37 +569,47 @@ impl Cluster {
             return Ok(());
         }
         let nodes = self.nodes.read();
+        let mut first = Ok(());
         for n in nodes.values() {
-            // Cheap when nothing broke (a filler calls this per fault it is
-            // handed): a reader in use is alive, and is not waited for.
-            let healthy = {
-                let readers = n.readers.read();
-                readers.len() >= want
-                    && readers
-                        .iter()
-                        .all(|r| r.try_lock().is_none_or(|r| r.is_alive()))
-            };
-            if healthy {
-                continue;
+            // A node that is failing is left to the ordinary path, which
+            // judges it; its readers are reopened once it answers again.
+            let unhealthy = n.lost.load(Ordering::SeqCst)
+                || n.is_down.load(Ordering::SeqCst)
+                || n.failing.load(Ordering::SeqCst);
+            if !unhealthy && let Err(e) = self.refresh_readers_of(n, want) {
+                first = first.and(Err(e));
             }
-            if n.lost.load(Ordering::SeqCst) {
-                continue;
+        }
+        first
+    }
+
+    fn refresh_readers_of(&self, n: &NodeConns, want: usize) -> Result<(), NetError> {
+        // Cheap when nothing broke (a filler calls this per fault it is
+        // handed): a reader in use is alive, and is not waited for.
+        let healthy = {
+            let readers = n.readers.read();
+            readers.len() >= want
+                && readers
+                    .iter()
+                    .all(|r| r.try_lock().is_none_or(|r| r.is_alive()))
+        };
+        if healthy {
+            return Ok(());
+        }
+        let connect = || {
+            let reader = PageReader::connect(&n.addr, &self.node_cfg, PAGE_READ_MAX)?;
+            n.check_incarnation(reader.incarnation())?;
+            Ok::<_, NetError>(reader)
+        };
+        let mut readers = n.readers.write();
+        for r in readers.iter_mut() {
+            let r = r.get_mut();
+            if !r.is_alive() {
+                *r = connect()?;
             }
-            let connect = || {
-                let reader = PageReader::connect(&n.addr, &self.node_cfg, PAGE_READ_MAX)?;
-                n.check_incarnation(reader.incarnation())?;
-                Ok::<_, NetError>(reader)
-            };
-            let mut readers = n.readers.write();
-            for r in readers.iter_mut() {
-                let r = r.get_mut();
-                if !r.is_alive() {
-                    *r = connect()?;
-                }
-            }
-            while readers.len() < want {
-                readers.push(Mutex::new(connect()?));
-            }
+        }
+        while readers.len() < want {
+            readers.push(Mutex::new(connect()?));
         }
         Ok(())
     }
@@ -549,47 +624,38 @@ impl Cluster {
         addr: u64,
         out: &mut [u8],
     ) -> Option<Result<(), PageReadError>> {
-        let node = {
-            let extents = self.extents.try_read()?;
-            let (_, e) = extents.range(..=addr).next_back()?;
-            if addr.checked_add(out.len() as u64)? > e.base + e.len {
-                return None;
-            }
-            e.node
-        };
-        let nodes = self.nodes.try_read()?;
-        let n = nodes.get(&node)?;
-        if n.lost.load(Ordering::Relaxed) {
+        let extents = self.extents.try_read()?;
+        let (_, e) = extents.range(..=addr).next_back()?;
+        if addr.checked_add(out.len() as u64)? > e.base + e.len {
             return None;
         }
-        let readers = n.readers.try_read()?;
-        let mut reader = readers
-            .iter()
-            .filter_map(|r| r.try_lock())
-            .find(|r| r.is_alive())?;
-        Some(reader.read(addr, out))
-    }
-
-    /// The node holding [addr, addr+len), which must lie inside one extent.
-    fn route(&self, addr: u64, len: u64) -> Result<u32, NetError> {
-        let extents = self.extents.read();
-        match extents.range(..=addr).next_back() {
-            Some((_, e))
-                if addr
-                    .checked_add(len)
-                    .is_some_and(|end| end <= e.base + e.len) =>
+        let off = addr - e.base;
+        let copies =
+            std::iter::once((e.node, addr)).chain(e.mirrors.iter().map(|m| (m.node, m.base + off)));
+        let nodes = self.nodes.try_read()?;
+        for (node, at) in copies {
+            let n = nodes.get(&node)?;
+            // Unhealthy copies are the ordinary path's to try and judge.
+            if n.lost.load(Ordering::Relaxed)
+                || n.is_down.load(Ordering::Relaxed)
+                || n.failing.load(Ordering::Relaxed)
             {
-                Ok(e.node)
+                continue;
             }
-            _ => Err(NetError::Routing(format!(
-                "[{addr:#x}, +{len}) is not inside one extent held by this client"
-            ))),
+            let readers = n.readers.try_read()?;
+            let mut reader = readers
+                .iter()
+                .filter_map(|r| r.try_lock())
+                .find(|r| r.is_alive())?;
+            return Some(reader.read(at, out));
         }
+        None
     }
 
-    /// A connection to the node holding `addr` (round-robin over the pool).
+    /// A connection to the first live copy of `addr` (round-robin over
+    /// its node's pool). Requests sent on it reach that copy only.
     pub fn conn_for(&self, addr: u64, len: u64) -> Result<Connection, NetError> {
-        self.node_conn(self.route(addr, len)?)
+        self.node_conn(self.copies(addr, len)?[0].node)
     }
 
     fn node_conn(&self, node: u32) -> Result<Connection, NetError> {
@@ -604,104 +670,6 @@ impl Cluster {
     fn submit_to(&self, node: u32, msg: &Msg<'_>) -> Result<Ticket, NetError> {
         let sent = self.node_conn(node).and_then(|c| c.submit(msg));
         self.settle(node, sent)
-    }
-
-    /// Starts a read; complete it with [`read_reply_into`].
-    pub fn submit_read(&self, addr: u64, len: u32) -> Result<Ticket, NetError> {
-        self.submit_to(self.route(addr, len.into())?, &Msg::Read { addr, len })
-    }
-
-    /// Starts a write; the ticket's reply is `Done` once the node has it.
-    pub fn submit_write(&self, addr: u64, data: &[u8]) -> Result<Ticket, NetError> {
-        let node = self.route(addr, data.len() as u64)?;
-        self.submit_to(node, &Msg::Write { addr, data })
-    }
-
-    /// Reads `buf.len()` bytes at `addr`, in frame-sized pieces issued together.
-    pub fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), NetError> {
-        let piece = self.max_piece();
-        let tickets = buf
-            .chunks(piece)
-            .enumerate()
-            .map(|(i, c)| {
-                let at = addr + (i * piece) as u64;
-                let node = self.route(at, c.len() as u64)?;
-                Ok((
-                    node,
-                    self.submit_to(
-                        node,
-                        &Msg::Read {
-                            addr: at,
-                            len: c.len() as u32,
-                        },
-                    )?,
-                ))
-            })
-            .collect::<Result<Vec<_>, NetError>>()?;
-        for ((node, ticket), chunk) in tickets.into_iter().zip(buf.chunks_mut(piece)) {
-            let reply = self.settle(node, ticket.wait())?;
-            read_reply_into(&reply, chunk)?;
-        }
-        Ok(())
-    }
-
-    /// Writes `data` at `addr`, in frame-sized pieces issued together.
-    pub fn write(&self, addr: u64, data: &[u8]) -> Result<(), NetError> {
-        let piece = self.max_piece();
-        let tickets = data
-            .chunks(piece)
-            .enumerate()
-            .map(|(i, c)| {
-                let at = addr + (i * piece) as u64;
-                let node = self.route(at, c.len() as u64)?;
-                Ok((
-                    node,
-                    self.submit_to(node, &Msg::Write { addr: at, data: c })?,
-                ))
-            })
-            .collect::<Result<Vec<_>, NetError>>()?;
-        for (node, t) in tickets {
-            self.settle(node, t.wait())?.done("write")?;
-        }
-        Ok(())
-    }
-
-    /// Applies cache-line records, grouped per node into log batches that
-    /// are all in flight at once; returns when every batch is acknowledged.
-    /// A refused batch is applied by its node not at all, so the caller may
-    /// retry the whole call.
-    pub fn write_lines(&self, lines: &[(u64, [u8; LINE_LEN])]) -> Result<(), NetError> {
-        let mut per_node: HashMap<u32, Vec<u8>> = HashMap::new();
-        for (addr, line) in lines {
-            let node = self.route(*addr, LINE_LEN as u64)?;
-            LogRecords::encode_into(per_node.entry(node).or_default(), *addr, line);
-        }
-        let per_frame = (self.max_piece() / LOG_RECORD_LEN) * LOG_RECORD_LEN;
-        let mut tickets = Vec::new();
-        for (&node, raw) in &per_node {
-            for chunk in raw.chunks(per_frame) {
-                let records = LogRecords::from_raw(chunk)?;
-                let ticket = self.submit_to(node, &Msg::LogBatch { records })?;
-                tickets.push((node, records.len(), ticket));
-            }
-        }
-        for (node, count, t) in tickets {
-            match self.settle(node, t.wait())?.msg()? {
-                Msg::LogAck { applied } if applied as usize == count => {}
-                Msg::LogAck { applied } => {
-                    return Err(NetError::Routing(format!(
-                        "log batch of {count} lines acknowledged {applied}"
-                    )));
-                }
-                other => {
-                    return Err(NetError::Unexpected {
-                        request: "log batch",
-                        got: other.op(),
-                    });
-                }
-            }
-        }
-        Ok(())
     }
 
     /// Each connected memory node's statistics as JSON.
@@ -725,6 +693,25 @@ impl Cluster {
         // Keep pieces at a power-of-two size so page-aligned transfers stay aligned.
         let limit = limit.unwrap_or(1 << 20).max(4096);
         1 << (usize::BITS - 1 - limit.leading_zeros())
+    }
+}
+
+/// The part [lo, hi) of `e` (inside it), with its mirrors' matching parts.
+fn sub_extent(e: &Extent, lo: u64, hi: u64) -> Extent {
+    let shift = lo - e.base;
+    Extent {
+        node: e.node,
+        addr: e.addr.clone(),
+        base: lo,
+        len: hi - lo,
+        mirrors: e
+            .mirrors
+            .iter()
+            .map(|m| farmem_wire::Mirror {
+                base: m.base + shift,
+                ..m.clone()
+            })
+            .collect(),
     }
 }
 

@@ -545,6 +545,12 @@ fn init() -> Result<(), String> {
             .map_err(|e| format!("FARMEM_LEASE_MS `{v}`: {e}"))?,
     };
     let store = Arc::new(connect(&controller, name)?);
+    if let Some(n) = getenv(c"FARMEM_REPLICAS") {
+        let n: u8 = n.trim().parse().ok().filter(|&n| n >= 1).ok_or_else(|| {
+            format!("FARMEM_REPLICAS `{n}`: expected a number of copies from 1 to 255")
+        })?;
+        store.cluster().set_replicas(n);
+    }
     if lease_ms > 0 {
         match store
             .cluster()

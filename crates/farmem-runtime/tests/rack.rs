@@ -118,6 +118,7 @@ fn round_trip(rack: &Rack, dirty: DirtyMode, path: FaultPath, ops: usize) {
                         addr: node.addr,
                         base,
                         len,
+                        mirrors: Vec::new(),
                     }
                 })
                 .collect(),

@@ -23,7 +23,7 @@ mod msg;
 
 pub use codec::{FrameHeader, Reader, decode_header, encode_frame};
 pub use msg::{
-    ErrorCode, Extent, GrantKind, LogRecord, LogRecords, Msg, NodeInfo, Op, Placement, Role,
+    ErrorCode, Extent, GrantKind, LogRecord, LogRecords, Mirror, Msg, NodeInfo, Op, Placement, Role,
 };
 
 /// Protocol version spoken by this build; peers with another version are refused.

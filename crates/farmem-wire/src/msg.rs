@@ -141,6 +141,17 @@ pub struct Extent {
     pub addr: String,
     pub base: u64,
     pub len: u64,
+    /// Copies of the same `len` bytes on other memory nodes (replication):
+    /// every write goes to each, a read to any. Empty: one copy.
+    pub mirrors: Vec<Mirror>,
+}
+
+/// One more copy of an [`Extent`], at `base` on memory node `node`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Mirror {
+    pub node: u32,
+    pub addr: String,
+    pub base: u64,
 }
 
 /// A memory node as the controller knows it.
@@ -274,10 +285,12 @@ pub enum Msg<'a> {
     LogAck {
         applied: u32,
     },
-    /// Ask the controller for `size` bytes of remote memory.
+    /// Ask the controller for `size` bytes of remote memory, each byte
+    /// held on `replicas` distinct memory nodes (0 counts as 1).
     Alloc {
         size: u64,
         placement: Placement,
+        replicas: u8,
     },
     AllocOk {
         extents: Vec<Extent>,
@@ -418,9 +431,14 @@ impl<'a> Msg<'a> {
             Msg::LogBatch { records } => b.extend_from_slice(records.raw()),
             Msg::LogAck { applied } => b.extend_from_slice(&applied.to_le_bytes()),
             Msg::Lease { ms } => b.extend_from_slice(&ms.to_le_bytes()),
-            Msg::Alloc { size, placement } => {
+            Msg::Alloc {
+                size,
+                placement,
+                replicas,
+            } => {
                 b.extend_from_slice(&size.to_le_bytes());
                 b.push(*placement as u8);
+                b.push(*replicas);
             }
             Msg::AllocOk { extents } => {
                 for e in extents {
@@ -428,6 +446,13 @@ impl<'a> Msg<'a> {
                     b.extend_from_slice(&e.base.to_le_bytes());
                     b.extend_from_slice(&e.len.to_le_bytes());
                     put_str(b, &e.addr);
+                    // At most 255 copies; the controller never makes more.
+                    b.push(e.mirrors.len().min(255) as u8);
+                    for m in e.mirrors.iter().take(255) {
+                        b.extend_from_slice(&m.node.to_le_bytes());
+                        b.extend_from_slice(&m.base.to_le_bytes());
+                        put_str(b, &m.addr);
+                    }
                 }
             }
             Msg::Release { base, len } | Msg::Revoke { base, len } => {
@@ -520,6 +545,7 @@ impl<'a> Msg<'a> {
             Op::Alloc => Msg::Alloc {
                 size: r.u64()?,
                 placement: Placement::from_u8(r.u8()?)?,
+                replicas: r.u8()?,
             },
             Op::AllocOk => {
                 let mut extents = Vec::new();
@@ -528,11 +554,20 @@ impl<'a> Msg<'a> {
                     let base = r.u64()?;
                     let len = r.u64()?;
                     let addr = r.str("memnode address")?.to_string();
+                    let mut mirrors = Vec::new();
+                    for _ in 0..r.u8()? {
+                        mirrors.push(Mirror {
+                            node: r.u32()?,
+                            base: r.u64()?,
+                            addr: r.str("mirror address")?.to_string(),
+                        });
+                    }
                     extents.push(Extent {
                         node,
                         addr,
                         base,
                         len,
+                        mirrors,
                     });
                 }
                 Msg::AllocOk { extents }
@@ -670,6 +705,11 @@ mod tests {
             addr: "127.0.0.1:7001".into(),
             base: 1 << 40,
             len: 128 << 20,
+            mirrors: vec![Mirror {
+                node: 3,
+                addr: "127.0.0.1:7002".into(),
+                base: 1 << 41,
+            }],
         };
         for msg in [
             Msg::Hello {
@@ -706,6 +746,7 @@ mod tests {
             Msg::Alloc {
                 size: 1 << 30,
                 placement: Placement::LeastLoaded,
+                replicas: 2,
             },
             Msg::AllocOk {
                 extents: vec![extent.clone(), extent],

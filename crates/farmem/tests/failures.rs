@@ -1,8 +1,9 @@
 //! A memory node lost under a running program: `farmem run` on a rack
-//! started by hand, its only memory node killed (or killed and restarted on
-//! the same address) while the program re-reads its far data. The program
-//! must stop with a message naming the node and exit 74, never print a
-//! wrong checksum and never hang.
+//! started by hand, a memory node killed (or killed and restarted on the
+//! same address) while the program re-reads its far data. With one copy the
+//! program must stop with a message naming the node and exit 74; with two
+//! it must finish as if nothing happened. Never a wrong checksum, never a
+//! hang.
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -117,21 +118,36 @@ fn memnode(listen: &str, controller: &str) -> Daemon {
     daemon(&args).0
 }
 
-/// Runs the program under `farmem run` on a one-node rack, and once it has
-/// printed its first checksum, kills the node (and starts a new one on the
-/// same address if `restart`). Returns the expected checksum and the run's
-/// exit code, stdout lines and stderr.
-fn lose_the_node(restart: bool) -> Option<(String, Option<i32>, Vec<String>, String)> {
-    let bin = rehash_or_skip(if restart { "restart" } else { "kill" })?;
+/// What a run under `farmem run` printed and how it ended.
+struct Outcome {
+    expected: String,
+    code: Option<i32>,
+    out: Vec<String>,
+    err: String,
+}
+
+/// How the rack of [`lose_a_node`] loses its node.
+#[derive(Clone, Copy)]
+enum Loss {
+    Kill,
+    KillAndRestart,
+}
+
+/// Runs the program under `farmem run` on a rack of `nodes` memory nodes
+/// (with `farmem run`'s default copies: 2 on two nodes), and once it has
+/// printed its first checksum, SIGKILLs memory node `victim` (and starts a
+/// new one on its address for `KillAndRestart`).
+fn lose_a_node(nodes: usize, victim: usize, loss: Loss, tag: &str) -> Option<Outcome> {
+    let bin = rehash_or_skip(tag)?;
     let local = Command::new(&bin).args(["192", "1"]).output().unwrap();
     let expected = String::from_utf8(local.stdout).unwrap().trim().to_string();
     let (_ctl, ctl) = daemon(&["controller", "--listen", "127.0.0.1:0"]);
-    let listen = free_port();
-    let mut node = memnode(&listen, &ctl);
+    let listens: Vec<String> = (0..nodes).map(|_| free_port()).collect();
+    let mut rack: Vec<Daemon> = listens.iter().map(|l| memnode(l, &ctl)).collect();
     let mut run = Command::new(farmem())
         .args(["run", "--controller", &ctl, "--local-mem", "32MiB", "--"])
         .arg(&bin)
-        .args(["192", "100000"])
+        .args(["192", "12"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -141,9 +157,9 @@ fn lose_the_node(restart: bool) -> Option<(String, Option<i32>, Vec<String>, Str
     let mut lines = BufReader::new(run.stdout.take().unwrap()).lines();
     let mut out = vec![lines.next().unwrap().unwrap()];
     // SIGKILL, and wait until its port is free.
-    let _ = node.0.kill();
-    let _ = node.0.wait();
-    let _restarted = restart.then(|| memnode(&listen, &ctl));
+    let _ = rack[victim].0.kill();
+    let _ = rack[victim].0.wait();
+    let _restarted = matches!(loss, Loss::KillAndRestart).then(|| memnode(&listens[victim], &ctl));
     let started = Instant::now();
     out.extend(lines.map_while(Result::ok));
     let status = loop {
@@ -157,37 +173,69 @@ fn lose_the_node(restart: bool) -> Option<(String, Option<i32>, Vec<String>, Str
         std::thread::sleep(Duration::from_millis(50));
     };
     let _ = std::fs::remove_file(&bin);
-    Some((expected, status.code(), out, err.join().unwrap()))
+    Some(Outcome {
+        expected,
+        code: status.code(),
+        out,
+        err: err.join().unwrap(),
+    })
 }
 
-fn assert_stopped_never_wrong(expected: &str, code: Option<i32>, out: &[String], err: &str) {
+fn assert_never_wrong(o: &Outcome) {
     assert!(
-        out.iter().all(|l| l == expected),
-        "a wrong checksum was printed ({expected} expected): {out:?}\n{err}"
+        o.out.iter().all(|l| *l == o.expected),
+        "a wrong checksum was printed ({} expected): {:?}\n{}",
+        o.expected,
+        o.out,
+        o.err
     );
-    assert_eq!(code, Some(74), "stdout: {out:?}\nstderr: {err}");
-    assert!(err.contains("far memory lost"), "{err}");
-    assert!(err.contains("memory node 0 at 127.0.0.1:"), "{err}");
-    assert!(err.contains("was stopped"), "{err}");
+}
+
+fn assert_stopped_naming_the_node(o: &Outcome) {
+    assert_never_wrong(o);
+    assert_eq!(o.code, Some(74), "stdout: {:?}\nstderr: {}", o.out, o.err);
+    assert!(o.err.contains("far memory lost"), "{}", o.err);
+    assert!(o.err.contains("memory node 0 at 127.0.0.1:"), "{}", o.err);
+    assert!(o.err.contains("was stopped"), "{}", o.err);
 }
 
 #[test]
 fn a_killed_memory_node_stops_the_program_with_its_name() {
-    let Some((expected, code, out, err)) = lose_the_node(false) else {
+    let Some(o) = lose_a_node(1, 0, Loss::Kill, "kill") else {
         return;
     };
-    assert_stopped_never_wrong(&expected, code, &out, &err);
-    assert!(err.contains("has not answered"), "{err}");
+    assert_stopped_naming_the_node(&o);
+    assert!(o.err.contains("has not answered"), "{}", o.err);
 }
 
 #[test]
 fn a_restarted_memory_node_is_refused_not_read_as_zeros() {
-    let Some((expected, code, out, err)) = lose_the_node(true) else {
+    let Some(o) = lose_a_node(1, 0, Loss::KillAndRestart, "restart") else {
         return;
     };
-    assert_stopped_never_wrong(&expected, code, &out, &err);
+    assert_stopped_naming_the_node(&o);
     assert!(
-        err.contains("restarted") || err.contains("has not answered"),
-        "{err}"
+        o.err.contains("restarted") || o.err.contains("has not answered"),
+        "{}",
+        o.err
     );
+}
+
+/// With two copies the program finishes, whichever node is lost, and
+/// however (a node restarted empty must not be read either).
+#[test]
+fn with_two_copies_the_program_survives_the_loss_of_either_node() {
+    for (victim, loss, tag) in [
+        (0, Loss::Kill, "two-0"),
+        (1, Loss::Kill, "two-1"),
+        (0, Loss::KillAndRestart, "two-restart"),
+    ] {
+        let Some(o) = lose_a_node(2, victim, loss, tag) else {
+            return;
+        };
+        assert_never_wrong(&o);
+        assert_eq!(o.code, Some(0), "node {victim}: {:?}\n{}", o.out, o.err);
+        assert_eq!(o.out.len(), 12, "{}", o.err);
+        assert!(!o.err.contains("far memory lost"), "{}", o.err);
+    }
 }

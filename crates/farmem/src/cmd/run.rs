@@ -119,6 +119,13 @@ pub struct Args {
     /// Write the runtime counters of every process that used far memory here, as JSON.
     #[arg(long, value_name = "FILE")]
     stats_json: Option<PathBuf>,
+    /// Copies of every far byte, each on another memory node: write-backs
+    /// reach every copy before a page counts as clean, reads go to one and
+    /// fail over to the next, so the program survives the loss of all but
+    /// one. With 1, losing the node stops the program (exit 74). Default: 2
+    /// when the rack has two or more memory nodes up, else 1.
+    #[arg(long, value_parser = clap::value_parser!(u8).range(1..=8))]
+    replicas: Option<u8>,
     /// The program and its arguments (after `--`).
     #[arg(last = true, required = true, value_name = "CMD")]
     command: Vec<OsString>,
@@ -250,6 +257,8 @@ struct Target {
     controller: String,
     /// Passed on as FARMEM_TOKEN_FILE (absolute: a process may chdir and exec).
     token_file: Option<PathBuf>,
+    /// Copies of each far byte (FARMEM_REPLICAS).
+    replicas: u8,
     _rack: Option<LocalRack>,
 }
 
@@ -263,7 +272,15 @@ fn far_target(args: &Args, far: u64) -> anyhow::Result<Target> {
         args.token_file.as_deref(),
         || LocalRack::start(args.memnodes, far + (1 << 30), 128 << 20),
     )?;
-    check_controller(&controller, token)?;
+    let up = check_controller(&controller, token)?;
+    let replicas = match (args.replicas, up) {
+        (Some(n), Some(up)) if usize::from(n) > up => bail!(
+            "--replicas {n} needs {n} memory nodes up; the rack of controller {controller} has {up}"
+        ),
+        (Some(n), _) => n,
+        (None, Some(up)) if up >= 2 => 2,
+        (None, _) => 1,
+    };
     let token_file = match (&rack, &args.token_file) {
         (Some(r), _) => Some(r.token_file().to_path_buf()),
         (None, Some(f)) => Some(
@@ -275,13 +292,15 @@ fn far_target(args: &Args, far: u64) -> anyhow::Result<Target> {
     Ok(Target {
         controller,
         token_file,
+        replicas,
         _rack: rack,
     })
 }
 
 /// Connects and authenticates to `controller` as a process would, and
-/// makes sure its rack has a memory node up with room left.
-fn check_controller(controller: &str, token: Vec<u8>) -> anyhow::Result<()> {
+/// makes sure its rack has a memory node up with room left; returns how
+/// many are up, when the controller says.
+fn check_controller(controller: &str, token: Vec<u8>) -> anyhow::Result<Option<usize>> {
     let anonymous = token.is_empty();
     let name = format!("farmem-run-check-{}", std::process::id());
     let cfg = ClientConfig::new(name, farmem_wire::Role::Compute).with_token(token);
@@ -315,8 +334,9 @@ fn check_controller(controller: &str, token: Vec<u8>) -> anyhow::Result<()> {
             up.len(),
             ByteSize(capacity)
         );
+        return Ok(Some(up.len()));
     }
-    Ok(())
+    Ok(None)
 }
 
 /// The environment that loads the shim into `cmd` and points it at `target`.
@@ -345,6 +365,7 @@ fn shim_env(
         .env("FARMEM_STATS_JSON", stats)
         .env("FARMEM_NAME", "farmem-run")
         .env("FARMEM_LEASE_MS", lease_ms.to_string())
+        .env("FARMEM_REPLICAS", target.replicas.to_string())
         .env(
             "FARMEM_FALLBACK",
             match args.fallback {

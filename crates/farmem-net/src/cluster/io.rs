@@ -1,0 +1,231 @@
+//! Reads and writes over a client's extents and their copies.
+//!
+//! An extent may have mirrors: the same bytes on other memory nodes. A
+//! write goes to every live copy and succeeds once each has it; a read goes
+//! to one copy, the first live one, and fails over to the next on any error.
+//! A node that failed every request for `fail_after`, or that restarted, is
+//! no longer live for this client: writes go on to the copies left, and an
+//! operation fails for good ([`NetError::NodeDown`], [`NetError::NodeLost`])
+//! only when no copy is left. A node is never taken back once dropped, so
+//! no copy that missed writes is ever read.
+
+use std::collections::HashMap;
+
+use farmem_wire::{LINE_LEN, LOG_RECORD_LEN, LogRecords, Msg};
+
+use super::{Cluster, read_reply_into};
+use crate::{NetError, Reply, Ticket};
+
+/// One copy of a range: the node holding it and the address there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Copy {
+    pub node: u32,
+    pub addr: u64,
+}
+
+impl Cluster {
+    /// The live copies of [addr, addr+len), which must lie inside one
+    /// extent: healthy nodes first, then those in a run of failures. With
+    /// none live, the error of the first copy.
+    pub(super) fn copies(&self, addr: u64, len: u64) -> Result<Vec<Copy>, NetError> {
+        let all: Vec<Copy> = {
+            let extents = self.extents.read();
+            let e = match extents.range(..=addr).next_back() {
+                Some((_, e))
+                    if addr
+                        .checked_add(len)
+                        .is_some_and(|end| end <= e.base + e.len) =>
+                {
+                    e
+                }
+                _ => {
+                    return Err(NetError::Routing(format!(
+                        "[{addr:#x}, +{len}) is not inside one extent held by this client"
+                    )));
+                }
+            };
+            let off = addr - e.base;
+            std::iter::once(Copy { node: e.node, addr })
+                .chain(e.mirrors.iter().map(|m| Copy {
+                    node: m.node,
+                    addr: m.base + off,
+                }))
+                .collect()
+        };
+        let (mut live, mut failing, mut gone) = (Vec::new(), Vec::new(), None);
+        {
+            let nodes = self.nodes.read();
+            for c in all {
+                let Some(n) = nodes.get(&c.node) else {
+                    gone.get_or_insert(NetError::Routing(format!(
+                        "no connection to memory node {}",
+                        c.node
+                    )));
+                    continue;
+                };
+                match n.check_lost() {
+                    Ok(()) if n.failing.load(std::sync::atomic::Ordering::Relaxed) => {
+                        failing.push(c)
+                    }
+                    Ok(()) => live.push(c),
+                    Err(e) => {
+                        gone.get_or_insert(e);
+                    }
+                }
+            }
+        }
+        live.append(&mut failing);
+        match (live.is_empty(), gone) {
+            (true, Some(e)) => Err(self.with_held(e)),
+            _ => Ok(live),
+        }
+    }
+
+    /// Sends `msg` to `node` and waits for its reply, the node's health kept.
+    fn call_on(&self, node: u32, msg: &Msg<'_>) -> Result<Reply, NetError> {
+        let sent = self.submit_to(node, msg);
+        self.settle(node, sent.and_then(Ticket::wait))
+    }
+
+    /// Reads `buf.len()` bytes at `addr`, in frame-sized pieces issued
+    /// together, each from its first live copy, failing over to the others.
+    pub fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), NetError> {
+        let piece = self.max_piece();
+        let mut sent = Vec::new();
+        for (i, chunk) in buf.chunks(piece).enumerate() {
+            let at = addr + (i * piece) as u64;
+            let copies = self.copies(at, chunk.len() as u64)?;
+            let first = copies[0];
+            let read = Msg::Read {
+                addr: first.addr,
+                len: chunk.len() as u32,
+            };
+            sent.push((copies, self.submit_to(first.node, &read)));
+        }
+        for ((copies, ticket), chunk) in sent.into_iter().zip(buf.chunks_mut(piece)) {
+            let first = self.settle(copies[0].node, ticket.and_then(Ticket::wait));
+            match first {
+                Ok(reply) => read_reply_into(&reply, chunk)?,
+                Err(e) => self.read_from_others(&copies[1..], chunk, e)?,
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads `chunk` from the first of `others` that answers. If none does,
+    /// a transient error wins over a final one: the caller may retry while
+    /// some copy could still come back.
+    fn read_from_others(
+        &self,
+        others: &[Copy],
+        chunk: &mut [u8],
+        first: NetError,
+    ) -> Result<(), NetError> {
+        let mut err = first;
+        for c in others {
+            let read = Msg::Read {
+                addr: c.addr,
+                len: chunk.len() as u32,
+            };
+            match self.call_on(c.node, &read) {
+                Ok(reply) => return read_reply_into(&reply, chunk),
+                Err(e) if !err.is_transient() => err = e,
+                Err(_) => {}
+            }
+        }
+        Err(err)
+    }
+
+    /// Writes `data` at `addr` to every live copy, in frame-sized pieces
+    /// issued together.
+    pub fn write(&self, addr: u64, data: &[u8]) -> Result<(), NetError> {
+        let piece = self.max_piece();
+        let mut sent = Vec::new();
+        for (i, chunk) in data.chunks(piece).enumerate() {
+            let at = addr + (i * piece) as u64;
+            for c in self.copies(at, chunk.len() as u64)? {
+                let write = Msg::Write {
+                    addr: c.addr,
+                    data: chunk,
+                };
+                sent.push((c.node, self.submit_to(c.node, &write)));
+            }
+        }
+        let mut dropped = false;
+        for (node, ticket) in sent {
+            let acked = self.settle(node, ticket.and_then(Ticket::wait));
+            self.survivable(acked.and_then(|r| r.done("write")), &mut dropped)?;
+        }
+        if dropped {
+            // A copy was dropped on the way: every piece must still have one.
+            for (i, chunk) in data.chunks(piece).enumerate() {
+                self.copies(addr + (i * piece) as u64, chunk.len() as u64)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Applies cache-line records to every live copy, grouped per node into
+    /// log batches that are all in flight at once; returns when each is
+    /// acknowledged. A refused batch is applied by its node not at all, so
+    /// the caller may retry the whole call.
+    pub fn write_lines(&self, lines: &[(u64, [u8; LINE_LEN])]) -> Result<(), NetError> {
+        let mut per_node: HashMap<u32, Vec<u8>> = HashMap::new();
+        for (addr, line) in lines {
+            for c in self.copies(*addr, LINE_LEN as u64)? {
+                LogRecords::encode_into(per_node.entry(c.node).or_default(), c.addr, line);
+            }
+        }
+        let per_frame = (self.max_piece() / LOG_RECORD_LEN) * LOG_RECORD_LEN;
+        let mut sent = Vec::new();
+        for (&node, raw) in &per_node {
+            for chunk in raw.chunks(per_frame) {
+                let records = LogRecords::from_raw(chunk)?;
+                let ticket = self.submit_to(node, &Msg::LogBatch { records });
+                sent.push((node, records.len(), ticket));
+            }
+        }
+        let mut dropped = false;
+        for (node, count, ticket) in sent {
+            let acked = self.settle(node, ticket.and_then(Ticket::wait));
+            self.survivable(acked.and_then(|r| check_log_ack(&r, count)), &mut dropped)?;
+        }
+        if dropped {
+            for (addr, _) in lines {
+                self.copies(*addr, LINE_LEN as u64)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Judges one copy's write: Ok(true) written; Ok(false) its node was
+    /// dropped (down or restarted) and the other copies carry the data, which
+    /// the caller checks once all are in; Err for anything else.
+    fn survivable(
+        &self,
+        acked: Result<(), NetError>,
+        dropped: &mut bool,
+    ) -> Result<bool, NetError> {
+        match acked {
+            Ok(()) => Ok(true),
+            Err(NetError::NodeDown { .. } | NetError::NodeLost { .. }) => {
+                *dropped = true;
+                Ok(false)
+            }
+            Err(e) => Err(e),
+        }
+    }
+}
+
+fn check_log_ack(reply: &Reply, count: usize) -> Result<(), NetError> {
+    match reply.msg()? {
+        Msg::LogAck { applied } if applied as usize == count => Ok(()),
+        Msg::LogAck { applied } => Err(NetError::Routing(format!(
+            "log batch of {count} lines acknowledged {applied}"
+        ))),
+        other => Err(NetError::Unexpected {
+            request: "log batch",
+            got: other.op(),
+        }),
+    }
+}
