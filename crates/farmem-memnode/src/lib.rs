@@ -370,6 +370,7 @@ impl MemNode {
             token: cfg.token.clone(),
             max_frame: cfg.max_frame,
             idle_timeout: None,
+            ..ServerConfig::default()
         };
         let server =
             Server::start(&cfg.listen, server_cfg, shared.clone()).map_err(MemNodeError::Listen)?;
