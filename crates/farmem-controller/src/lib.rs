@@ -878,3 +878,28 @@ fn liveness_loop(shared: &Shared, stop: &AtomicBool) {
         shared.reclaim_lapsed(stalled);
     }
 }
+
+/// A controller's request handler without a server, liveness thread or
+/// state file, handing out multiples of `granularity`. For fuzzing
+/// `Service::handle` in-process: it still dials the memory nodes that
+/// register with it to push grants, so give it loopback addresses only.
+#[doc(hidden)]
+pub fn service_for_fuzzing(granularity: u64) -> Arc<dyn Service> {
+    let cfg = ControllerConfig {
+        granularity,
+        ..ControllerConfig::new("127.0.0.1:0")
+    };
+    Arc::new(ControllerService(Arc::new(Shared {
+        table: Mutex::new(Table {
+            tree: ExtentTree::new(cfg.granularity),
+            nodes: BTreeMap::new(),
+            next_node: 0,
+            lost: LostRanges::default(),
+        }),
+        cfg,
+        links: Mutex::new(HashMap::new()),
+        leases: Mutex::new(Leases::default()),
+        grants_reclaimed: AtomicU64::new(0),
+        bytes_reclaimed: AtomicU64::new(0),
+    })))
+}

@@ -572,3 +572,22 @@ fn heartbeat_loop(
         }
     }
 }
+
+/// A memory node's request handler without a server: `capacity` bytes at
+/// global address `base`, registered (so grants from a `Controller` peer
+/// decide who may touch what). For fuzzing `Service::handle` in-process.
+#[doc(hidden)]
+pub fn service_for_fuzzing(capacity: u64, base: u64) -> Arc<dyn Service> {
+    Arc::new(Shared {
+        store: ChunkStore::new(capacity),
+        incarnation: 1,
+        advertise: RwLock::new("fuzz".into()),
+        max_frame: farmem_wire::DEFAULT_MAX_FRAME,
+        base: AtomicU64::new(base),
+        node: AtomicU32::new(0),
+        standalone: false,
+        grants: RwLock::new(BTreeMap::new()),
+        counters: Counters::default(),
+        server_stats: RwLock::new(None),
+    })
+}

@@ -23,6 +23,9 @@ use crate::{ClientConfig, NetError};
 
 /// The frame limit during the handshake, before the server has told us its own.
 const HANDSHAKE_MAX_FRAME: u32 = 4096;
+/// A connection unused for this long is checked before its next request:
+/// if the server closed it meanwhile (its idle timeout), it is reopened.
+const IDLE_CHECK_AFTER: Duration = Duration::from_secs(1);
 
 /// One reply frame, owned.
 #[derive(Debug, Clone)]
@@ -67,6 +70,11 @@ struct ReadSide {
 
 struct Inner {
     peer: String,
+    /// How the connection was made, to reopen it after an idle close.
+    cfg: ClientConfig,
+    born: Instant,
+    /// When a request was last sent, in nanoseconds since `born`.
+    last_sent: AtomicU64,
     writer: Mutex<(TcpStream, Vec<u8>)>,
     reader: Mutex<ReadSide>,
     slots: Mutex<HashMap<u64, Slot>>,
@@ -92,27 +100,34 @@ pub struct Connection {
 pub struct Ticket {
     conn: Connection,
     id: u64,
+    /// The request's deadline: its submission plus the timeout, so time at
+    /// the delay gate counts against it.
+    deadline: Instant,
 }
 
 impl Ticket {
     pub fn wait(self) -> Result<Reply, NetError> {
-        self.conn.wait(self.id)
+        self.conn.wait(self.id, self.deadline)
     }
 }
 
 impl Connection {
     /// Connects and authenticates.
     pub fn connect(addr: &str, cfg: &ClientConfig) -> Result<Self, NetError> {
-        let stream = dial(addr, cfg)?;
-        let mut reader = BufReader::with_capacity(256 << 10, stream.try_clone()?);
-        let mut writer = stream;
-        let Welcomed {
-            max_frame,
-            incarnation,
-        } = handshake(&mut reader, &mut writer, cfg, addr)?;
+        let (
+            reader,
+            writer,
+            Welcomed {
+                max_frame,
+                incarnation,
+            },
+        ) = open(addr, cfg)?;
         Ok(Self {
             inner: Arc::new(Inner {
                 peer: addr.to_string(),
+                cfg: cfg.clone(),
+                born: Instant::now(),
+                last_sent: AtomicU64::new(0),
                 writer: Mutex::new((writer, Vec::with_capacity(64 << 10))),
                 reader: Mutex::new(ReadSide {
                     stream: reader,
@@ -150,11 +165,22 @@ impl Connection {
         self.inner.max_frame as usize - HEADER_LEN - 64
     }
 
-    /// Sends a request and returns at once.
+    /// Sends a request and returns at once. Its deadline starts now: if its
+    /// turn at the delay gate comes too late, it is not sent and fails with
+    /// [`NetError::Timeout`] at the deadline.
     pub fn submit(&self, msg: &Msg<'_>) -> Result<Ticket, NetError> {
-        if let Some(delay) = &self.inner.delay {
-            delay.pass();
+        let deadline = Instant::now() + self.inner.timeout;
+        if let Some(delay) = &self.inner.delay
+            && !delay.pass_by(deadline)
+        {
+            tracing::debug!(
+                "a request to {} waited its whole {:?} at the delay gate",
+                self.inner.peer,
+                self.inner.timeout
+            );
+            return Err(NetError::Timeout(self.inner.timeout));
         }
+        self.reopen_if_closed_while_idle();
         let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
         self.check_alive()?;
         self.inner.slots.lock().insert(id, Slot::Waiting(None));
@@ -172,6 +198,7 @@ impl Connection {
         Ok(Ticket {
             conn: self.clone(),
             id,
+            deadline,
         })
     }
 
@@ -182,6 +209,8 @@ impl Connection {
             // Each request passes the gate on its own, as on the link.
             return msgs.iter().map(|m| self.submit(m)).collect();
         }
+        let deadline = Instant::now() + self.inner.timeout;
+        self.reopen_if_closed_while_idle();
         self.check_alive()?;
         let first = self
             .inner
@@ -216,6 +245,7 @@ impl Connection {
             .map(|id| Ticket {
                 conn: self.clone(),
                 id,
+                deadline,
             })
             .collect())
     }
@@ -251,6 +281,36 @@ impl Connection {
         }
     }
 
+    /// Reopens the connection if it went unused for a while and the server
+    /// closed it meanwhile (an idle timeout), so the next request goes out
+    /// on a live one. Only with nothing in flight and nobody reading.
+    fn reopen_if_closed_while_idle(&self) {
+        let inner = &*self.inner;
+        let now = inner.born.elapsed().as_nanos() as u64;
+        let last = inner.last_sent.swap(now, Ordering::Relaxed);
+        if now.saturating_sub(last) < IDLE_CHECK_AFTER.as_nanos() as u64 {
+            return;
+        }
+        let Some(mut rd) = inner.reader.try_lock() else {
+            return;
+        };
+        let mut w = inner.writer.lock();
+        if !inner.slots.lock().is_empty() || !self.is_alive() || !peer_closed(&rd.stream) {
+            return;
+        }
+        match open(&inner.peer, &inner.cfg) {
+            // Only to the same incarnation: a restarted server is the
+            // caller's to notice (its memory is not what it was).
+            Ok((reader, writer, welcomed)) if welcomed.incarnation == inner.incarnation => {
+                tracing::debug!("reopened the idle connection to {}", inner.peer);
+                rd.stream = reader;
+                w.0 = writer;
+            }
+            Ok(_) => tracing::debug!("{} restarted while our connection was idle", inner.peer),
+            Err(e) => tracing::debug!("cannot reopen the connection to {}: {e}", inner.peer),
+        }
+    }
+
     /// Marks the connection dead and fails every waiter.
     fn fail(&self, why: &str) {
         let mut dead = self.inner.dead.lock();
@@ -275,21 +335,20 @@ impl Connection {
         }
     }
 
-    fn wait(&self, id: u64) -> Result<Reply, NetError> {
-        let deadline = Instant::now() + self.inner.timeout;
+    fn wait(&self, id: u64, deadline: Instant) -> Result<Reply, NetError> {
         loop {
             if let Some(result) = self.take_if_done(id) {
                 return result;
+            }
+            if Instant::now() >= deadline {
+                self.inner.slots.lock().remove(&id);
+                return Err(NetError::Timeout(self.inner.timeout));
             }
             if let Some(mut rd) = self.inner.reader.try_lock() {
                 let result = self.lead(id, &mut rd);
                 drop(rd);
                 self.wake_one_waiter();
                 return result;
-            }
-            if Instant::now() >= deadline {
-                self.inner.slots.lock().remove(&id);
-                return Err(NetError::Timeout(self.inner.timeout));
             }
             // The leader wakes us when our reply lands or when it steps down;
             // the timeout only guards against a missed wake-up.
@@ -387,6 +446,39 @@ pub(crate) fn copy_read_reply(reply: &Reply, buf: &mut [u8]) -> Result<(), NetEr
             got: other.op(),
         }),
     }
+}
+
+/// Dials and authenticates: the read side, the write side, and what the
+/// server said in its welcome.
+fn open(
+    addr: &str,
+    cfg: &ClientConfig,
+) -> Result<(BufReader<TcpStream>, TcpStream, Welcomed), NetError> {
+    let stream = dial(addr, cfg)?;
+    let mut reader = BufReader::with_capacity(256 << 10, stream.try_clone()?);
+    let mut writer = stream;
+    let welcomed = handshake(&mut reader, &mut writer, cfg, addr)?;
+    Ok((reader, writer, welcomed))
+}
+
+/// True when a connection with nothing in flight has something to read:
+/// the server closed it (end of stream), or said why before closing.
+fn peer_closed(stream: &BufReader<TcpStream>) -> bool {
+    use std::os::fd::AsRawFd;
+    if !stream.buffer().is_empty() {
+        return true;
+    }
+    let mut byte = 0u8;
+    // SAFETY: a one-byte peek into a local, on a socket we own.
+    let n = unsafe {
+        libc::recv(
+            stream.get_ref().as_raw_fd(),
+            (&mut byte as *mut u8).cast(),
+            1,
+            libc::MSG_PEEK | libc::MSG_DONTWAIT,
+        )
+    };
+    n >= 0 || std::io::Error::last_os_error().kind() != std::io::ErrorKind::WouldBlock
 }
 
 /// A TCP connection to `addr` as every client wants it: within the
@@ -489,5 +581,55 @@ impl std::fmt::Debug for Connection {
         f.debug_struct("Connection")
             .field("peer", &self.inner.peer)
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    use farmem_policy::delay::DelayModel;
+    use farmem_wire::{Msg, Role};
+
+    use crate::delay::EgressDelay;
+    use crate::server::{Peer, Refusal, Server, ServerConfig, Service};
+    use crate::{ClientConfig, Connection, NetError};
+
+    struct Echo;
+
+    impl Service for Echo {
+        fn handle(&self, _: &Peer, id: u64, _: Msg<'_>, out: &mut Vec<u8>) -> Result<(), Refusal> {
+            Msg::Done.encode(id, out);
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn time_at_the_delay_gate_counts_against_the_deadline() {
+        let server = Server::start("127.0.0.1:0", ServerConfig::default(), Arc::new(Echo)).unwrap();
+        let gap: DelayModel = "400ms".parse().unwrap();
+        let delay = Arc::new(EgressDelay::new(gap, 1));
+        let mut cfg = ClientConfig::new("cn-0", Role::Compute).with_delay(delay.clone());
+        cfg.timeout = Duration::from_millis(150);
+        let conn = Connection::connect(&server.local_addr().to_string(), &cfg).unwrap();
+        // The first request passes an idle gate at once; the second's turn
+        // comes 400 ms later, past its 150 ms deadline.
+        conn.call(&Msg::Stats).unwrap().done("first").unwrap();
+        let start = Instant::now();
+        let err = conn.call(&Msg::Stats).unwrap_err();
+        assert!(
+            matches!(err, NetError::Timeout(t) if t == cfg.timeout),
+            "{err}"
+        );
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            start.elapsed()
+        );
+        assert_eq!(delay.late.get(), 1);
+        // The connection is still good once the gate is free again.
+        std::thread::sleep(Duration::from_millis(900));
+        conn.call(&Msg::Stats).unwrap().done("after").unwrap();
     }
 }

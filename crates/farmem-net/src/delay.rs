@@ -24,6 +24,8 @@ pub struct EgressDelay {
     pub admitted: Counter,
     /// Nanoseconds requests spent waiting at the gate.
     pub waited_ns: Counter,
+    /// Requests whose turn came after their deadline (not sent).
+    pub late: Counter,
 }
 
 impl EgressDelay {
@@ -33,6 +35,7 @@ impl EgressDelay {
             origin: Instant::now(),
             admitted: Counter::default(),
             waited_ns: Counter::default(),
+            late: Counter::default(),
         }
     }
 
@@ -44,24 +47,48 @@ impl EgressDelay {
     /// lock (held for one admission), so a fault served in a signal
     /// handler may pass the gate too.
     pub fn pass(&self) {
+        let until = self.admit();
+        wait_until(until);
+    }
+
+    /// Like [`Self::pass`] for a request due by `deadline`: waits for its
+    /// turn, but if that comes after the deadline, waits only until the
+    /// deadline and returns `false` (the request must not be sent). The
+    /// turn stays taken, as a request lost on the link would have taken it.
+    pub fn pass_by(&self, deadline: Instant) -> bool {
+        let until = self.admit();
+        if until > deadline {
+            self.late.inc();
+            wait_until(deadline);
+            return false;
+        }
+        wait_until(until);
+        true
+    }
+
+    /// Takes the next turn at the gate; returns when it comes.
+    fn admit(&self) -> Instant {
         let now = self.origin.elapsed().as_nanos() as u64;
         let at = lock_without_parking(&self.gate).admit(now);
         self.admitted.inc();
-        if at <= now {
+        if at > now {
+            self.waited_ns.add(at - now);
+        }
+        self.origin + Duration::from_nanos(at)
+    }
+}
+
+/// Sleeps, then spins for the last stretch (sleeping would overshoot).
+fn wait_until(until: Instant) {
+    loop {
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
             return;
         }
-        self.waited_ns.add(at - now);
-        let until = self.origin + Duration::from_nanos(at);
-        loop {
-            let left = until.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return;
-            }
-            if left > SPIN_BELOW {
-                std::thread::sleep(left - SPIN_BELOW);
-            } else {
-                std::hint::spin_loop();
-            }
+        if left > SPIN_BELOW {
+            std::thread::sleep(left - SPIN_BELOW);
+        } else {
+            std::hint::spin_loop();
         }
     }
 }

@@ -74,19 +74,37 @@ pub trait Service: Send + Sync + 'static {
 pub struct ServerConfig {
     pub token: Vec<u8>,
     pub max_frame: u32,
-    /// A connection that sends nothing for this long is closed.
+    /// A logged-in connection that sends nothing for this long is closed
+    /// (with an `Error` frame saying why). farmem's clients reopen such a
+    /// connection on their next request ([`crate::Connection`]).
     pub idle_timeout: Option<Duration>,
     /// Told to every client in its welcome: a memory node's, new at every
     /// start; 0 for a server that holds no data.
     pub incarnation: u64,
+    /// Most connections open at once; past it a new one is answered with
+    /// an `Error` frame naming the limit and closed.
+    pub max_connections: usize,
 }
+
+/// Default idle timeout after login: long enough that no farmem client's
+/// pause (a controller connection between a program's alloc and its exit)
+/// costs more than one transparent reconnection.
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(600);
+/// Default cap on open connections per daemon.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
+/// How long a connection may take to authenticate.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a connection past the cap is given to send its `Hello` before
+/// it is refused (on the accept thread, so kept short).
+const OVER_LIMIT_HELLO_WAIT: Duration = Duration::from_millis(100);
 
 impl Default for ServerConfig {
     fn default() -> Self {
         Self {
             token: Vec::new(),
             max_frame: farmem_wire::DEFAULT_MAX_FRAME,
-            idle_timeout: None,
+            idle_timeout: Some(DEFAULT_IDLE_TIMEOUT),
+            max_connections: DEFAULT_MAX_CONNECTIONS,
             incarnation: 0,
         }
     }
@@ -100,6 +118,30 @@ pub struct ServerStats {
     pub protocol_errors: Counter,
     pub requests: Counter,
     pub refused: Counter,
+    /// Connections open now.
+    pub open: AtomicU64,
+    /// Connections refused because `max_connections` were open.
+    pub over_limit: Counter,
+    /// Closes by reason: the peer hung up (or the server shut down), idle
+    /// past `idle_timeout`, a failed or timed-out handshake, a malformed
+    /// frame, an I/O error.
+    pub closed_by_peer: Counter,
+    pub closed_idle: Counter,
+    pub closed_handshake: Counter,
+    pub closed_protocol: Counter,
+    pub closed_io: Counter,
+}
+
+impl ServerStats {
+    /// Counts a logged-in connection's end under its reason.
+    fn closed(&self, result: &Result<(), NetError>) {
+        match result {
+            Ok(()) | Err(NetError::Disconnected(_)) => self.closed_by_peer.inc(),
+            Err(NetError::Timeout(_)) => self.closed_idle.inc(),
+            Err(NetError::Wire(_)) => self.closed_protocol.inc(),
+            Err(_) => self.closed_io.inc(),
+        }
+    }
 }
 
 /// Open connections by session, so shutdown can close them.
@@ -196,12 +238,18 @@ fn accept_loop(
             }
         };
         stats.connections.inc();
+        if stats.open.load(Ordering::SeqCst) >= cfg.max_connections as u64 {
+            refuse_over_limit(stream, &cfg, &stats);
+            continue;
+        }
+        stats.open.fetch_add(1, Ordering::SeqCst);
         let (cfg, service, stats) = (cfg.clone(), service.clone(), stats.clone());
         let session = SESSIONS.fetch_add(1, Ordering::Relaxed);
         if let Ok(handle) = stream.try_clone() {
             open.lock().insert(session, handle);
         }
         let open = open.clone();
+        let stats_left = stats.clone();
         let spawned = thread::Builder::new()
             .name("farmem-conn".into())
             .spawn(move || {
@@ -213,11 +261,39 @@ fn accept_loop(
                     }
                 }
                 open.lock().remove(&session);
+                stats.open.fetch_sub(1, Ordering::SeqCst);
             });
         if let Err(e) = spawned {
             tracing::warn!("cannot spawn a connection thread: {e}");
+            stats_left.open.fetch_sub(1, Ordering::SeqCst);
         }
     }
+}
+
+/// Answers a connection past the cap: reads its `Hello` (briefly, so the
+/// refusal is what it reads rather than a reset), replies with an `Error`
+/// naming the limit, and closes.
+fn refuse_over_limit(stream: TcpStream, cfg: &ServerConfig, stats: &ServerStats) {
+    stats.over_limit.inc();
+    let msg = format!(
+        "this server has its limit of {} connections open; try again later",
+        cfg.max_connections
+    );
+    tracing::warn!(
+        "refused a connection from {:?}: {msg}",
+        stream.peer_addr().ok()
+    );
+    let _ = stream.set_read_timeout(Some(OVER_LIMIT_HELLO_WAIT));
+    let mut body = Vec::new();
+    let id = read_frame(&mut &stream, &mut body, 4096).map_or(0, |h| h.id);
+    let mut out = Vec::new();
+    Msg::Error {
+        code: ErrorCode::NoCapacity,
+        message: &msg,
+    }
+    .encode(id, &mut out);
+    let _ = (&stream).write_all(&out);
+    let _ = stream.shutdown(std::net::Shutdown::Write);
 }
 
 fn serve_connection(
@@ -230,18 +306,24 @@ fn serve_connection(
     stream.set_nodelay(true)?;
     let addr = stream.peer_addr()?;
     // The handshake must finish promptly whatever the idle policy is.
-    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+    stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
     let mut reader = BufReader::with_capacity(256 << 10, stream.try_clone()?);
     let mut writer = BufWriter::with_capacity(256 << 10, stream);
     let peer = match handshake(&mut reader, &mut writer, cfg, addr, session) {
         Ok(peer) => peer,
         Err(e) => {
             stats.auth_failures.inc();
+            stats.closed_handshake.inc();
             return Err(e);
         }
     };
     writer.get_ref().set_read_timeout(cfg.idle_timeout)?;
     let result = request_loop(&mut reader, &mut writer, cfg, service, stats, &peer);
+    if let (Err(NetError::Timeout(_)), Some(idle)) = (&result, cfg.idle_timeout) {
+        let why = format!("closing a connection idle for {idle:?}");
+        reply_error(&mut writer, 0, ErrorCode::BadRequest, &why);
+    }
+    stats.closed(&result);
     service.disconnected(&peer);
     result
 }
@@ -378,4 +460,77 @@ fn handshake(
         addr,
         session,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{ClientConfig, Connection};
+
+    struct Echo;
+
+    impl Service for Echo {
+        fn handle(&self, _: &Peer, id: u64, _: Msg<'_>, out: &mut Vec<u8>) -> Result<(), Refusal> {
+            Msg::Done.encode(id, out);
+            Ok(())
+        }
+    }
+
+    fn until(what: &str, f: impl Fn() -> bool) {
+        let start = std::time::Instant::now();
+        while !f() {
+            assert!(start.elapsed() < Duration::from_secs(10), "never: {what}");
+            thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    #[test]
+    fn connections_past_the_cap_are_refused_with_the_limit() {
+        let cfg = ServerConfig {
+            max_connections: 2,
+            ..ServerConfig::default()
+        };
+        let server = Server::start("127.0.0.1:0", cfg, Arc::new(Echo)).unwrap();
+        let addr = server.local_addr().to_string();
+        let client = ClientConfig::new("cn-0", Role::Compute);
+        let a = Connection::connect(&addr, &client).unwrap();
+        let _b = Connection::connect(&addr, &client).unwrap();
+        match Connection::connect(&addr, &client) {
+            Err(NetError::Remote { code, message }) => {
+                assert_eq!(code, ErrorCode::NoCapacity);
+                assert!(message.contains("limit of 2 connections"), "{message}");
+            }
+            other => panic!("a third connection got {other:?}"),
+        }
+        assert_eq!(server.stats().over_limit.get(), 1);
+        a.call(&Msg::Stats).unwrap().done("stats").unwrap();
+        drop(a);
+        until("the closed connection is counted", || {
+            server.stats().closed_by_peer.get() == 1
+        });
+        let c = Connection::connect(&addr, &client).unwrap();
+        c.call(&Msg::Stats).unwrap().done("stats").unwrap();
+        assert_eq!(server.stats().open.load(Ordering::SeqCst), 2);
+    }
+
+    #[test]
+    fn idle_connections_are_closed_and_clients_reopen_them() {
+        let cfg = ServerConfig {
+            idle_timeout: Some(Duration::from_millis(100)),
+            ..ServerConfig::default()
+        };
+        let server = Server::start("127.0.0.1:0", cfg, Arc::new(Echo)).unwrap();
+        let client = ClientConfig::new("cn-0", Role::Compute);
+        let conn = Connection::connect(&server.local_addr().to_string(), &client).unwrap();
+        conn.call(&Msg::Stats).unwrap().done("stats").unwrap();
+        until("the idle connection is closed", || {
+            server.stats().closed_idle.get() == 1
+        });
+        assert_eq!(server.stats().open.load(Ordering::SeqCst), 0);
+        // Idle for longer than the client's check: the next call reopens it.
+        thread::sleep(Duration::from_millis(1100));
+        conn.call(&Msg::Stats).unwrap().done("stats").unwrap();
+        assert!(conn.is_alive());
+        assert_eq!(server.stats().connections.get(), 2);
+    }
 }

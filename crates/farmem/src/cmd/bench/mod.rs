@@ -2,6 +2,7 @@
 //! its baseline in the same run, and prints ratios.
 
 mod delay;
+mod fuzz;
 mod runtime;
 mod wire;
 
@@ -17,6 +18,8 @@ pub enum Bench {
     Kona(runtime::KonaArgs),
     /// Latency of a remote page fault beside a bare 4 KiB read.
     Fault(runtime::FaultArgs),
+    /// Structured random inputs through the frame decoder and each daemon's handler.
+    Fuzz(fuzz::Args),
 }
 
 pub fn run(b: Bench) -> Outcome {
@@ -25,5 +28,6 @@ pub fn run(b: Bench) -> Outcome {
         Bench::Delay(a) => delay::run(a),
         Bench::Kona(a) => runtime::kona(a),
         Bench::Fault(a) => runtime::fault(a),
+        Bench::Fuzz(a) => fuzz::run(a),
     }
 }
