@@ -39,6 +39,10 @@ pub struct Args {
     /// Memory nodes to start for the far run.
     #[arg(long, default_value_t = 2)]
     memnodes: usize,
+    /// Copies of each far byte, each on another memory node (farmem run
+    /// --replicas); default: farmem run's, 2 with two or more nodes.
+    #[arg(long, value_parser = clap::value_parser!(u8).range(1..=8))]
+    replicas: Option<u8>,
     /// Print one JSON object on stdout instead of the table.
     #[arg(long)]
     json: bool,
@@ -125,6 +129,7 @@ pub fn run(args: Args) -> Outcome {
         .arg("run")
         .args(["--local-mem", &local_mem.to_string()])
         .args(["--memnodes", &args.memnodes.to_string()])
+        .args(args.replicas.map(|n| format!("--replicas={n}")))
         .arg("--stats-json")
         .arg(&stats)
         .arg("--")
