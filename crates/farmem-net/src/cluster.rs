@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use farmem_wire::{Extent, LINE_LEN, LOG_RECORD_LEN, LogRecords, Msg, NodeInfo, Placement};
+use farmem_wire::{Cap, Extent, LINE_LEN, LOG_RECORD_LEN, LogRecords, Msg, NodeInfo, Placement};
 use parking_lot::{Condvar, Mutex, RwLock};
 
 use crate::conn::copy_read_reply;
@@ -218,6 +218,8 @@ struct NodeConns {
     lost: AtomicBool,
     /// When the node's current run of failed requests began.
     failing_since: Mutex<Option<Instant>>,
+    /// Capabilities the controller issued us for this node's ranges.
+    caps: RwLock<Vec<Cap>>,
 }
 
 impl NodeConns {
@@ -230,6 +232,7 @@ impl NodeConns {
         if !slot.is_alive() {
             let conn = Connection::connect(&self.addr, cfg)?;
             self.check_incarnation(conn.incarnation())?;
+            self.present(Some(&conn), None, &self.caps.read())?;
             *slot = conn;
         }
         Ok(slot.clone())
@@ -241,6 +244,51 @@ impl NodeConns {
             self.lost.store(true, Ordering::SeqCst);
         }
         self.check_lost()
+    }
+
+    /// Shows a newly opened connection or page reader `caps`, this client's
+    /// capabilities for the node: the node serves a session only the ranges
+    /// it presented capabilities for. A refusal (capabilities of a previous
+    /// incarnation of the node) is logged, not returned: the node's answer
+    /// to each access then says what is wrong (lost, not granted).
+    fn present(
+        &self,
+        conn: Option<&Connection>,
+        reader: Option<&mut PageReader>,
+        caps: &[Cap],
+    ) -> Result<(), NetError> {
+        if caps.is_empty() {
+            return Ok(());
+        }
+        let msg = Msg::Present {
+            caps: caps.to_vec(),
+        };
+        let shown = match (conn, reader) {
+            (Some(c), _) => c.call(&msg).and_then(|r| r.done("present")),
+            (None, Some(r)) => r.present(caps),
+            (None, None) => Ok(()),
+        };
+        match shown {
+            Err(NetError::Remote { message, .. }) => {
+                tracing::warn!("{message}");
+                Ok(())
+            }
+            other => other,
+        }
+    }
+
+    /// Adds a capability and shows it to every open connection and page
+    /// reader; one that fails is replaced (and shown every capability) later.
+    fn add_cap(&self, cap: Cap) {
+        self.caps.write().push(cap.clone());
+        let caps = [cap];
+        for slot in &self.conns {
+            let conn = slot.lock().clone();
+            let _ = self.present(Some(&conn), None, &caps);
+        }
+        for r in self.readers.read().iter() {
+            let _ = self.present(None, Some(&mut r.lock()), &caps);
+        }
     }
 
     fn check_lost(&self) -> Result<(), NetError> {
@@ -312,6 +360,7 @@ impl Cluster {
             addr: memnode.to_string(),
             base: 0,
             len: capacity,
+            cap: None,
         }])?;
         Ok(cluster)
     }
@@ -387,6 +436,9 @@ impl Cluster {
     pub fn adopt(&self, extents: Vec<Extent>) -> Result<(), NetError> {
         for e in extents {
             self.ensure_node(e.node, &e.addr)?;
+            if let (Some(cap), Some(n)) = (&e.cap, self.nodes.read().get(&e.node)) {
+                n.add_cap(cap.clone());
+            }
             self.extents.write().insert(e.base, e);
         }
         Ok(())
@@ -421,6 +473,7 @@ impl Cluster {
             restarted_as: AtomicU64::new(0),
             lost: AtomicBool::new(false),
             failing_since: Mutex::new(None),
+            caps: RwLock::new(Vec::new()),
         });
         self.refresh_page_readers()
     }
@@ -521,8 +574,9 @@ impl Cluster {
                 continue;
             }
             let connect = || {
-                let reader = PageReader::connect(&n.addr, &self.node_cfg, PAGE_READ_MAX)?;
+                let mut reader = PageReader::connect(&n.addr, &self.node_cfg, PAGE_READ_MAX)?;
                 n.check_incarnation(reader.incarnation())?;
+                n.present(None, Some(&mut reader), &n.caps.read())?;
                 Ok::<_, NetError>(reader)
             };
             let mut readers = n.readers.write();

@@ -18,6 +18,25 @@ pub enum Role {
 }
 
 impl Role {
+    /// The role's name, as role keys and messages spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Role::Compute => "compute",
+            Role::MemNode => "memnode",
+            Role::Controller => "controller",
+            Role::Admin => "admin",
+        }
+    }
+
+    /// The role called `name` (see [`Role::name`]).
+    pub fn from_name(name: &str) -> Option<Self> {
+        [Role::Compute, Role::MemNode, Role::Controller, Role::Admin]
+            .into_iter()
+            .find(|r| r.name() == name)
+    }
+
+    pub const ALL: [Role; 4] = [Role::Compute, Role::MemNode, Role::Controller, Role::Admin];
+
     fn from_u8(v: u8) -> Result<Self, WireError> {
         Ok(match v {
             1 => Role::Compute,
@@ -84,6 +103,9 @@ pub enum ErrorCode {
     /// The range's data is gone: its memory node restarted (a new
     /// incarnation) after the data was written, and no copy was restored.
     Lost = 9,
+    /// The session presented no valid capability for the range, or a
+    /// forged, tampered or stale one.
+    NoCapability = 10,
 }
 
 impl ErrorCode {
@@ -97,6 +119,7 @@ impl ErrorCode {
             6 => Self::NotFound,
             7 => Self::VersionMismatch,
             9 => Self::Lost,
+            10 => Self::NoCapability,
             _ => Self::Internal,
         }
     }
@@ -141,6 +164,42 @@ pub struct Extent {
     pub addr: String,
     pub base: u64,
     pub len: u64,
+    /// The controller's capability for this extent (none from a standalone node).
+    pub cap: Option<Cap>,
+}
+
+/// A capability: the controller's word that the session's client (the
+/// owner name the MAC covers) may use `[base, base+len)` on memory node
+/// `node` while that node runs the incarnation the MAC covers, under the
+/// grant `stamp` (drawn per grant, so a later grant of the same range needs
+/// a new capability). See [`crate::auth::cap_mac`].
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Cap {
+    pub node: u32,
+    pub base: u64,
+    pub len: u64,
+    pub stamp: u64,
+    pub mac: [u8; 32],
+}
+
+impl Cap {
+    fn encode(&self, b: &mut Vec<u8>) {
+        b.extend_from_slice(&self.node.to_le_bytes());
+        b.extend_from_slice(&self.base.to_le_bytes());
+        b.extend_from_slice(&self.len.to_le_bytes());
+        b.extend_from_slice(&self.stamp.to_le_bytes());
+        b.extend_from_slice(&self.mac);
+    }
+
+    fn decode(r: &mut Reader<'_>) -> Result<Self, WireError> {
+        Ok(Self {
+            node: r.u32()?,
+            base: r.u64()?,
+            len: r.u64()?,
+            stamp: r.u64()?,
+            mac: r.array()?,
+        })
+    }
 }
 
 /// A memory node as the controller knows it.
@@ -218,6 +277,7 @@ ops! {
     Read = 0x10, ReadOk = 0x11, Write = 0x12, LogBatch = 0x14, LogAck = 0x15,
     Alloc = 0x20, AllocOk = 0x21, Release = 0x22, Lease = 0x23, Register = 0x24, Registered = 0x25,
     Heartbeat = 0x26, Grant = 0x28, Revoke = 0x29, ListNodes = 0x2a, NodesOk = 0x2b,
+    Present = 0x2c,
     Stats = 0x30, StatsOk = 0x31,
     Error = 0x7f,
 }
@@ -312,11 +372,19 @@ pub enum Msg<'a> {
     },
     /// Controller → memory node: `owner` holds the range; `kind` says
     /// whether its bytes are new (zeroed), intact (re-sent) or lost.
+    /// `stamp` names the grant in its capabilities (0 on a re-send: the
+    /// node keeps the stamp it had).
     Grant {
         owner: &'a str,
         base: u64,
         len: u64,
         kind: GrantKind,
+        stamp: u64,
+    },
+    /// Compute → memory node or controller: the capabilities this session
+    /// uses (see [`Cap`]); answered with `Done` once all are verified.
+    Present {
+        caps: Vec<Cap>,
     },
     /// Controller → memory node: the range is no longer anyone's.
     Revoke {
@@ -360,6 +428,7 @@ impl<'a> Msg<'a> {
             Msg::Heartbeat { .. } => Op::Heartbeat,
             Msg::Grant { .. } => Op::Grant,
             Msg::Revoke { .. } => Op::Revoke,
+            Msg::Present { .. } => Op::Present,
             Msg::ListNodes => Op::ListNodes,
             Msg::NodesOk { .. } => Op::NodesOk,
             Msg::Stats => Op::Stats,
@@ -428,8 +497,16 @@ impl<'a> Msg<'a> {
                     b.extend_from_slice(&e.base.to_le_bytes());
                     b.extend_from_slice(&e.len.to_le_bytes());
                     put_str(b, &e.addr);
+                    match &e.cap {
+                        None => b.push(0),
+                        Some(cap) => {
+                            b.push(1);
+                            cap.encode(b);
+                        }
+                    }
                 }
             }
+            Msg::Present { caps } => caps.iter().for_each(|c| c.encode(b)),
             Msg::Release { base, len } | Msg::Revoke { base, len } => {
                 b.extend_from_slice(&base.to_le_bytes());
                 b.extend_from_slice(&len.to_le_bytes());
@@ -456,10 +533,12 @@ impl<'a> Msg<'a> {
                 base,
                 len,
                 kind,
+                stamp,
             } => {
                 b.extend_from_slice(&base.to_le_bytes());
                 b.extend_from_slice(&len.to_le_bytes());
                 b.push(*kind as u8);
+                b.extend_from_slice(&stamp.to_le_bytes());
                 put_str(b, owner);
             }
             Msg::NodesOk { nodes } => {
@@ -528,11 +607,22 @@ impl<'a> Msg<'a> {
                     let base = r.u64()?;
                     let len = r.u64()?;
                     let addr = r.str("memnode address")?.to_string();
+                    let cap = match r.u8()? {
+                        0 => None,
+                        1 => Some(Cap::decode(&mut r)?),
+                        v => {
+                            return Err(WireError::BadValue {
+                                what: "capability flag",
+                                value: v.into(),
+                            });
+                        }
+                    };
                     extents.push(Extent {
                         node,
                         addr,
                         base,
                         len,
+                        cap,
                     });
                 }
                 Msg::AllocOk { extents }
@@ -563,12 +653,21 @@ impl<'a> Msg<'a> {
                 let base = r.u64()?;
                 let len = r.u64()?;
                 let kind = GrantKind::from_u8(r.u8()?)?;
+                let stamp = r.u64()?;
                 Msg::Grant {
                     owner: r.str("owner")?,
                     base,
                     len,
                     kind,
+                    stamp,
                 }
+            }
+            Op::Present => {
+                let mut caps = Vec::new();
+                while r.remaining() > 0 {
+                    caps.push(Cap::decode(&mut r)?);
+                }
+                Msg::Present { caps }
             }
             Op::Revoke => Msg::Revoke {
                 base: r.u64()?,
@@ -634,6 +733,7 @@ fn op_name(op: Op) -> &'static str {
         Op::Heartbeat => "heartbeat",
         Op::Grant => "grant",
         Op::Revoke => "revoke",
+        Op::Present => "present",
         Op::ListNodes => "list nodes",
         Op::NodesOk => "nodes reply",
         Op::Stats => "stats",
@@ -670,6 +770,14 @@ mod tests {
             addr: "127.0.0.1:7001".into(),
             base: 1 << 40,
             len: 128 << 20,
+            cap: None,
+        };
+        let cap = Cap {
+            node: 2,
+            base: 1 << 40,
+            len: 128 << 20,
+            stamp: 0xabc,
+            mac: [7; 32],
         };
         for msg in [
             Msg::Hello {
@@ -708,7 +816,16 @@ mod tests {
                 placement: Placement::LeastLoaded,
             },
             Msg::AllocOk {
-                extents: vec![extent.clone(), extent],
+                extents: vec![
+                    extent.clone(),
+                    Extent {
+                        cap: Some(cap.clone()),
+                        ..extent
+                    },
+                ],
+            },
+            Msg::Present {
+                caps: vec![cap.clone(), cap],
             },
             Msg::Release { base: 1, len: 2 },
             Msg::Lease { ms: 30_000 },
@@ -727,6 +844,7 @@ mod tests {
                 base: 5,
                 len: 6,
                 kind: GrantKind::Lost,
+                stamp: 42,
             },
             Msg::Revoke { base: 5, len: 6 },
             Msg::ListNodes,
