@@ -15,9 +15,15 @@
 //! crashed client cannot keep rack memory for good. Leases are not kept in
 //! the state file: after a restart a client's next renewal starts its
 //! lease again.
+//!
+//! Every extent handed to a client carries a capability ([`farmem_wire::Cap`])
+//! the controller signs with a key derived from the cluster secret; memory
+//! nodes serve a session only ranges it presented one for. Which sessions
+//! may speak for a client name here is [`names`]' business.
 
 pub mod extent;
 pub mod lost;
+mod names;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -28,7 +34,7 @@ use std::time::{Duration, Instant};
 
 use farmem_net::server::{Peer, Refusal, Server, ServerConfig, Service};
 use farmem_net::{ClientConfig, Connection, NetError};
-use farmem_wire::{ErrorCode, GrantKind, Msg, NodeInfo, Role};
+use farmem_wire::{Cap, ErrorCode, GrantKind, Msg, NodeInfo, Role, auth};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
@@ -104,6 +110,15 @@ struct Table {
 }
 
 impl Table {
+    fn new(granularity: u64) -> Self {
+        Self {
+            tree: ExtentTree::new(granularity),
+            nodes: BTreeMap::new(),
+            next_node: 0,
+            lost: LostRanges::default(),
+        }
+    }
+
     /// Carves `size` bytes for `owner` as placed by `placement`, each
     /// granule of it copied on `replicas - 1` more nodes (the ones with the
     /// most room, never the granule's own): the primary grants, each with
@@ -196,6 +211,12 @@ struct Shared {
     leases: Mutex<Leases>,
     grants_reclaimed: AtomicU64,
     bytes_reclaimed: AtomicU64,
+    /// Sessions proven to speak for each client name.
+    names: Mutex<names::Names>,
+    refused_role: AtomicU64,
+    refused_name: AtomicU64,
+    refused_capability: AtomicU64,
+    server_stats: Mutex<Option<Arc<farmem_net::server::ServerStats>>>,
 }
 
 /// How long a client's grants outlive its silence, and when it last spoke.
@@ -249,9 +270,34 @@ pub struct ControllerStats {
     /// Granted bytes whose memory node restarted after they were written:
     /// refused on access until their owners release them.
     pub lost_bytes: u64,
+    /// Requests refused to a peer whose (proven) role may not make them.
+    pub refused_role: u64,
+    /// Requests refused to a session that claimed a client name without
+    /// proving it (another live session holds it).
+    pub refused_name: u64,
+    /// Presented capabilities that were forged, tampered or not the session's.
+    pub refused_capability: u64,
+    /// Handshakes that claimed a role whose key they did not hold.
+    pub refused_role_handshake: u64,
 }
 
 impl Shared {
+    fn new(cfg: ControllerConfig, table: Table) -> Self {
+        Self {
+            cfg,
+            table: Mutex::new(table),
+            links: Mutex::new(HashMap::new()),
+            leases: Mutex::new(Leases::default()),
+            grants_reclaimed: AtomicU64::new(0),
+            bytes_reclaimed: AtomicU64::new(0),
+            names: Mutex::new(names::Names::default()),
+            refused_role: AtomicU64::new(0),
+            refused_name: AtomicU64::new(0),
+            refused_capability: AtomicU64::new(0),
+            server_stats: Mutex::new(None),
+        }
+    }
+
     fn save(&self, table: &Table) {
         let Some(path) = &self.cfg.state else { return };
         let tmp = path.with_extension("tmp");
@@ -291,10 +337,77 @@ impl Shared {
         self.table.lock().nodes.get(&node).map(|n| n.addr.clone())
     }
 
-    /// Tells memory nodes about new grants, which they zero first.
-    fn push_fresh(&self, grants: &[Grant]) -> Result<(), (u32, NetError)> {
-        let pieces = grants.iter().map(|g| (g, g.base, g.len, GrantKind::Fresh));
+    /// Tells memory nodes about new grants, which they zero first;
+    /// `stamps` name them in their capabilities.
+    fn push_fresh(&self, grants: &[Grant], stamps: &[u64]) -> Result<(), (u32, NetError)> {
+        let pieces = grants
+            .iter()
+            .zip(stamps)
+            .map(|(g, &stamp)| (g, g.base, g.len, GrantKind::Fresh, stamp));
         self.push_pieces(pieces.collect())
+    }
+
+    /// The capability for grant `g` named `stamp`: what a memory node wants
+    /// to see before serving `g`'s owner.
+    fn issue_cap(&self, t: &Table, g: &Grant, stamp: u64) -> Cap {
+        let mut cap = Cap {
+            node: g.node,
+            base: g.base,
+            len: g.len,
+            stamp,
+            mac: [0; 32],
+        };
+        let incarnation = t.nodes.get(&g.node).map_or(0, |n| n.incarnation);
+        cap.mac = auth::cap_mac(&self.cfg.token, &g.owner, &cap, incarnation);
+        cap
+    }
+
+    /// Binds a session presenting a capability of its name (see [`names`]).
+    fn present(&self, peer: &Peer, caps: &[Cap]) -> Result<(), Refusal> {
+        if peer.role != Role::Compute {
+            return Err(self.refuse_role(peer, "present capabilities"));
+        }
+        let t = self.table.lock();
+        let bad = caps.iter().find(|c| {
+            let incarnation = t.nodes.get(&c.node).map_or(0, |n| n.incarnation);
+            !auth::verify(
+                &auth::cap_mac(&self.cfg.token, &peer.name, c, incarnation),
+                &c.mac,
+            )
+        });
+        drop(t);
+        if let Some(c) = bad {
+            self.refused_capability.fetch_add(1, Ordering::Relaxed);
+            return Err(Refusal::new(
+                ErrorCode::NoCapability,
+                format!(
+                    "the controller refused `{}` (session {} from {}): the capability for node {} [{:#x}, +{}) was not issued to it",
+                    peer.name, peer.session, peer.addr, c.node, c.base, c.len
+                ),
+            ));
+        }
+        if !caps.is_empty() {
+            self.names.lock().prove(&peer.name, peer.session);
+        }
+        Ok(())
+    }
+
+    /// Lets a request that acts for the peer's client name in only from a
+    /// session proven to speak for it (see [`names`]).
+    fn check_name(&self, peer: &Peer) -> Result<(), Refusal> {
+        let mut names = self.names.lock();
+        let holds = !self.table.lock().tree.grants_of(&peer.name).is_empty();
+        if names.admit(&peer.name, peer.session, holds) {
+            return Ok(());
+        }
+        self.refused_name.fetch_add(1, Ordering::Relaxed);
+        Err(Refusal::new(
+            ErrorCode::Unauthorized,
+            format!(
+                "the controller refused `{}` (session {} from {}): another live session holds that name and its grants; present one of its capabilities first",
+                peer.name, peer.session, peer.addr
+            ),
+        ))
     }
 
     /// Tells a node that (re)registered what it holds: the pieces of each
@@ -309,7 +422,7 @@ impl Shared {
                 } else {
                     GrantKind::Resend
                 };
-                pieces.push((g, base, len, kind));
+                pieces.push((g, base, len, kind, 0));
             }
         }
         drop(t);
@@ -318,15 +431,16 @@ impl Shared {
 
     fn push_pieces(
         &self,
-        pieces: Vec<(&Grant, u64, u64, GrantKind)>,
+        pieces: Vec<(&Grant, u64, u64, GrantKind, u64)>,
     ) -> Result<(), (u32, NetError)> {
-        for (g, base, len, kind) in pieces {
+        for (g, base, len, kind, stamp) in pieces {
             let addr = self.node_addr(g.node).unwrap_or_default();
             let grant = Msg::Grant {
                 owner: &g.owner,
                 base,
                 len,
                 kind,
+                stamp,
             };
             self.push(g.node, &addr, &grant).map_err(|e| (g.node, e))?;
         }
@@ -399,7 +513,8 @@ impl Shared {
     }
 
     /// Grants `size` bytes to `owner`, each byte on `replicas` distinct
-    /// memory nodes, and tells the nodes (which zero them) before answering.
+    /// memory nodes, tells the nodes (which zero them) before answering,
+    /// and hands the owner a capability for every copy.
     fn alloc(
         &self,
         owner: &str,
@@ -420,7 +535,9 @@ impl Shared {
             .flat_map(|(p, ms)| std::iter::once(p).chain(ms))
             .cloned()
             .collect();
-        if let Err((node, e)) = self.push_fresh(&all) {
+        // Never 0, which a memory node reads as "keep the stamp".
+        let stamps: Vec<u64> = all.iter().map(|_| rand::random::<u64>() | 1).collect();
+        if let Err((node, e)) = self.push_fresh(&all, &stamps) {
             let mut t = self.table.lock();
             for g in &all {
                 let _ = t.tree.release(&g.owner, g.base, g.len);
@@ -438,6 +555,9 @@ impl Shared {
                 .map(|n| n.addr.clone())
                 .unwrap_or_default()
         };
+        // `all` lists each set's primary, then its mirrors: stamps follow.
+        let mut stamps = stamps.into_iter();
+        let mut cap = |g: &Grant| Some(self.issue_cap(&t, g, stamps.next().unwrap_or(1)));
         Ok(sets
             .iter()
             .map(|(p, mirrors)| farmem_wire::Extent {
@@ -445,12 +565,14 @@ impl Shared {
                 addr: addr(p.node),
                 base: p.base,
                 len: p.len,
+                cap: cap(p),
                 mirrors: mirrors
                     .iter()
                     .map(|m| farmem_wire::Mirror {
                         node: m.node,
                         addr: addr(m.node),
                         base: m.base,
+                        cap: cap(m),
                     })
                     .collect(),
             })
@@ -474,6 +596,14 @@ impl Shared {
             grants_reclaimed: self.grants_reclaimed.load(Ordering::Relaxed),
             bytes_reclaimed: self.bytes_reclaimed.load(Ordering::Relaxed),
             lost_bytes: t.lost.bytes(),
+            refused_role: self.refused_role.load(Ordering::Relaxed),
+            refused_name: self.refused_name.load(Ordering::Relaxed),
+            refused_capability: self.refused_capability.load(Ordering::Relaxed),
+            refused_role_handshake: self
+                .server_stats
+                .lock()
+                .as_ref()
+                .map_or(0, |s| s.refused_role.get()),
         }
     }
 
@@ -592,10 +722,17 @@ impl Shared {
         Ok(leases)
     }
 
-    fn refuse_role(peer: &Peer, what: &str) -> Refusal {
+    fn refuse_role(&self, peer: &Peer, what: &str) -> Refusal {
+        self.refused_role.fetch_add(1, Ordering::Relaxed);
         Refusal::new(
             ErrorCode::Unauthorized,
-            format!("a {:?} peer may not {what}", peer.role),
+            format!(
+                "the controller refused `{}` ({} at {}): a {} peer may not {what}",
+                peer.name,
+                peer.role.name(),
+                peer.addr,
+                peer.role.name()
+            ),
         )
     }
 }
@@ -609,6 +746,10 @@ impl Service for ControllerService {
         let shared = &self.0;
         shared.handle(peer, id, msg, out, &self.0)
     }
+
+    fn disconnected(&self, peer: &Peer) {
+        self.0.names.lock().disconnected(&peer.name, peer.session);
+    }
 }
 
 impl Shared {
@@ -620,6 +761,14 @@ impl Shared {
         out: &mut Vec<u8>,
         me: &Arc<Shared>,
     ) -> Result<(), Refusal> {
+        if peer.role == Role::Compute
+            && matches!(
+                msg,
+                Msg::Alloc { .. } | Msg::Release { .. } | Msg::Lease { .. }
+            )
+        {
+            self.check_name(peer)?;
+        }
         let admitted = self.admit(peer)?;
         let changes_table = matches!(msg, Msg::Alloc { .. } | Msg::Release { .. });
         let _admitted = if changes_table {
@@ -635,7 +784,7 @@ impl Shared {
                 incarnation,
             } => {
                 if peer.role != Role::MemNode {
-                    return Err(Self::refuse_role(peer, "register as a memory node"));
+                    return Err(self.refuse_role(peer, "register as a memory node"));
                 }
                 let (node, base) = self.register(listen, capacity, incarnation)?;
                 Msg::Registered { node, base }.encode(id, out);
@@ -661,7 +810,7 @@ impl Shared {
             }
             Msg::Heartbeat { node, .. } => {
                 if peer.role != Role::MemNode {
-                    return Err(Self::refuse_role(peer, "heartbeat"));
+                    return Err(self.refuse_role(peer, "heartbeat"));
                 }
                 let mut t = self.table.lock();
                 let Some(n) = t.nodes.get_mut(&node) else {
@@ -685,7 +834,7 @@ impl Shared {
                 replicas,
             } => {
                 if peer.role != Role::Compute {
-                    return Err(Self::refuse_role(peer, "allocate"));
+                    return Err(self.refuse_role(peer, "allocate"));
                 }
                 let placement = match placement {
                     farmem_wire::Placement::Default => self.cfg.placement,
@@ -697,7 +846,7 @@ impl Shared {
             }
             Msg::Release { base, len } => {
                 if peer.role != Role::Compute {
-                    return Err(Self::refuse_role(peer, "release"));
+                    return Err(self.refuse_role(peer, "release"));
                 }
                 let released = {
                     let mut t = self.table.lock();
@@ -714,7 +863,7 @@ impl Shared {
             }
             Msg::Lease { ms } => {
                 if peer.role != Role::Compute {
-                    return Err(Self::refuse_role(peer, "hold a lease"));
+                    return Err(self.refuse_role(peer, "hold a lease"));
                 }
                 let mut leases = self.leases.lock();
                 if ms == 0 {
@@ -728,6 +877,10 @@ impl Shared {
                         },
                     );
                 }
+                Msg::Done.encode(id, out);
+            }
+            Msg::Present { caps } => {
+                self.present(peer, &caps)?;
                 Msg::Done.encode(id, out);
             }
             Msg::ListNodes => Msg::NodesOk {
@@ -751,12 +904,7 @@ pub struct Controller {
 
 impl Controller {
     pub fn start(cfg: ControllerConfig) -> Result<Self, ControllerError> {
-        let mut table = Table {
-            tree: ExtentTree::new(cfg.granularity),
-            nodes: BTreeMap::new(),
-            next_node: 0,
-            lost: LostRanges::default(),
-        };
+        let mut table = Table::new(cfg.granularity);
         if let Some(path) = &cfg.state {
             match std::fs::read(path) {
                 Ok(bytes) => {
@@ -787,14 +935,7 @@ impl Controller {
                 }
             }
         }
-        let shared = Arc::new(Shared {
-            cfg: cfg.clone(),
-            table: Mutex::new(table),
-            links: Mutex::new(HashMap::new()),
-            leases: Mutex::new(Leases::default()),
-            grants_reclaimed: AtomicU64::new(0),
-            bytes_reclaimed: AtomicU64::new(0),
-        });
+        let shared = Arc::new(Shared::new(cfg.clone(), table));
         let server_cfg = ServerConfig {
             token: cfg.token.clone(),
             ..ServerConfig::default()
@@ -805,6 +946,7 @@ impl Controller {
             Arc::new(ControllerService(shared.clone())),
         )
         .map_err(ControllerError::Listen)?;
+        *shared.server_stats.lock() = Some(server.stats().clone());
         let stop = Arc::new(AtomicBool::new(false));
         let monitor = {
             let (shared, stop) = (shared.clone(), stop.clone());
@@ -889,17 +1031,6 @@ pub fn service_for_fuzzing(granularity: u64) -> Arc<dyn Service> {
         granularity,
         ..ControllerConfig::new("127.0.0.1:0")
     };
-    Arc::new(ControllerService(Arc::new(Shared {
-        table: Mutex::new(Table {
-            tree: ExtentTree::new(cfg.granularity),
-            nodes: BTreeMap::new(),
-            next_node: 0,
-            lost: LostRanges::default(),
-        }),
-        cfg,
-        links: Mutex::new(HashMap::new()),
-        leases: Mutex::new(Leases::default()),
-        grants_reclaimed: AtomicU64::new(0),
-        bytes_reclaimed: AtomicU64::new(0),
-    })))
+    let table = Table::new(cfg.granularity);
+    Arc::new(ControllerService(Arc::new(Shared::new(cfg, table))))
 }

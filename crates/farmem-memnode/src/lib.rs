@@ -11,7 +11,7 @@
 
 pub mod store;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::thread::{self, JoinHandle};
@@ -20,7 +20,7 @@ use std::time::Duration;
 use farmem_core::Counter;
 use farmem_net::server::{Peer, Refusal, Server, ServerConfig, Service};
 use farmem_net::{ClientConfig, Connection, NetError};
-use farmem_wire::{ErrorCode, GrantKind, Msg, Role};
+use farmem_wire::{Cap, ErrorCode, GrantKind, Msg, Role, auth};
 use parking_lot::RwLock;
 use serde::Serialize;
 
@@ -80,6 +80,8 @@ struct Counters {
     refused_role: Counter,
     refused_lost: Counter,
     refused_too_long: Counter,
+    refused_capability: Counter,
+    caps_accepted: Counter,
     grants: Counter,
     revokes: Counter,
 }
@@ -110,6 +112,13 @@ pub struct MemNodeStats {
     pub refused_lost: u64,
     /// Reads longer than one reply frame may carry.
     pub refused_too_long: u64,
+    /// Accesses outside every capability the session presented, and
+    /// presented capabilities that were forged, tampered with or not ours.
+    pub refused_capability: u64,
+    /// Capabilities presented and verified.
+    pub caps_accepted: u64,
+    /// Handshakes that claimed a role whose key they did not hold.
+    pub refused_role_handshake: u64,
     pub connections: u64,
     pub protocol_errors: u64,
     pub auth_failures: u64,
@@ -121,6 +130,8 @@ struct GrantEntry {
     /// The owner wrote this range before this node last restarted: its
     /// bytes are gone, and every access is refused.
     lost: bool,
+    /// Names the grant in its capabilities (drawn by the controller).
+    stamp: u64,
 }
 
 struct Shared {
@@ -136,6 +147,11 @@ struct Shared {
     standalone: bool,
     /// Granted ranges keyed by global base address.
     grants: RwLock<BTreeMap<u64, GrantEntry>>,
+    /// The cluster secret, which capabilities are checked against.
+    secret: Vec<u8>,
+    /// Verified capabilities by session: a session is served only ranges
+    /// it presented one for.
+    caps: RwLock<HashMap<u64, Vec<Cap>>>,
     counters: Counters,
     server_stats: RwLock<Option<Arc<farmem_net::server::ServerStats>>>,
 }
@@ -181,16 +197,36 @@ impl Shared {
                     ),
                 ))
             }
-            Some(_) => Ok(offset),
+            Some((gbase, g)) => {
+                let stamp = g.stamp;
+                let covered = self.caps.read().get(&peer.session).is_some_and(|caps| {
+                    caps.iter()
+                        .any(|c| c.stamp == stamp && c.base <= addr && addr + len <= c.base + c.len)
+                });
+                if covered {
+                    return Ok(offset);
+                }
+                self.counters.refused_capability.inc();
+                Err(Refusal::new(
+                    ErrorCode::NoCapability,
+                    format!(
+                        "memory node {} refused `{}` (session {} from {}): no capability for [{addr:#x}, +{len}) of its grant at {gbase:#x}",
+                        self.node.load(Ordering::Relaxed),
+                        peer.name,
+                        peer.session,
+                        peer.addr
+                    ),
+                ))
+            }
             None => {
                 self.counters.refused_not_owner.inc();
                 Err(Refusal::new(
                     ErrorCode::NotOwner,
                     format!(
-                        "[{addr:#x}, +{len}) is not granted to `{}` on memory node {} at {}",
-                        peer.name,
+                        "memory node {} at {} refused `{}`: [{addr:#x}, +{len}) is not granted to it",
                         self.node.load(Ordering::Relaxed),
-                        self.advertise.read()
+                        self.advertise.read(),
+                        peer.name,
                     ),
                 ))
             }
@@ -223,6 +259,9 @@ impl Shared {
             refused_role: c.refused_role.get(),
             refused_lost: c.refused_lost.get(),
             refused_too_long: c.refused_too_long.get(),
+            refused_capability: c.refused_capability.get(),
+            caps_accepted: c.caps_accepted.get(),
+            refused_role_handshake: sv(|s| s.refused_role.get()),
             connections: sv(|s| s.connections.get()),
             protocol_errors: sv(|s| s.protocol_errors.get()),
             auth_failures: sv(|s| s.auth_failures.get()),
@@ -233,8 +272,52 @@ impl Shared {
         self.counters.refused_role.inc();
         Refusal::new(
             ErrorCode::Unauthorized,
-            format!("a {:?} peer may not {what}", peer.role),
+            format!(
+                "memory node {} refused `{}` ({} at {}): a {} peer may not {what}",
+                self.node.load(Ordering::Relaxed),
+                peer.name,
+                peer.role.name(),
+                peer.addr,
+                peer.role.name()
+            ),
         )
+    }
+
+    /// Checks capabilities a session presents and keeps those whose grant
+    /// is still in force. A forged or tampered one, or one issued to
+    /// another client or for another node or incarnation, refuses them all.
+    fn present(&self, peer: &Peer, caps: Vec<Cap>) -> Result<(), Refusal> {
+        if peer.role != Role::Compute {
+            return Err(self.refuse_role(peer, "present capabilities"));
+        }
+        if self.standalone {
+            return Ok(());
+        }
+        let node = self.node.load(Ordering::Relaxed);
+        let bad = caps.iter().find(|c| {
+            c.node != node
+                || !auth::verify(
+                    &auth::cap_mac(&self.secret, &peer.name, c, self.incarnation),
+                    &c.mac,
+                )
+        });
+        if let Some(c) = bad {
+            self.counters.refused_capability.inc();
+            return Err(Refusal::new(
+                ErrorCode::NoCapability,
+                format!(
+                    "memory node {node} refused `{}` (session {} from {}): the capability for node {} [{:#x}, +{}) was not issued to it for this node's incarnation {:#x}",
+                    peer.name, peer.session, peer.addr, c.node, c.base, c.len, self.incarnation
+                ),
+            ));
+        }
+        self.counters.caps_accepted.add(caps.len() as u64);
+        self.caps
+            .write()
+            .entry(peer.session)
+            .or_default()
+            .extend(caps);
+        Ok(())
     }
 }
 
@@ -307,6 +390,7 @@ impl Service for Shared {
                 base,
                 len,
                 kind,
+                stamp,
             } => {
                 if peer.role != Role::Controller {
                     return Err(self.refuse_role(peer, "grant memory"));
@@ -327,8 +411,16 @@ impl Service for Shared {
                     .filter(|(gb, g)| **gb + g.len > base)
                     .map(|(gb, _)| *gb)
                     .collect();
+                // A re-send (stamp 0) keeps the stamp its range had, so the
+                // owner's capabilities stay good.
+                let mut stamp = stamp;
                 for gb in overlapping {
-                    grants.remove(&gb);
+                    if let Some(old) = grants.remove(&gb)
+                        && stamp == 0
+                        && *old.owner == *owner
+                    {
+                        stamp = old.stamp;
+                    }
                 }
                 if kind != GrantKind::Resend {
                     // New memory, or bytes that are gone: nothing of a
@@ -341,6 +433,7 @@ impl Service for Shared {
                         len,
                         owner: owner.into(),
                         lost: kind == GrantKind::Lost,
+                        stamp,
                     },
                 );
                 self.counters.grants.inc();
@@ -378,6 +471,7 @@ impl Service for Shared {
                                 len: base - gb,
                                 owner: g.owner.clone(),
                                 lost: g.lost,
+                                stamp: g.stamp,
                             },
                         );
                     }
@@ -388,6 +482,7 @@ impl Service for Shared {
                                 len: gb + g.len - end,
                                 owner: g.owner,
                                 lost: g.lost,
+                                stamp: g.stamp,
                             },
                         );
                     }
@@ -395,10 +490,18 @@ impl Service for Shared {
                 self.counters.revokes.inc();
                 Msg::Done.encode(id, out);
             }
+            Msg::Present { caps } => {
+                self.present(peer, caps)?;
+                Msg::Done.encode(id, out);
+            }
             Msg::Stats => farmem_net::server::reply_stats(id, &self.stats(), out),
             other => return Err(Refusal::unsupported("a memory node", &other)),
         }
         Ok(())
+    }
+
+    fn disconnected(&self, peer: &Peer) {
+        self.caps.write().remove(&peer.session);
     }
 }
 
@@ -424,6 +527,8 @@ impl MemNode {
             node: AtomicU32::new(0),
             standalone: cfg.controller.is_none(),
             grants: RwLock::new(BTreeMap::new()),
+            secret: cfg.token.clone(),
+            caps: RwLock::new(HashMap::new()),
             counters: Counters::default(),
             server_stats: RwLock::new(None),
         });
@@ -431,6 +536,10 @@ impl MemNode {
             token: cfg.token.clone(),
             max_frame: cfg.max_frame,
             incarnation,
+            // Capabilities are presented per session, and a connection the
+            // client reopens transparently after an idle close would come
+            // back without them: memory nodes keep their clients' sessions.
+            idle_timeout: None,
             ..ServerConfig::default()
         };
         let server =
@@ -582,6 +691,8 @@ pub fn service_for_fuzzing(capacity: u64, base: u64) -> Arc<dyn Service> {
         store: ChunkStore::new(capacity),
         incarnation: 1,
         advertise: RwLock::new("fuzz".into()),
+        secret: Vec::new(),
+        caps: RwLock::new(HashMap::new()),
         max_frame: farmem_wire::DEFAULT_MAX_FRAME,
         base: AtomicU64::new(base),
         node: AtomicU32::new(0),

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use farmem_wire::{Extent, Msg, NodeInfo, Placement};
+use farmem_wire::{Cap, Extent, Msg, NodeInfo, Placement};
 use parking_lot::{Condvar, Mutex, RwLock};
 
 mod io;
@@ -237,6 +237,8 @@ struct NodeConns {
     /// and the last failure, for the error every later request gets.
     down: Mutex<Option<(Duration, String)>>,
     is_down: AtomicBool,
+    /// Capabilities the controller issued us for this node's ranges.
+    caps: RwLock<Vec<Cap>>,
 }
 
 impl NodeConns {
@@ -249,6 +251,7 @@ impl NodeConns {
         if !slot.is_alive() {
             let conn = Connection::connect(&self.addr, cfg)?;
             self.check_incarnation(conn.incarnation())?;
+            self.present(Some(&conn), None, &self.caps.read())?;
             *slot = conn;
         }
         Ok(slot.clone())
@@ -260,6 +263,51 @@ impl NodeConns {
             self.lost.store(true, Ordering::SeqCst);
         }
         self.check_lost()
+    }
+
+    /// Shows a newly opened connection or page reader `caps`, this client's
+    /// capabilities for the node: the node serves a session only the ranges
+    /// it presented capabilities for. A refusal (capabilities of a previous
+    /// incarnation of the node) is logged, not returned: the node's answer
+    /// to each access then says what is wrong (lost, not granted).
+    fn present(
+        &self,
+        conn: Option<&Connection>,
+        reader: Option<&mut PageReader>,
+        caps: &[Cap],
+    ) -> Result<(), NetError> {
+        if caps.is_empty() {
+            return Ok(());
+        }
+        let msg = Msg::Present {
+            caps: caps.to_vec(),
+        };
+        let shown = match (conn, reader) {
+            (Some(c), _) => c.call(&msg).and_then(|r| r.done("present")),
+            (None, Some(r)) => r.present(caps),
+            (None, None) => Ok(()),
+        };
+        match shown {
+            Err(NetError::Remote { message, .. }) => {
+                tracing::warn!("{message}");
+                Ok(())
+            }
+            other => other,
+        }
+    }
+
+    /// Adds a capability and shows it to every open connection and page
+    /// reader; one that fails is replaced (and shown every capability) later.
+    fn add_cap(&self, cap: Cap) {
+        self.caps.write().push(cap.clone());
+        let caps = [cap];
+        for slot in &self.conns {
+            let conn = slot.lock().clone();
+            let _ = self.present(Some(&conn), None, &caps);
+        }
+        for r in self.readers.read().iter() {
+            let _ = self.present(None, Some(&mut r.lock()), &caps);
+        }
     }
 
     /// Fails once the node is lost (restarted) or down: this client uses
@@ -349,6 +397,7 @@ impl Cluster {
             base: 0,
             len: capacity,
             mirrors: Vec::new(),
+            cap: None,
         }])?;
         Ok(cluster)
     }
@@ -428,8 +477,14 @@ impl Cluster {
     pub fn adopt(&self, extents: Vec<Extent>) -> Result<(), NetError> {
         for e in extents {
             self.ensure_node(e.node, &e.addr)?;
+            if let (Some(cap), Some(n)) = (&e.cap, self.nodes.read().get(&e.node)) {
+                n.add_cap(cap.clone());
+            }
             for m in &e.mirrors {
                 self.ensure_node(m.node, &m.addr)?;
+                if let (Some(cap), Some(n)) = (&m.cap, self.nodes.read().get(&m.node)) {
+                    n.add_cap(cap.clone());
+                }
             }
             self.extents.write().insert(e.base, e);
         }
@@ -468,6 +523,7 @@ impl Cluster {
             failing: AtomicBool::new(false),
             down: Mutex::new(None),
             is_down: AtomicBool::new(false),
+            caps: RwLock::new(Vec::new()),
         });
         self.refresh_page_readers()
     }
@@ -597,8 +653,9 @@ impl Cluster {
             return Ok(());
         }
         let connect = || {
-            let reader = PageReader::connect(&n.addr, &self.node_cfg, PAGE_READ_MAX)?;
+            let mut reader = PageReader::connect(&n.addr, &self.node_cfg, PAGE_READ_MAX)?;
             n.check_incarnation(reader.incarnation())?;
+            n.present(None, Some(&mut reader), &n.caps.read())?;
             Ok::<_, NetError>(reader)
         };
         let mut readers = n.readers.write();
@@ -704,6 +761,8 @@ fn sub_extent(e: &Extent, lo: u64, hi: u64) -> Extent {
         addr: e.addr.clone(),
         base: lo,
         len: hi - lo,
+        // Still the grant's: a capability covers the whole of it.
+        cap: e.cap.clone(),
         mirrors: e
             .mirrors
             .iter()

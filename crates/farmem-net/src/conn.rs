@@ -511,6 +511,8 @@ pub(crate) fn handshake(
     cfg: &ClientConfig,
     addr: &str,
 ) -> Result<Welcomed, NetError> {
+    let key = auth::client_key(&cfg.token, cfg.role)
+        .map_err(|e| NetError::Auth(format!("cannot connect to {addr}: {e}")))?;
     let client_nonce: [u8; 16] = rand::random();
     let mut out = Vec::new();
     Msg::Hello {
@@ -535,10 +537,11 @@ pub(crate) fn handshake(
                     "{addr} speaks protocol version {version}, we speak {PROTOCOL_VERSION}"
                 )));
             }
-            let expected = auth::server_proof(&cfg.token, &client_nonce, &nonce, &cfg.name);
+            let expected = auth::server_proof(&key, &client_nonce, &nonce, &cfg.name);
             if !auth::verify(&expected, &proof) {
                 return Err(NetError::Auth(format!(
-                    "{addr} does not know the cluster token"
+                    "{addr} does not know the {} key of the cluster token",
+                    cfg.role.name()
                 )));
             }
             (nonce, max_frame)
@@ -557,7 +560,7 @@ pub(crate) fn handshake(
         }
     };
     out.clear();
-    let proof = auth::client_proof(&cfg.token, &client_nonce, &server_nonce, &cfg.name);
+    let proof = auth::client_proof(&key, &client_nonce, &server_nonce, &cfg.name);
     Msg::Auth { proof }.encode(0, &mut out);
     writer.write_all(&out)?;
     let h = read_frame(reader, &mut body, HANDSHAKE_MAX_FRAME)?;

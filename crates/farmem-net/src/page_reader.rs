@@ -80,6 +80,44 @@ impl PageReader {
         })
     }
 
+    /// Presents capabilities to the node (see `Msg::Present`), waiting for
+    /// its answer. Allocates: call it when the reader is made or a grant
+    /// added, never from a fault handler. A failure other than the node's
+    /// refusal kills the reader.
+    pub fn present(&mut self, caps: &[farmem_wire::Cap]) -> Result<(), NetError> {
+        if self.dead {
+            return Err(NetError::Disconnected("page reader failed earlier".into()));
+        }
+        let id = self.next_id;
+        self.next_id += 1;
+        let mut request = Vec::new();
+        Msg::Present {
+            caps: caps.to_vec(),
+        }
+        .encode(id, &mut request);
+        let result = (|| {
+            self.stream.write_all(&request)?;
+            let mut body = Vec::new();
+            let h = crate::frame::read_frame(&mut self.stream, &mut body, self.max_frame)?;
+            let reply = crate::Reply { op: h.op, body };
+            if h.id != id {
+                return Err(NetError::Routing(format!(
+                    "reply {} to present request {id}",
+                    h.id
+                )));
+            }
+            reply.done("present")
+        })();
+        if result
+            .as_ref()
+            .is_err_and(|e| !matches!(e, NetError::Remote { .. }))
+        {
+            self.dead = true;
+            let _ = self.stream.shutdown(std::net::Shutdown::Both);
+        }
+        result
+    }
+
     /// The server's incarnation (see [`crate::Connection::incarnation`]).
     pub fn incarnation(&self) -> u64 {
         self.incarnation

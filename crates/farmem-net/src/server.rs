@@ -130,6 +130,9 @@ pub struct ServerStats {
     pub closed_handshake: Counter,
     pub closed_protocol: Counter,
     pub closed_io: Counter,
+    /// Handshakes that proved another role's key than the role claimed
+    /// (also counted in `auth_failures`).
+    pub refused_role: Counter,
 }
 
 impl ServerStats {
@@ -309,7 +312,7 @@ fn serve_connection(
     stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
     let mut reader = BufReader::with_capacity(256 << 10, stream.try_clone()?);
     let mut writer = BufWriter::with_capacity(256 << 10, stream);
-    let peer = match handshake(&mut reader, &mut writer, cfg, addr, session) {
+    let peer = match handshake(&mut reader, &mut writer, cfg, addr, session, stats) {
         Ok(peer) => peer,
         Err(e) => {
             stats.auth_failures.inc();
@@ -394,6 +397,7 @@ fn handshake(
     cfg: &ServerConfig,
     addr: SocketAddr,
     session: u64,
+    stats: &ServerStats,
 ) -> Result<Peer, NetError> {
     const HANDSHAKE_MAX_FRAME: u32 = 4096;
     let mut body = Vec::new();
@@ -421,7 +425,9 @@ fn handshake(
         }
     };
     let server_nonce: [u8; 16] = rand::random();
-    let proof = auth::server_proof(&cfg.token, &client_nonce, &server_nonce, &name);
+    // The claimed role is proven with that role's key, derived from the secret.
+    let key = auth::role_key(&cfg.token, role);
+    let proof = auth::server_proof(&key, &client_nonce, &server_nonce, &name);
     let mut out = Vec::new();
     Msg::Challenge {
         version: PROTOCOL_VERSION,
@@ -433,18 +439,41 @@ fn handshake(
     writer.write_all(&out)?;
     writer.flush()?;
     let h = read_frame(reader, &mut body, HANDSHAKE_MAX_FRAME)?;
-    let ok = match Msg::decode(h.op, &body)? {
-        Msg::Auth { proof } => auth::verify(
-            &auth::client_proof(&cfg.token, &client_nonce, &server_nonce, &name),
-            &proof,
-        ),
-        _ => false,
+    let proved = |key: &[u8], proof: &[u8; auth::PROOF_LEN]| {
+        auth::verify(
+            &auth::client_proof(key, &client_nonce, &server_nonce, &name),
+            proof,
+        )
     };
-    if !ok {
-        reply_error(writer, h.id, ErrorCode::Unauthorized, "wrong cluster token");
-        return Err(NetError::Auth(format!(
-            "{addr} ({name}) failed the token challenge"
-        )));
+    let refusal = match Msg::decode(h.op, &body)? {
+        Msg::Auth { proof } if proved(&key, &proof) => None,
+        Msg::Auth { proof } => Some(
+            match Role::ALL
+                .into_iter()
+                .find(|&r| proved(&auth::role_key(&cfg.token, r), &proof))
+            {
+                Some(other) => {
+                    stats.refused_role.inc();
+                    format!(
+                        "`{name}` at {addr} claimed role {} but holds only the {} key",
+                        role.name(),
+                        other.name()
+                    )
+                }
+                None => format!(
+                    "`{name}` at {addr} does not know the cluster token (claimed role {})",
+                    role.name()
+                ),
+            },
+        ),
+        other => Some(format!(
+            "`{name}` at {addr} sent {:?}, not auth",
+            other.op()
+        )),
+    };
+    if let Some(why) = refusal {
+        reply_error(writer, h.id, ErrorCode::Unauthorized, &why);
+        return Err(NetError::Auth(why));
     }
     out.clear();
     Msg::Welcome {

@@ -72,7 +72,7 @@ fn cfg(dirty: DirtyMode, fault_path: FaultPath) -> Config {
 fn round_trip(rack: &Rack, dirty: DirtyMode, path: FaultPath, ops: usize) {
     let mut shadow = vec![0u8; REGION as usize];
     let mut rng = SmallRng::seed_from_u64(7);
-    let extents;
+    let (extents, held);
     {
         let store = store(rack);
         let rt = Runtime::new(cfg(dirty, path), store.clone(), store.clone()).unwrap();
@@ -99,31 +99,11 @@ fn round_trip(rack: &Rack, dirty: DirtyMode, path: FaultPath, ops: usize) {
             "the workload must overflow the cache"
         );
         extents = region.extents().unwrap();
+        held = store.cluster().extents();
     }
     let store = store(rack);
-    store
-        .cluster()
-        .adopt(
-            extents
-                .iter()
-                .map(|&(base, len)| {
-                    let node = rack
-                        .controller
-                        .nodes()
-                        .into_iter()
-                        .find(|n| base >= n.base && base < n.base + n.capacity)
-                        .unwrap();
-                    farmem_wire::Extent {
-                        node: node.node,
-                        addr: node.addr,
-                        base,
-                        len,
-                        mirrors: Vec::new(),
-                    }
-                })
-                .collect(),
-        )
-        .unwrap();
+    // The first runtime's extents, with the capabilities issued for them.
+    store.cluster().adopt(held).unwrap();
     let rt = Runtime::new(cfg(dirty, path), store.clone(), store.clone()).unwrap();
     let region = rt.region_over(&extents).unwrap();
     let mut page = vec![0u8; PAGE as usize];

@@ -23,11 +23,12 @@ mod msg;
 
 pub use codec::{FrameHeader, Reader, decode_header, encode_frame};
 pub use msg::{
-    ErrorCode, Extent, GrantKind, LogRecord, LogRecords, Mirror, Msg, NodeInfo, Op, Placement, Role,
+    Cap, ErrorCode, Extent, GrantKind, LogRecord, LogRecords, Mirror, Msg, NodeInfo, Op, Placement,
+    Role,
 };
 
 /// Protocol version spoken by this build; peers with another version are refused.
-pub const PROTOCOL_VERSION: u16 = 1;
+pub const PROTOCOL_VERSION: u16 = 2;
 /// Bytes of frame header, including the length field.
 pub const HEADER_LEN: usize = 16;
 /// Bytes of one cache-line log record: an address and one 64 B line.

@@ -18,6 +18,25 @@ pub enum Role {
 }
 
 impl Role {
+    /// The role's name, as role keys and messages spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Role::Compute => "compute",
+            Role::MemNode => "memnode",
+            Role::Controller => "controller",
+            Role::Admin => "admin",
+        }
+    }
+
+    /// The role called `name` (see [`Role::name`]).
+    pub fn from_name(name: &str) -> Option<Self> {
+        [Role::Compute, Role::MemNode, Role::Controller, Role::Admin]
+            .into_iter()
+            .find(|r| r.name() == name)
+    }
+
+    pub const ALL: [Role; 4] = [Role::Compute, Role::MemNode, Role::Controller, Role::Admin];
+
     fn from_u8(v: u8) -> Result<Self, WireError> {
         Ok(match v {
             1 => Role::Compute,
@@ -84,6 +103,9 @@ pub enum ErrorCode {
     /// The range's data is gone: its memory node restarted (a new
     /// incarnation) after the data was written, and no copy was restored.
     Lost = 9,
+    /// The session presented no valid capability for the range, or a
+    /// forged, tampered or stale one.
+    NoCapability = 10,
 }
 
 impl ErrorCode {
@@ -97,6 +119,7 @@ impl ErrorCode {
             6 => Self::NotFound,
             7 => Self::VersionMismatch,
             9 => Self::Lost,
+            10 => Self::NoCapability,
             _ => Self::Internal,
         }
     }
@@ -144,6 +167,8 @@ pub struct Extent {
     /// Copies of the same `len` bytes on other memory nodes (replication):
     /// every write goes to each, a read to any. Empty: one copy.
     pub mirrors: Vec<Mirror>,
+    /// The controller's capability for this extent (none from a standalone node).
+    pub cap: Option<Cap>,
 }
 
 /// One more copy of an [`Extent`], at `base` on memory node `node`.
@@ -152,6 +177,64 @@ pub struct Mirror {
     pub node: u32,
     pub addr: String,
     pub base: u64,
+    /// The controller's capability for this copy.
+    pub cap: Option<Cap>,
+}
+
+/// A capability: the controller's word that the session's client (the
+/// owner name the MAC covers) may use `[base, base+len)` on memory node
+/// `node` while that node runs the incarnation the MAC covers, under the
+/// grant `stamp` (drawn per grant, so a later grant of the same range needs
+/// a new capability). See [`crate::auth::cap_mac`].
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Cap {
+    pub node: u32,
+    pub base: u64,
+    pub len: u64,
+    pub stamp: u64,
+    pub mac: [u8; 32],
+}
+
+impl Cap {
+    fn encode(&self, b: &mut Vec<u8>) {
+        b.extend_from_slice(&self.node.to_le_bytes());
+        b.extend_from_slice(&self.base.to_le_bytes());
+        b.extend_from_slice(&self.len.to_le_bytes());
+        b.extend_from_slice(&self.stamp.to_le_bytes());
+        b.extend_from_slice(&self.mac);
+    }
+
+    fn decode(r: &mut Reader<'_>) -> Result<Self, WireError> {
+        Ok(Self {
+            node: r.u32()?,
+            base: r.u64()?,
+            len: r.u64()?,
+            stamp: r.u64()?,
+            mac: r.array()?,
+        })
+    }
+}
+
+/// An optional capability: a flag byte, then the capability.
+fn put_cap(b: &mut Vec<u8>, cap: Option<&Cap>) {
+    match cap {
+        None => b.push(0),
+        Some(cap) => {
+            b.push(1);
+            cap.encode(b);
+        }
+    }
+}
+
+fn get_cap(r: &mut Reader<'_>) -> Result<Option<Cap>, WireError> {
+    match r.u8()? {
+        0 => Ok(None),
+        1 => Ok(Some(Cap::decode(r)?)),
+        v => Err(WireError::BadValue {
+            what: "capability flag",
+            value: v.into(),
+        }),
+    }
 }
 
 /// A memory node as the controller knows it.
@@ -229,6 +312,7 @@ ops! {
     Read = 0x10, ReadOk = 0x11, Write = 0x12, LogBatch = 0x14, LogAck = 0x15,
     Alloc = 0x20, AllocOk = 0x21, Release = 0x22, Lease = 0x23, Register = 0x24, Registered = 0x25,
     Heartbeat = 0x26, Grant = 0x28, Revoke = 0x29, ListNodes = 0x2a, NodesOk = 0x2b,
+    Present = 0x2c,
     Stats = 0x30, StatsOk = 0x31,
     Error = 0x7f,
 }
@@ -325,11 +409,19 @@ pub enum Msg<'a> {
     },
     /// Controller → memory node: `owner` holds the range; `kind` says
     /// whether its bytes are new (zeroed), intact (re-sent) or lost.
+    /// `stamp` names the grant in its capabilities (0 on a re-send: the
+    /// node keeps the stamp it had).
     Grant {
         owner: &'a str,
         base: u64,
         len: u64,
         kind: GrantKind,
+        stamp: u64,
+    },
+    /// Compute → memory node or controller: the capabilities this session
+    /// uses (see [`Cap`]); answered with `Done` once all are verified.
+    Present {
+        caps: Vec<Cap>,
     },
     /// Controller → memory node: the range is no longer anyone's.
     Revoke {
@@ -373,6 +465,7 @@ impl<'a> Msg<'a> {
             Msg::Heartbeat { .. } => Op::Heartbeat,
             Msg::Grant { .. } => Op::Grant,
             Msg::Revoke { .. } => Op::Revoke,
+            Msg::Present { .. } => Op::Present,
             Msg::ListNodes => Op::ListNodes,
             Msg::NodesOk { .. } => Op::NodesOk,
             Msg::Stats => Op::Stats,
@@ -446,15 +539,18 @@ impl<'a> Msg<'a> {
                     b.extend_from_slice(&e.base.to_le_bytes());
                     b.extend_from_slice(&e.len.to_le_bytes());
                     put_str(b, &e.addr);
+                    put_cap(b, e.cap.as_ref());
                     // At most 255 copies; the controller never makes more.
                     b.push(e.mirrors.len().min(255) as u8);
                     for m in e.mirrors.iter().take(255) {
                         b.extend_from_slice(&m.node.to_le_bytes());
                         b.extend_from_slice(&m.base.to_le_bytes());
                         put_str(b, &m.addr);
+                        put_cap(b, m.cap.as_ref());
                     }
                 }
             }
+            Msg::Present { caps } => caps.iter().for_each(|c| c.encode(b)),
             Msg::Release { base, len } | Msg::Revoke { base, len } => {
                 b.extend_from_slice(&base.to_le_bytes());
                 b.extend_from_slice(&len.to_le_bytes());
@@ -481,10 +577,12 @@ impl<'a> Msg<'a> {
                 base,
                 len,
                 kind,
+                stamp,
             } => {
                 b.extend_from_slice(&base.to_le_bytes());
                 b.extend_from_slice(&len.to_le_bytes());
                 b.push(*kind as u8);
+                b.extend_from_slice(&stamp.to_le_bytes());
                 put_str(b, owner);
             }
             Msg::NodesOk { nodes } => {
@@ -554,12 +652,14 @@ impl<'a> Msg<'a> {
                     let base = r.u64()?;
                     let len = r.u64()?;
                     let addr = r.str("memnode address")?.to_string();
+                    let cap = get_cap(&mut r)?;
                     let mut mirrors = Vec::new();
                     for _ in 0..r.u8()? {
                         mirrors.push(Mirror {
                             node: r.u32()?,
                             base: r.u64()?,
                             addr: r.str("mirror address")?.to_string(),
+                            cap: get_cap(&mut r)?,
                         });
                     }
                     extents.push(Extent {
@@ -568,6 +668,7 @@ impl<'a> Msg<'a> {
                         base,
                         len,
                         mirrors,
+                        cap,
                     });
                 }
                 Msg::AllocOk { extents }
@@ -598,12 +699,21 @@ impl<'a> Msg<'a> {
                 let base = r.u64()?;
                 let len = r.u64()?;
                 let kind = GrantKind::from_u8(r.u8()?)?;
+                let stamp = r.u64()?;
                 Msg::Grant {
                     owner: r.str("owner")?,
                     base,
                     len,
                     kind,
+                    stamp,
                 }
+            }
+            Op::Present => {
+                let mut caps = Vec::new();
+                while r.remaining() > 0 {
+                    caps.push(Cap::decode(&mut r)?);
+                }
+                Msg::Present { caps }
             }
             Op::Revoke => Msg::Revoke {
                 base: r.u64()?,
@@ -669,6 +779,7 @@ fn op_name(op: Op) -> &'static str {
         Op::Heartbeat => "heartbeat",
         Op::Grant => "grant",
         Op::Revoke => "revoke",
+        Op::Present => "present",
         Op::ListNodes => "list nodes",
         Op::NodesOk => "nodes reply",
         Op::Stats => "stats",
@@ -709,7 +820,16 @@ mod tests {
                 node: 3,
                 addr: "127.0.0.1:7002".into(),
                 base: 1 << 41,
+                cap: None,
             }],
+            cap: None,
+        };
+        let cap = Cap {
+            node: 2,
+            base: 1 << 40,
+            len: 128 << 20,
+            stamp: 0xabc,
+            mac: [7; 32],
         };
         for msg in [
             Msg::Hello {
@@ -749,7 +869,16 @@ mod tests {
                 replicas: 2,
             },
             Msg::AllocOk {
-                extents: vec![extent.clone(), extent],
+                extents: vec![
+                    extent.clone(),
+                    Extent {
+                        cap: Some(cap.clone()),
+                        ..extent
+                    },
+                ],
+            },
+            Msg::Present {
+                caps: vec![cap.clone(), cap],
             },
             Msg::Release { base: 1, len: 2 },
             Msg::Lease { ms: 30_000 },
@@ -768,6 +897,7 @@ mod tests {
                 base: 5,
                 len: 6,
                 kind: GrantKind::Lost,
+                stamp: 42,
             },
             Msg::Revoke { base: 5, len: 6 },
             Msg::ListNodes,

@@ -40,6 +40,8 @@ enum Command {
     Run(cmd::run::Args),
     /// The quick start: a local cluster and a memory-heavy job, side by side.
     Demo(cmd::demo::Args),
+    /// Print a role's key derived from the cluster secret (for compute nodes).
+    Token(cmd::token::Args),
 }
 
 fn main() -> std::process::ExitCode {
@@ -54,6 +56,7 @@ fn main() -> std::process::ExitCode {
         Command::Trace(t) => cmd::trace::run(t),
         Command::Run(a) => cmd::run::run(a),
         Command::Demo(a) => cmd::demo::run(a),
+        Command::Token(a) => cmd::token::run(a),
     };
     match result {
         Ok(code) => code,

@@ -63,7 +63,7 @@ pub fn run(args: Args) -> Outcome {
         PlacementArg::LeastLoaded => Placement::LeastLoaded,
     };
     cfg.heartbeat_timeout = Duration::from_millis(args.heartbeat_timeout_ms.max(50));
-    cfg.token = super::load_token(args.token_file.as_deref())?;
+    cfg.token = super::load_secret(args.token_file.as_deref())?;
     super::block_termination_signals();
     let ctl = Controller::start(cfg)
         .with_context(|| format!("starting the controller on {}", args.listen))?;

@@ -49,7 +49,7 @@ pub fn run(args: Args) -> Outcome {
     cfg.controller = args.controller.clone();
     cfg.advertise = args.advertise;
     cfg.heartbeat = Duration::from_millis(args.heartbeat_ms.max(10));
-    cfg.token = super::load_token(args.token_file.as_deref())?;
+    cfg.token = super::load_secret(args.token_file.as_deref())?;
     super::block_termination_signals();
     let node = MemNode::start(cfg)
         .with_context(|| format!("starting the memory node on {}", args.listen))?;

@@ -8,6 +8,7 @@ pub mod local;
 pub mod memnode;
 pub mod run;
 pub mod sim;
+pub mod token;
 pub mod trace;
 
 /// What every subcommand returns: the process exit code, or an error the
@@ -26,6 +27,18 @@ pub fn load_token(path: Option<&std::path::Path>) -> anyhow::Result<Vec<u8>> {
             Ok(token)
         }
     }
+}
+
+/// Reads the cluster secret a daemon (or `farmem token`) needs: a role's
+/// key (`farmem-role-key ...`) is refused, it cannot check other roles.
+pub fn load_secret(path: Option<&std::path::Path>) -> anyhow::Result<Vec<u8>> {
+    let token = load_token(path)?;
+    anyhow::ensure!(
+        farmem_wire::auth::parse_role_key(&token).is_none(),
+        "token file {} holds a role key; this needs the cluster secret itself",
+        path.map(|p| p.display().to_string()).unwrap_or_default()
+    );
+    Ok(token)
 }
 
 /// Tells the operator (stderr) or a supervising process (one JSON line on

@@ -3,8 +3,8 @@
 //! that the deep paths behind a correct header and opcode are reached.
 
 use farmem_wire::{
-    ErrorCode, Extent, GrantKind, HEADER_LEN, LogRecords, Mirror, Msg, NodeInfo, PROTOCOL_VERSION,
-    Placement, Role,
+    Cap, ErrorCode, Extent, GrantKind, HEADER_LEN, LogRecords, Mirror, Msg, NodeInfo,
+    PROTOCOL_VERSION, Placement, Role,
 };
 use rand::Rng;
 use rand::rngs::SmallRng;
@@ -150,7 +150,7 @@ fn log_records(rng: &mut SmallRng, ctx: &Context) -> Vec<u8> {
 }
 
 /// Message kinds [`valid_frame`] makes, in opcode order; a few by name.
-pub const KINDS: usize = 24;
+pub const KINDS: usize = 25;
 pub const READ: usize = 5;
 pub const WRITE: usize = 7;
 pub const LOG_BATCH: usize = 8;
@@ -246,11 +246,13 @@ pub fn valid_frame(rng: &mut SmallRng, ctx: &Context, kind: usize, out: &mut Vec
                     addr: name.clone(),
                     base: a,
                     len: b,
+                    cap: rng.gen_bool(0.5).then(|| cap(rng, a, b, c)),
                     mirrors: (0..rng.gen_range(0..3))
                         .map(|_| Mirror {
                             node: c,
                             addr: name.clone(),
                             base: b,
+                            cap: rng.gen_bool(0.5).then(|| cap(rng, a, b, c)),
                         })
                         .collect(),
                 })
@@ -270,6 +272,7 @@ pub fn valid_frame(rng: &mut SmallRng, ctx: &Context, kind: usize, out: &mut Vec
             base: a,
             len: b,
             kind: [GrantKind::Resend, GrantKind::Fresh, GrantKind::Lost][rng.gen_range(0..3)],
+            stamp: value(rng, ctx),
         },
         18 => Msg::Revoke { base: a, len: b },
         19 => Msg::ListNodes,
@@ -287,12 +290,29 @@ pub fn valid_frame(rng: &mut SmallRng, ctx: &Context, kind: usize, out: &mut Vec
         },
         21 => Msg::Stats,
         22 => Msg::StatsOk { json: &name },
+        23 => Msg::Present {
+            caps: (0..rng.gen_range(0..4))
+                .map(|_| cap(rng, a, b, c))
+                .collect(),
+        },
         _ => Msg::Error {
             code: ErrorCode::from_u16(rng.gen_range(0..10)),
             message: &name,
         },
     };
     msg.encode(id, out);
+}
+
+/// A capability for [base, +len) on `node`, its MAC random: refused by any
+/// daemon with a secret, but it exercises the checks on the way.
+fn cap(rng: &mut SmallRng, base: u64, len: u64, node: u32) -> Cap {
+    Cap {
+        node,
+        base,
+        len,
+        stamp: rng.r#gen(),
+        mac: rng.r#gen(),
+    }
 }
 
 /// Applies one byte-level mutation to `buf`.

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use farmem_net::server::{Peer, Refusal, Server, ServerConfig, Service};
 use farmem_net::{NetError, read_frame};
-use farmem_wire::{ABSOLUTE_MAX_FRAME, DEFAULT_MAX_FRAME, HEADER_LEN, Msg, Role};
+use farmem_wire::{ABSOLUTE_MAX_FRAME, Cap, DEFAULT_MAX_FRAME, HEADER_LEN, Msg, Role};
 use rand::Rng;
 use rand::rngs::SmallRng;
 
@@ -230,15 +230,33 @@ pub struct ServiceRig {
 }
 
 fn peer(name: &str, role: Role) -> Peer {
+    // A session per peer: a memory node keeps presented capabilities per session.
+    static SESSIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
     Peer {
         name: name.into(),
         role,
         addr: SocketAddr::from(([127, 0, 0, 1], 1)),
-        session: 1,
+        session: SESSIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
     }
 }
 
 impl ServiceRig {
+    /// Presents a valid capability for a grant the memory node took, from
+    /// its owner's session (when the owner is one of our peers), as the
+    /// controller would have issued it: so accesses get past the
+    /// capability check to the paths behind it.
+    fn present_as_owner(&mut self, owner: &str, mut cap: Cap) {
+        let Some(owner_peer) = self.peers.iter().find(|p| p.name == owner).cloned() else {
+            return;
+        };
+        // The fuzzing memory node runs with the empty secret, incarnation 1.
+        cap.mac = farmem_wire::auth::cap_mac(b"", owner, &cap, 1);
+        let mut out = Vec::new();
+        let _ = self
+            .service
+            .handle(&owner_peer, 0, Msg::Present { caps: vec![cap] }, &mut out);
+    }
+
     pub fn new(daemon: Daemon) -> anyhow::Result<Self> {
         let peers = vec![
             peer("cn-0", Role::Compute),
@@ -369,10 +387,32 @@ impl Rig for ServiceRig {
             }
         };
         let mut learn = learned(&msg);
+        let granted = match msg {
+            Msg::Grant {
+                owner,
+                base,
+                len,
+                stamp,
+                ..
+            } if peer.role == Role::Controller && stamp != 0 => Some((
+                owner.to_string(),
+                Cap {
+                    node: 0,
+                    base,
+                    len,
+                    stamp,
+                    mac: [0; 32],
+                },
+            )),
+            _ => None,
+        };
         self.out.clear();
         match self.service.handle(&peer, h.id, msg, &mut self.out) {
             Ok(()) => {
                 tally.accepted += 1;
+                if let Some((owner, cap)) = granted {
+                    self.present_as_owner(&owner, cap);
+                }
                 let reply = check_reply(&self.out, h.id)?;
                 *tally
                     .replies_by_op
