@@ -579,6 +579,66 @@ impl Shared {
             .collect())
     }
 
+    /// One more copy of `owner`'s granule at `base`, on a node not in
+    /// `avoid` (the nodes its copies are or were on): the client lost a
+    /// copy and fills this one from a survivor.
+    fn remirror(
+        &self,
+        owner: &str,
+        base: u64,
+        len: u64,
+        avoid: &[u32],
+    ) -> Result<farmem_wire::Extent, Refusal> {
+        let grant = {
+            let mut t = self.table.lock();
+            let g = t.tree.granularity();
+            if len != g || !base.is_multiple_of(g) || t.tree.owner_of(base) != Some(owner) {
+                return Err(Refusal::new(
+                    ErrorCode::NotOwner,
+                    format!("`{owner}` holds no granule [{base:#x}, +{len}) to copy"),
+                ));
+            }
+            let node = t
+                .tree
+                .nodes_with_room()
+                .into_iter()
+                .map(|(node, _)| node)
+                .find(|node| !avoid.contains(node));
+            let grant = node.and_then(|node| t.tree.allocate_granule_on(owner, node));
+            let Some(grant) = grant else {
+                return Err(Refusal::new(
+                    ErrorCode::NoCapacity,
+                    format!("no memory node up outside {avoid:?} has room for another copy"),
+                ));
+            };
+            self.save(&t);
+            grant
+        };
+        let stamp = rand::random::<u64>() | 1;
+        if let Err((node, e)) = self.push_fresh(std::slice::from_ref(&grant), &[stamp]) {
+            let mut t = self.table.lock();
+            let _ = t.tree.release(owner, grant.base, grant.len);
+            self.save(&t);
+            return Err(Refusal::new(
+                ErrorCode::Internal,
+                format!("memory node {node} did not take the copy's grant: {e}"),
+            ));
+        }
+        let t = self.table.lock();
+        Ok(farmem_wire::Extent {
+            node: grant.node,
+            addr: t
+                .nodes
+                .get(&grant.node)
+                .map(|n| n.addr.clone())
+                .unwrap_or_default(),
+            base: grant.base,
+            len: grant.len,
+            mirrors: Vec::new(),
+            cap: Some(self.issue_cap(&t, &grant, stamp)),
+        })
+    }
+
     fn stats(&self) -> ControllerStats {
         let leases = self.leases.lock().held.len() as u64;
         let t = self.table.lock();
@@ -764,13 +824,16 @@ impl Shared {
         if peer.role == Role::Compute
             && matches!(
                 msg,
-                Msg::Alloc { .. } | Msg::Release { .. } | Msg::Lease { .. }
+                Msg::Alloc { .. } | Msg::Release { .. } | Msg::Lease { .. } | Msg::Remirror { .. }
             )
         {
             self.check_name(peer)?;
         }
         let admitted = self.admit(peer)?;
-        let changes_table = matches!(msg, Msg::Alloc { .. } | Msg::Release { .. });
+        let changes_table = matches!(
+            msg,
+            Msg::Alloc { .. } | Msg::Release { .. } | Msg::Remirror { .. }
+        );
         let _admitted = if changes_table {
             Some(admitted)
         } else {
@@ -843,6 +906,16 @@ impl Shared {
                 };
                 let extents = self.alloc(&peer.name, size, placement, replicas.max(1).into())?;
                 Msg::AllocOk { extents }.encode(id, out);
+            }
+            Msg::Remirror { base, len, avoid } => {
+                if peer.role != Role::Compute {
+                    return Err(self.refuse_role(peer, "ask for another copy"));
+                }
+                let extent = self.remirror(&peer.name, base, len, &avoid)?;
+                Msg::AllocOk {
+                    extents: vec![extent],
+                }
+                .encode(id, out);
             }
             Msg::Release { base, len } => {
                 if peer.role != Role::Compute {

@@ -683,3 +683,64 @@ fn two_copies_survive_a_killed_node_and_are_released_together() {
     }
     assert_eq!(rack.controller.stats().granted_bytes, 0);
 }
+
+#[test]
+fn a_lost_copy_is_made_again_and_survives_the_loss_of_the_other() {
+    let mut rack = rack(3, Duration::from_secs(5));
+    let mut cfg = ClientConfig::new("cn-repair", Role::Compute).with_token(TOKEN);
+    cfg.fail_after = Duration::from_millis(300);
+    let a = Cluster::connect(&rack.controller.local_addr().to_string(), cfg, 2).unwrap();
+    a.set_replicas(2);
+    let extents = a.allocate(128 << 20, Placement::Default).unwrap();
+    let e = extents[0].clone();
+    let pattern: Vec<u8> = (0..(4u32 << 20))
+        .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+        .collect();
+    a.write(e.base, &pattern).unwrap();
+    assert!(!a.needs_repair());
+    // Lose the first copy's node; a write finds it down after the deadline.
+    let kill = |rack: &mut Rack, node: u32| {
+        let i = rack
+            .memnodes
+            .iter()
+            .position(|m| m.node_id() == node)
+            .unwrap();
+        rack.memnodes.remove(i).shutdown();
+    };
+    kill(&mut rack, e.node);
+    let start = Instant::now();
+    while let Err(err) = a.write(e.base, &pattern[..4096]) {
+        assert!(err.is_transient(), "{err}");
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "never declared down"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(a.needs_repair());
+    let done = a.repair(0).unwrap();
+    assert_eq!(done.copies, 1);
+    assert_eq!(done.bytes, e.len);
+    assert!(!a.needs_repair());
+    // A write after the repair reaches the new copy too.
+    let line = [0x77u8; 64];
+    a.write_lines(&[(e.base + 64, line)]).unwrap();
+    let mut expected = pattern.clone();
+    expected[64..128].copy_from_slice(&line);
+    // Now lose the other original copy: the new one holds everything.
+    kill(&mut rack, e.mirrors[0].node);
+    let mut back = vec![0u8; expected.len()];
+    let start = Instant::now();
+    loop {
+        match a.read(e.base, &mut back) {
+            Ok(()) => break,
+            Err(err) if err.is_transient() => {}
+            Err(err) => panic!("the repaired copy must serve the data: {err}"),
+        }
+        assert!(start.elapsed() < Duration::from_secs(30));
+    }
+    assert!(
+        back == expected,
+        "the new copy holds what was written, before and after it was made"
+    );
+}

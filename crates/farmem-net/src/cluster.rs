@@ -15,6 +15,9 @@ use farmem_wire::{Cap, Extent, Msg, NodeInfo, Placement};
 use parking_lot::{Condvar, Mutex, RwLock};
 
 mod io;
+mod repair;
+
+pub use repair::Repaired;
 
 use crate::conn::copy_read_reply;
 use crate::{ClientConfig, Connection, NetError, PageReadError, PageReader, Reply, Ticket};
@@ -351,6 +354,12 @@ pub struct Cluster {
     page_readers: AtomicUsize,
     /// Copies of each byte asked for in allocations.
     replicas: AtomicU8,
+    /// Copies being filled by [`Self::repair`]: (node, first address,
+    /// end) there. Written to, not read from.
+    filling: RwLock<Vec<(u32, u64, u64)>>,
+    /// Held shared by every write, alone by a repair filling a piece, so a
+    /// fill never overwrites a newer write with older bytes.
+    copy_lock: RwLock<()>,
 }
 
 impl Cluster {
@@ -370,6 +379,8 @@ impl Cluster {
             nodes: RwLock::new(HashMap::new()),
             page_readers: AtomicUsize::new(0),
             replicas: AtomicU8::new(1),
+            filling: RwLock::new(Vec::new()),
+            copy_lock: RwLock::new(()),
         })
     }
 
@@ -390,6 +401,8 @@ impl Cluster {
             nodes: RwLock::new(HashMap::new()),
             page_readers: AtomicUsize::new(0),
             replicas: AtomicU8::new(1),
+            filling: RwLock::new(Vec::new()),
+            copy_lock: RwLock::new(()),
         };
         cluster.adopt(vec![Extent {
             node: 0,
@@ -712,7 +725,7 @@ impl Cluster {
     /// A connection to the first live copy of `addr` (round-robin over
     /// its node's pool). Requests sent on it reach that copy only.
     pub fn conn_for(&self, addr: u64, len: u64) -> Result<Connection, NetError> {
-        self.node_conn(self.copies(addr, len)?[0].node)
+        self.node_conn(self.copies(addr, len, false)?[0].node)
     }
 
     fn node_conn(&self, node: u32) -> Result<Connection, NetError> {
@@ -740,7 +753,7 @@ impl Cluster {
         Ok(out)
     }
 
-    fn max_piece(&self) -> usize {
+    pub(super) fn max_piece(&self) -> usize {
         let nodes = self.nodes.read();
         let limit = nodes
             .values()

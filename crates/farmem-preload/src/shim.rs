@@ -501,6 +501,10 @@ fn connect(controller: &str, name: String) -> Result<RackStore, String> {
     }
 }
 
+/// How fast lost copies are made again: enough to restore a GiB in a few
+/// seconds, little enough to leave the link to the program.
+const REPAIR_BYTES_PER_SEC: u64 = 256 << 20;
+
 fn init() -> Result<(), String> {
     let controller = getenv(c"FARMEM_CONTROLLER")
         .filter(|s| !s.is_empty())
@@ -550,6 +554,12 @@ fn init() -> Result<(), String> {
             format!("FARMEM_REPLICAS `{n}`: expected a number of copies from 1 to 255")
         })?;
         store.cluster().set_replicas(n);
+        if n > 1 {
+            // Copies lost with a memory node are made again from the rest.
+            store
+                .start_repair(REPAIR_BYTES_PER_SEC)
+                .map_err(|e| format!("starting the copy repair thread: {e}"))?;
+        }
     }
     if lease_ms > 0 {
         match store

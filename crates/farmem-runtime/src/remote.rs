@@ -49,6 +49,42 @@ impl RackStore {
         &self.cluster
     }
 
+    /// Keeps every far byte at the number of copies asked for: a thread
+    /// (`farmem-repair`) probes the memory nodes holding copies a few
+    /// times a second, so one lost while the program touched nothing there
+    /// is found too, and makes new copies from the survivors of a lost one
+    /// at no more than `rate` bytes per second (see [`Cluster::repair`]).
+    /// It ends with the store.
+    pub fn start_repair(self: &std::sync::Arc<Self>, rate: u64) -> std::io::Result<()> {
+        let store = std::sync::Arc::downgrade(self);
+        std::thread::Builder::new()
+            .name("farmem-repair".into())
+            .spawn(move || {
+                farmem_net::block_async_signals();
+                let mut failing = false;
+                loop {
+                    std::thread::sleep(std::time::Duration::from_millis(200));
+                    let Some(store) = store.upgrade() else { return };
+                    if store.released.load(Ordering::SeqCst) {
+                        continue;
+                    }
+                    store.cluster.probe();
+                    if !store.cluster.needs_repair() {
+                        continue;
+                    }
+                    match store.cluster.repair(rate) {
+                        Ok(_) => failing = false,
+                        Err(e) if !failing => {
+                            failing = true;
+                            tracing::warn!("cannot restore a lost copy yet: {e}");
+                        }
+                        Err(_) => {}
+                    }
+                }
+            })
+            .map(|_| ())
+    }
+
     /// Gives every extent back to the controller, going on past a failed
     /// one; the first error is returned.
     pub fn release_all(&self) -> Result<(), StoreError> {

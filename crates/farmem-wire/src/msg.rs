@@ -312,7 +312,7 @@ ops! {
     Read = 0x10, ReadOk = 0x11, Write = 0x12, LogBatch = 0x14, LogAck = 0x15,
     Alloc = 0x20, AllocOk = 0x21, Release = 0x22, Lease = 0x23, Register = 0x24, Registered = 0x25,
     Heartbeat = 0x26, Grant = 0x28, Revoke = 0x29, ListNodes = 0x2a, NodesOk = 0x2b,
-    Present = 0x2c,
+    Present = 0x2c, Remirror = 0x2d,
     Stats = 0x30, StatsOk = 0x31,
     Error = 0x7f,
 }
@@ -423,6 +423,16 @@ pub enum Msg<'a> {
     Present {
         caps: Vec<Cap>,
     },
+    /// Compute → controller: one more copy of the client's granule
+    /// [base, +len) (a primary it holds, whose copies are fewer than it
+    /// asked for), on a memory node other than those in `avoid`. Answered
+    /// with `AllocOk` holding the new range as one extent, which the client
+    /// fills from a surviving copy.
+    Remirror {
+        base: u64,
+        len: u64,
+        avoid: Vec<u32>,
+    },
     /// Controller → memory node: the range is no longer anyone's.
     Revoke {
         base: u64,
@@ -466,6 +476,7 @@ impl<'a> Msg<'a> {
             Msg::Grant { .. } => Op::Grant,
             Msg::Revoke { .. } => Op::Revoke,
             Msg::Present { .. } => Op::Present,
+            Msg::Remirror { .. } => Op::Remirror,
             Msg::ListNodes => Op::ListNodes,
             Msg::NodesOk { .. } => Op::NodesOk,
             Msg::Stats => Op::Stats,
@@ -551,6 +562,13 @@ impl<'a> Msg<'a> {
                 }
             }
             Msg::Present { caps } => caps.iter().for_each(|c| c.encode(b)),
+            Msg::Remirror { base, len, avoid } => {
+                b.extend_from_slice(&base.to_le_bytes());
+                b.extend_from_slice(&len.to_le_bytes());
+                avoid
+                    .iter()
+                    .for_each(|n| b.extend_from_slice(&n.to_le_bytes()));
+            }
             Msg::Release { base, len } | Msg::Revoke { base, len } => {
                 b.extend_from_slice(&base.to_le_bytes());
                 b.extend_from_slice(&len.to_le_bytes());
@@ -715,6 +733,14 @@ impl<'a> Msg<'a> {
                 }
                 Msg::Present { caps }
             }
+            Op::Remirror => {
+                let (base, len) = (r.u64()?, r.u64()?);
+                let mut avoid = Vec::new();
+                while r.remaining() > 0 {
+                    avoid.push(r.u32()?);
+                }
+                Msg::Remirror { base, len, avoid }
+            }
             Op::Revoke => Msg::Revoke {
                 base: r.u64()?,
                 len: r.u64()?,
@@ -780,6 +806,7 @@ fn op_name(op: Op) -> &'static str {
         Op::Grant => "grant",
         Op::Revoke => "revoke",
         Op::Present => "present",
+        Op::Remirror => "remirror",
         Op::ListNodes => "list nodes",
         Op::NodesOk => "nodes reply",
         Op::Stats => "stats",
@@ -876,6 +903,11 @@ mod tests {
                         ..extent
                     },
                 ],
+            },
+            Msg::Remirror {
+                base: 1 << 40,
+                len: 128 << 20,
+                avoid: vec![0, 3],
             },
             Msg::Present {
                 caps: vec![cap.clone(), cap],

@@ -138,6 +138,18 @@ enum Loss {
 /// printed its first checksum, SIGKILLs memory node `victim` (and starts a
 /// new one on its address for `KillAndRestart`).
 fn lose_a_node(nodes: usize, victim: usize, loss: Loss, tag: &str) -> Option<Outcome> {
+    lose_nodes(nodes, &[(victim, 1)], loss, 12, tag)
+}
+
+/// As [`lose_a_node`], for a program of `rounds` checksums, SIGKILLing
+/// each `(victim, after)` once the program has printed `after` checksums.
+fn lose_nodes(
+    nodes: usize,
+    kills: &[(usize, usize)],
+    loss: Loss,
+    rounds: usize,
+    tag: &str,
+) -> Option<Outcome> {
     let bin = rehash_or_skip(tag)?;
     let local = Command::new(&bin).args(["192", "1"]).output().unwrap();
     let expected = String::from_utf8(local.stdout).unwrap().trim().to_string();
@@ -147,7 +159,7 @@ fn lose_a_node(nodes: usize, victim: usize, loss: Loss, tag: &str) -> Option<Out
     let mut run = Command::new(farmem())
         .args(["run", "--controller", &ctl, "--local-mem", "32MiB", "--"])
         .arg(&bin)
-        .args(["192", "12"])
+        .args(["192", &rounds.to_string()])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -155,11 +167,22 @@ fn lose_a_node(nodes: usize, victim: usize, loss: Loss, tag: &str) -> Option<Out
     let stderr = run.stderr.take().unwrap();
     let err = std::thread::spawn(move || std::io::read_to_string(stderr).unwrap_or_default());
     let mut lines = BufReader::new(run.stdout.take().unwrap()).lines();
-    let mut out = vec![lines.next().unwrap().unwrap()];
-    // SIGKILL, and wait until its port is free.
-    let _ = rack[victim].0.kill();
-    let _ = rack[victim].0.wait();
-    let _restarted = matches!(loss, Loss::KillAndRestart).then(|| memnode(&listens[victim], &ctl));
+    let mut out = Vec::new();
+    let mut restarted = Vec::new();
+    for &(victim, after) in kills {
+        while out.len() < after {
+            match lines.next() {
+                Some(Ok(l)) => out.push(l),
+                _ => break,
+            }
+        }
+        // SIGKILL, and wait until its port is free.
+        let _ = rack[victim].0.kill();
+        let _ = rack[victim].0.wait();
+        if matches!(loss, Loss::KillAndRestart) {
+            restarted.push(memnode(&listens[victim], &ctl));
+        }
+    }
     let started = Instant::now();
     out.extend(lines.map_while(Result::ok));
     let status = loop {
@@ -238,4 +261,17 @@ fn with_two_copies_the_program_survives_the_loss_of_either_node() {
         assert_eq!(o.out.len(), 12, "{}", o.err);
         assert!(!o.err.contains("far memory lost"), "{}", o.err);
     }
+}
+
+/// With two copies on three nodes, a lost copy is made again from the
+/// other, so the program outlives the loss of both nodes it started on,
+/// one after the other.
+#[test]
+fn a_lost_copy_is_made_again_before_the_next_loss() {
+    let Some(o) = lose_nodes(3, &[(0, 1), (1, 25)], Loss::Kill, 40, "repair") else {
+        return;
+    };
+    assert_never_wrong(&o);
+    assert_eq!(o.code, Some(0), "{:?}\n{}", o.out, o.err);
+    assert_eq!(o.out.len(), 40, "{}", o.err);
 }

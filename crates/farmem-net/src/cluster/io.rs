@@ -7,7 +7,9 @@
 //! no longer live for this client: writes go on to the copies left, and an
 //! operation fails for good ([`NetError::NodeDown`], [`NetError::NodeLost`])
 //! only when no copy is left. A node is never taken back once dropped, so
-//! no copy that missed writes is ever read.
+//! no copy that missed writes is ever read; a copy being filled by
+//! [`Cluster::repair`] is written to but not read from until it is full,
+//! and writes hold the copy lock shared so no fill overtakes them.
 
 use std::collections::HashMap;
 
@@ -25,9 +27,10 @@ pub(super) struct Copy {
 
 impl Cluster {
     /// The live copies of [addr, addr+len), which must lie inside one
-    /// extent: healthy nodes first, then those in a run of failures. With
-    /// none live, the error of the first copy.
-    pub(super) fn copies(&self, addr: u64, len: u64) -> Result<Vec<Copy>, NetError> {
+    /// extent: healthy nodes first, then those in a run of failures; copies
+    /// still being filled only when `writing`. With none live, the error of
+    /// the first copy.
+    pub(super) fn copies(&self, addr: u64, len: u64, writing: bool) -> Result<Vec<Copy>, NetError> {
         let all: Vec<Copy> = {
             let extents = self.extents.read();
             let e = match extents.range(..=addr).next_back() {
@@ -55,7 +58,15 @@ impl Cluster {
         let (mut live, mut failing, mut gone) = (Vec::new(), Vec::new(), None);
         {
             let nodes = self.nodes.read();
+            let filling = self.filling.read();
             for c in all {
+                if !writing
+                    && filling
+                        .iter()
+                        .any(|&(node, lo, hi)| node == c.node && (lo..hi).contains(&c.addr))
+                {
+                    continue;
+                }
                 let Some(n) = nodes.get(&c.node) else {
                     gone.get_or_insert(NetError::Routing(format!(
                         "no connection to memory node {}",
@@ -82,7 +93,7 @@ impl Cluster {
     }
 
     /// Sends `msg` to `node` and waits for its reply, the node's health kept.
-    fn call_on(&self, node: u32, msg: &Msg<'_>) -> Result<Reply, NetError> {
+    pub(super) fn call_on(&self, node: u32, msg: &Msg<'_>) -> Result<Reply, NetError> {
         let sent = self.submit_to(node, msg);
         self.settle(node, sent.and_then(Ticket::wait))
     }
@@ -94,7 +105,7 @@ impl Cluster {
         let mut sent = Vec::new();
         for (i, chunk) in buf.chunks(piece).enumerate() {
             let at = addr + (i * piece) as u64;
-            let copies = self.copies(at, chunk.len() as u64)?;
+            let copies = self.copies(at, chunk.len() as u64, false)?;
             let first = copies[0];
             let read = Msg::Read {
                 addr: first.addr,
@@ -139,11 +150,12 @@ impl Cluster {
     /// Writes `data` at `addr` to every live copy, in frame-sized pieces
     /// issued together.
     pub fn write(&self, addr: u64, data: &[u8]) -> Result<(), NetError> {
+        let _writing = self.copy_lock.read();
         let piece = self.max_piece();
         let mut sent = Vec::new();
         for (i, chunk) in data.chunks(piece).enumerate() {
             let at = addr + (i * piece) as u64;
-            for c in self.copies(at, chunk.len() as u64)? {
+            for c in self.copies(at, chunk.len() as u64, true)? {
                 let write = Msg::Write {
                     addr: c.addr,
                     data: chunk,
@@ -159,7 +171,7 @@ impl Cluster {
         if dropped {
             // A copy was dropped on the way: every piece must still have one.
             for (i, chunk) in data.chunks(piece).enumerate() {
-                self.copies(addr + (i * piece) as u64, chunk.len() as u64)?;
+                self.copies(addr + (i * piece) as u64, chunk.len() as u64, true)?;
             }
         }
         Ok(())
@@ -170,9 +182,10 @@ impl Cluster {
     /// acknowledged. A refused batch is applied by its node not at all, so
     /// the caller may retry the whole call.
     pub fn write_lines(&self, lines: &[(u64, [u8; LINE_LEN])]) -> Result<(), NetError> {
+        let _writing = self.copy_lock.read();
         let mut per_node: HashMap<u32, Vec<u8>> = HashMap::new();
         for (addr, line) in lines {
-            for c in self.copies(*addr, LINE_LEN as u64)? {
+            for c in self.copies(*addr, LINE_LEN as u64, true)? {
                 LogRecords::encode_into(per_node.entry(c.node).or_default(), c.addr, line);
             }
         }
@@ -192,7 +205,7 @@ impl Cluster {
         }
         if dropped {
             for (addr, _) in lines {
-                self.copies(*addr, LINE_LEN as u64)?;
+                self.copies(*addr, LINE_LEN as u64, true)?;
             }
         }
         Ok(())

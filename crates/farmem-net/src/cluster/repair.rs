@@ -1,0 +1,193 @@
+//! Restoring copies after a memory node is lost.
+//!
+//! An extent whose copies fell below the count this client asked for (a
+//! node declared down, or restarted) gets a new copy: the controller grants
+//! a granule on a node none of its copies use ([`Msg::Remirror`]), the
+//! client adds it to the extent as a copy being filled (every write goes to
+//! it, no read), fills it from a live copy piece by piece, each piece under
+//! the copy lock so no write lands between its read and its write, and then
+//! lets reads use it. The client does it, not the controller: it is the
+//! only writer of its memory and holds the capabilities to read and write
+//! every copy.
+
+use std::time::{Duration, Instant};
+
+use farmem_wire::{Extent, Mirror, Msg};
+
+use super::{Cluster, ControllerClient};
+use crate::NetError;
+
+impl ControllerClient {
+    /// One more copy of the granule [base, +len) this client holds, on a
+    /// memory node not in `avoid`.
+    pub fn remirror(&self, base: u64, len: u64, avoid: Vec<u32>) -> Result<Extent, NetError> {
+        let ask = Msg::Remirror { base, len, avoid };
+        match self.conn.call(&ask)?.msg()? {
+            Msg::AllocOk { mut extents } if extents.len() == 1 => Ok(extents.remove(0)),
+            other => Err(NetError::Unexpected {
+                request: "remirror",
+                got: other.op(),
+            }),
+        }
+    }
+}
+
+/// What [`Cluster::repair`] did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Repaired {
+    /// New copies made and filled.
+    pub copies: u64,
+    /// Bytes copied into them.
+    pub bytes: u64,
+}
+
+impl Cluster {
+    /// Extents (by base) with at least one live copy but fewer than this
+    /// client asks for, with the nodes each uses or used.
+    fn short_extents(&self) -> Vec<(Extent, Vec<u32>)> {
+        let want = usize::from(self.replicas.load(std::sync::atomic::Ordering::Relaxed));
+        if want <= 1 {
+            return Vec::new();
+        }
+        let extents: Vec<Extent> = self.extents.read().values().cloned().collect();
+        let nodes = self.nodes.read();
+        let filling = self.filling.read();
+        let live = |node: u32, base: u64| {
+            nodes.get(&node).is_some_and(|n| n.check_lost().is_ok())
+                && !filling.iter().any(|&(f, lo, _)| f == node && lo == base)
+        };
+        extents
+            .into_iter()
+            .filter_map(|e| {
+                let copies: Vec<(u32, u64)> = std::iter::once((e.node, e.base))
+                    .chain(e.mirrors.iter().map(|m| (m.node, m.base)))
+                    .collect();
+                let alive = copies.iter().filter(|&&(n, b)| live(n, b)).count();
+                let used = copies.iter().map(|&(n, _)| n).collect();
+                (alive >= 1 && alive < want).then_some((e, used))
+            })
+            .collect()
+    }
+
+    /// Sends an empty read to every memory node holding a copy for this
+    /// client and not yet dropped, so a node lost while nothing touched it
+    /// is declared down (after `fail_after`) and its copies made again
+    /// before another loss could take the rest.
+    pub fn probe(&self) {
+        let held: Vec<(u32, u64)> = {
+            let extents = self.extents.read();
+            let mut held: Vec<(u32, u64)> = extents
+                .values()
+                .flat_map(|e| {
+                    std::iter::once((e.node, e.base))
+                        .chain(e.mirrors.iter().map(|m| (m.node, m.base)))
+                })
+                .collect();
+            held.sort_unstable();
+            held.dedup_by_key(|(node, _)| *node);
+            held
+        };
+        for (node, addr) in held {
+            let dropped = self
+                .nodes
+                .read()
+                .get(&node)
+                .is_none_or(|n| n.check_lost().is_err());
+            if !dropped {
+                let _ = self.call_on(node, &Msg::Read { addr, len: 0 });
+            }
+        }
+    }
+
+    /// True when some extent has fewer live copies than this client asks
+    /// for (and at least one to copy from).
+    pub fn needs_repair(&self) -> bool {
+        !self.short_extents().is_empty()
+    }
+
+    /// Gives every extent that lost copies new ones, filled from a live
+    /// copy at no more than `rate` bytes per second. Returns what it did;
+    /// an error leaves the rest for the next call.
+    pub fn repair(&self, rate: u64) -> Result<Repaired, NetError> {
+        let ctl = self
+            .controller
+            .as_ref()
+            .ok_or_else(|| NetError::Routing("a standalone cluster cannot make copies".into()))?;
+        let mut done = Repaired::default();
+        for (e, avoid) in self.short_extents() {
+            let copy = ctl.remirror(e.base, e.len, avoid)?;
+            self.adopt_copy(&e, &copy)?;
+            let filled = self.fill(&e, &copy, rate);
+            self.filling
+                .write()
+                .retain(|&(n, lo, _)| !(n == copy.node && lo == copy.base));
+            filled?;
+            tracing::info!(
+                "made a new copy of [{:#x}, +{}) on memory node {} at {}",
+                e.base,
+                e.len,
+                copy.node,
+                copy.addr
+            );
+            done.copies += 1;
+            done.bytes += e.len;
+        }
+        Ok(done)
+    }
+
+    /// Adds `copy` to extent `e` as a copy being filled: from now on every
+    /// write reaches it.
+    fn adopt_copy(&self, e: &Extent, copy: &Extent) -> Result<(), NetError> {
+        self.ensure_node(copy.node, &copy.addr)?;
+        if let (Some(cap), Some(n)) = (&copy.cap, self.nodes.read().get(&copy.node)) {
+            n.add_cap(cap.clone());
+        }
+        // No write in flight: each one after this sees the new copy.
+        let _alone = self.copy_lock.write();
+        self.filling
+            .write()
+            .push((copy.node, copy.base, copy.base + copy.len));
+        let mut extents = self.extents.write();
+        let held = extents.get_mut(&e.base).ok_or_else(|| {
+            NetError::Routing(format!(
+                "[{:#x}, +{}) was released meanwhile",
+                e.base, e.len
+            ))
+        })?;
+        held.mirrors.push(Mirror {
+            node: copy.node,
+            addr: copy.addr.clone(),
+            base: copy.base,
+            cap: copy.cap.clone(),
+        });
+        Ok(())
+    }
+
+    /// Copies `e`'s bytes into `copy`, a piece at a time, paced to `rate`.
+    fn fill(&self, e: &Extent, copy: &Extent, rate: u64) -> Result<(), NetError> {
+        let piece = self.max_piece().min(e.len as usize);
+        let mut buf = vec![0u8; piece];
+        let start = Instant::now();
+        let mut off = 0u64;
+        while off < e.len {
+            let n = piece.min((e.len - off) as usize);
+            {
+                let _alone = self.copy_lock.write();
+                self.read(e.base + off, &mut buf[..n])?;
+                let write = Msg::Write {
+                    addr: copy.base + off,
+                    data: &buf[..n],
+                };
+                self.call_on(copy.node, &write)?.done("write")?;
+            }
+            off += n as u64;
+            if rate > 0 {
+                let due = Duration::from_secs_f64(off as f64 / rate as f64);
+                if let Some(wait) = due.checked_sub(start.elapsed()) {
+                    std::thread::sleep(wait);
+                }
+            }
+        }
+        Ok(())
+    }
+}
