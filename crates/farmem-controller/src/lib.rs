@@ -1011,6 +1011,9 @@ impl Controller {
         let shared = Arc::new(Shared::new(cfg.clone(), table));
         let server_cfg = ServerConfig {
             token: cfg.token.clone(),
+            // A client's sessions are bound to its name (see `names`): one
+            // reopened after an idle close would come back unproven.
+            idle_timeout: None,
             ..ServerConfig::default()
         };
         let server = Server::start(

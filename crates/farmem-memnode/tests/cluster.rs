@@ -570,16 +570,17 @@ fn a_silent_clients_lease_runs_out_and_a_renewed_one_does_not() {
             flag.store(true, std::sync::atomic::Ordering::SeqCst)
         })
         .unwrap();
-    // The dead client takes a lease once and is never heard from again.
-    dead.controller()
-        .unwrap()
-        .lease(Duration::from_millis(300))
-        .unwrap();
     let mine = kept.allocate(256 << 20, Placement::Default).unwrap();
     let theirs = dead.allocate(256 << 20, Placement::Default).unwrap();
     let pattern: Vec<u8> = (0..4096u32).map(|i| (i * 7) as u8).collect();
     kept.write(mine[0].base, &pattern).unwrap();
     dead.write(theirs[0].base, &pattern).unwrap();
+    // The dead client takes a lease once and is never heard from again
+    // (long enough to be seen held on a loaded machine).
+    dead.controller()
+        .unwrap()
+        .lease(Duration::from_secs(1))
+        .unwrap();
     assert_eq!(rack.controller.stats().leases, 2);
 
     // Wait for the reclaim, and past two of the kept lease's lengths.

@@ -56,10 +56,16 @@ impl ControllerClient {
     /// that fails is tried again within a second. If the controller says
     /// the lease already ran out (the client was stopped for longer), its
     /// memory is gone: `on_lost` is called once and renewals stop.
+    ///
+    /// `proof` holds the capabilities issued to this client so far: a
+    /// connection the keeper reopens presents them, since the controller
+    /// lets a new session speak for a name that holds grants only once it
+    /// proved it is that client.
     pub fn keep_lease(
         &self,
         cfg: &ClientConfig,
         length: Duration,
+        proof: Arc<RwLock<Vec<Cap>>>,
         on_lost: impl FnOnce(&NetError) + Send + 'static,
     ) -> Result<LeaseKeeper, NetError> {
         let length = length.max(Duration::from_millis(4));
@@ -98,6 +104,7 @@ impl ControllerClient {
                     let result = match conn.as_ref().map(renew) {
                         Some(Ok(())) => Ok(()),
                         _ => Connection::connect(&addr, &cfg).and_then(|c| {
+                            present_to(&c, &proof.read())?;
                             renew(&c)?;
                             conn = Some(c);
                             Ok(())
@@ -176,6 +183,18 @@ impl ControllerClient {
     pub fn stats_json(&self) -> Result<String, NetError> {
         stats_json(&self.conn)
     }
+}
+
+/// Shows `caps` to the controller on `conn`, proving the session is the
+/// client they were issued to.
+fn present_to(conn: &Connection, caps: &[Cap]) -> Result<(), NetError> {
+    if caps.is_empty() {
+        return Ok(());
+    }
+    let present = Msg::Present {
+        caps: caps.to_vec(),
+    };
+    conn.call(&present)?.done("present")
 }
 
 fn lease_on(conn: &Connection, length: Duration) -> Result<(), NetError> {
@@ -354,6 +373,8 @@ pub struct Cluster {
     page_readers: AtomicUsize,
     /// Copies of each byte asked for in allocations.
     replicas: AtomicU8,
+    /// Every capability issued to this client, for the lease keeper.
+    issued: Arc<RwLock<Vec<Cap>>>,
     /// Copies being filled by [`Self::repair`]: (node, first address,
     /// end) there. Written to, not read from.
     filling: RwLock<Vec<(u32, u64, u64)>>,
@@ -379,6 +400,7 @@ impl Cluster {
             nodes: RwLock::new(HashMap::new()),
             page_readers: AtomicUsize::new(0),
             replicas: AtomicU8::new(1),
+            issued: Arc::default(),
             filling: RwLock::new(Vec::new()),
             copy_lock: RwLock::new(()),
         })
@@ -401,6 +423,7 @@ impl Cluster {
             nodes: RwLock::new(HashMap::new()),
             page_readers: AtomicUsize::new(0),
             replicas: AtomicU8::new(1),
+            issued: Arc::default(),
             filling: RwLock::new(Vec::new()),
             copy_lock: RwLock::new(()),
         };
@@ -430,7 +453,7 @@ impl Cluster {
             .controller
             .as_ref()
             .ok_or_else(|| NetError::Routing("a standalone cluster has no controller".into()))?;
-        ctl.keep_lease(&self.cfg, length, on_lost)
+        ctl.keep_lease(&self.cfg, length, self.issued.clone(), on_lost)
     }
 
     /// Allocates `size` bytes from the controller and connects to the nodes
@@ -492,11 +515,13 @@ impl Cluster {
             self.ensure_node(e.node, &e.addr)?;
             if let (Some(cap), Some(n)) = (&e.cap, self.nodes.read().get(&e.node)) {
                 n.add_cap(cap.clone());
+                self.issued.write().push(cap.clone());
             }
             for m in &e.mirrors {
                 self.ensure_node(m.node, &m.addr)?;
                 if let (Some(cap), Some(n)) = (&m.cap, self.nodes.read().get(&m.node)) {
                     n.add_cap(cap.clone());
+                    self.issued.write().push(cap.clone());
                 }
             }
             self.extents.write().insert(e.base, e);

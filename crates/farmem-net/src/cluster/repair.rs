@@ -141,6 +141,7 @@ impl Cluster {
         self.ensure_node(copy.node, &copy.addr)?;
         if let (Some(cap), Some(n)) = (&copy.cap, self.nodes.read().get(&copy.node)) {
             n.add_cap(cap.clone());
+            self.issued.write().push(cap.clone());
         }
         // No write in flight: each one after this sees the new copy.
         let _alone = self.copy_lock.write();
