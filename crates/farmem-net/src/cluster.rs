@@ -728,12 +728,17 @@ impl Cluster {
         let copies =
             std::iter::once((e.node, addr)).chain(e.mirrors.iter().map(|m| (m.node, m.base + off)));
         let nodes = self.nodes.try_read()?;
+        let filling = self.filling.try_read()?;
         for (node, at) in copies {
             let n = nodes.get(&node)?;
-            // Unhealthy copies are the ordinary path's to try and judge.
+            // Unhealthy copies are the ordinary path's to try and judge; a
+            // copy still being filled is not read at all.
             if n.lost.load(Ordering::Relaxed)
                 || n.is_down.load(Ordering::Relaxed)
                 || n.failing.load(Ordering::Relaxed)
+                || filling
+                    .iter()
+                    .any(|&(f, lo, hi)| f == node && (lo..hi).contains(&at))
             {
                 continue;
             }
