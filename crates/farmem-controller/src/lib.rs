@@ -79,25 +79,26 @@ impl ControllerConfig {
     }
 }
 
-/// Why a controller could not start.
+/// Why a controller could not start. Each names the error in its message
+/// (none is a `source`, so a chain of contexts says it once).
 #[derive(Debug, thiserror::Error)]
 pub enum ControllerError {
     #[error("cannot listen: {0}")]
     Listen(NetError),
-    #[error("cannot read state file {path}: {source}")]
+    #[error("cannot read state file {path}: {error}")]
     StateRead {
         path: PathBuf,
-        source: std::io::Error,
+        error: std::io::Error,
     },
-    #[error("cannot write state file {path}: {source}")]
+    #[error("cannot write state file {path}: {error}")]
     StateWrite {
         path: PathBuf,
-        source: std::io::Error,
+        error: std::io::Error,
     },
-    #[error("state file {path} is corrupt: {source}")]
+    #[error("state file {path} is corrupt: {error}")]
     StateCorrupt {
         path: PathBuf,
-        source: serde_json::Error,
+        error: serde_json::Error,
     },
 }
 

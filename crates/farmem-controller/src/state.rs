@@ -49,24 +49,34 @@ pub(crate) fn write(path: &Path, table: &Table, leases: &LeaseBook) -> std::io::
         serde_json::to_vec_pretty(&Saved { table, leases }).map_err(std::io::Error::other)?;
     let tmp = tmp_path(path);
     std::fs::write(&tmp, bytes)?;
-    std::fs::rename(&tmp, path)
+    std::fs::rename(&tmp, path).inspect_err(|_| {
+        let _ = std::fs::remove_file(&tmp);
+    })
 }
 
 /// The state kept in `path`, or `None` when there is no such file yet.
 pub(crate) fn load(path: &Path) -> Result<Option<(Table, LeaseBook)>, ControllerError> {
     let bytes = match std::fs::read(path) {
         Ok(bytes) => bytes,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(source) => {
+        // No file yet (or none can be there: the write at start says why).
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+            ) =>
+        {
+            return Ok(None);
+        }
+        Err(error) => {
             return Err(ControllerError::StateRead {
                 path: path.to_path_buf(),
-                source,
+                error,
             });
         }
     };
-    let corrupt = |source| ControllerError::StateCorrupt {
+    let corrupt = |error| ControllerError::StateCorrupt {
         path: path.to_path_buf(),
-        source,
+        error,
     };
     let table: Table = serde_json::from_slice(&bytes).map_err(corrupt)?;
     let SavedLeases { leases } = serde_json::from_slice(&bytes).map_err(corrupt)?;
@@ -99,9 +109,9 @@ pub(crate) fn open(cfg: &ControllerConfig) -> Result<(Table, Leases), Controller
         }
         None => (Table::new(cfg.granularity), Leases::default()),
     };
-    write(path, &table, &leases.book()).map_err(|source| ControllerError::StateWrite {
+    write(path, &table, &leases.book()).map_err(|error| ControllerError::StateWrite {
         path: path.clone(),
-        source,
+        error,
     })?;
     Ok((table, leases))
 }
