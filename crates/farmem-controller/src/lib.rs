@@ -7,14 +7,18 @@
 //! multiples of the hot-plug granularity (128 MiB by default), placed
 //! round-robin or least-loaded. Before answering, the controller tells each
 //! memory node about its new grants, so a compute node may use an extent the
-//! moment it learns of it. With a state file the table survives a restart.
+//! moment it learns of it. With a state file ([`state`]) the table and the
+//! leases survive a restart; a controller that cannot write its state file
+//! refuses to start. A quota ([`quota`]) may cap what one client holds.
 //!
 //! A compute node may hold its grants on a lease (`Msg::Lease`): if it
 //! sends nothing for the lease's length (it was killed, or its host is
 //! gone), its grants are given back and revoked on the memory nodes, so a
-//! crashed client cannot keep rack memory for good. Leases are not kept in
-//! the state file: after a restart a client's next renewal starts its
-//! lease again.
+//! crashed client cannot keep rack memory for good. Leases are kept in the
+//! state file and, after a restart, each counts from the restart: a client
+//! that died while the controller was down loses its grants one lease
+//! length later ([`leases`]). Grants of a client that holds no lease stay
+//! granted until released, across restarts too.
 //!
 //! Every extent handed to a client carries a capability ([`farmem_wire::Cap`])
 //! the controller signs with a key derived from the cluster secret; memory
@@ -22,8 +26,11 @@
 //! may speak for a client name here is [`names`]' business.
 
 pub mod extent;
+mod leases;
 pub mod lost;
 mod names;
+mod quota;
+mod state;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -39,6 +46,7 @@ use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
 use extent::{ExtentTree, Grant, Placement};
+use leases::{LeaseBook, Leases};
 use lost::LostRanges;
 
 /// How to run a controller.
@@ -53,6 +61,8 @@ pub struct ControllerConfig {
     pub placement: Placement,
     /// A memory node silent for this long is marked down and gets no new grants.
     pub heartbeat_timeout: Duration,
+    /// The most bytes one client name may hold (every copy counted).
+    pub quota: Option<u64>,
 }
 
 impl ControllerConfig {
@@ -64,24 +74,31 @@ impl ControllerConfig {
             granularity: extent::DEFAULT_GRANULARITY,
             placement: Placement::RoundRobin,
             heartbeat_timeout: Duration::from_secs(3),
+            quota: None,
         }
     }
 }
 
-/// Why a controller could not start.
+/// Why a controller could not start. Each names the error in its message
+/// (none is a `source`, so a chain of contexts says it once).
 #[derive(Debug, thiserror::Error)]
 pub enum ControllerError {
     #[error("cannot listen: {0}")]
     Listen(NetError),
-    #[error("cannot read state file {path}: {source}")]
+    #[error("cannot read state file {path}: {error}")]
     StateRead {
         path: PathBuf,
-        source: std::io::Error,
+        error: std::io::Error,
     },
-    #[error("state file {path} is corrupt: {source}")]
+    #[error("cannot write state file {path}: {error}")]
+    StateWrite {
+        path: PathBuf,
+        error: std::io::Error,
+    },
+    #[error("state file {path} is corrupt: {error}")]
     StateCorrupt {
         path: PathBuf,
-        source: serde_json::Error,
+        error: serde_json::Error,
     },
 }
 
@@ -209,6 +226,14 @@ struct Shared {
     /// Clients holding their grants on a lease, and those whose lease ran
     /// out. Locked before `table` when both are needed.
     leases: Mutex<Leases>,
+    /// The lease table as the state file keeps it; taken after every other
+    /// lock, and updated under `leases` when a lease is taken, changed,
+    /// ended or lapses.
+    lease_book: Mutex<LeaseBook>,
+    state_save_errors: AtomicU64,
+    /// The last save failed: the next failure is not logged again.
+    save_failing: AtomicBool,
+    refused_quota: AtomicU64,
     grants_reclaimed: AtomicU64,
     bytes_reclaimed: AtomicU64,
     /// Sessions proven to speak for each client name.
@@ -217,39 +242,6 @@ struct Shared {
     refused_name: AtomicU64,
     refused_capability: AtomicU64,
     server_stats: Mutex<Option<Arc<farmem_net::server::ServerStats>>>,
-}
-
-/// How long a client's grants outlive its silence, and when it last spoke.
-struct Lease {
-    length: Duration,
-    renewed: Instant,
-}
-
-/// Most lapsed clients remembered (each refused from then on).
-const LAPSED_REMEMBERED: usize = 1 << 16;
-
-#[derive(Default)]
-struct Leases {
-    held: HashMap<String, Lease>,
-    /// Clients whose grants were given back: their requests are refused,
-    /// so a client that was only stopped learns its memory is gone
-    /// instead of being handed more.
-    lapsed: std::collections::HashSet<String>,
-    lapsed_order: std::collections::VecDeque<String>,
-}
-
-impl Leases {
-    fn lapse(&mut self, name: String) {
-        self.held.remove(&name);
-        if self.lapsed.insert(name.clone()) {
-            self.lapsed_order.push_back(name);
-        }
-        while self.lapsed_order.len() > LAPSED_REMEMBERED {
-            if let Some(old) = self.lapsed_order.pop_front() {
-                self.lapsed.remove(&old);
-            }
-        }
-    }
 }
 
 /// A snapshot of the controller's table, as `Stats` returns it.
@@ -279,15 +271,29 @@ pub struct ControllerStats {
     pub refused_capability: u64,
     /// Handshakes that claimed a role whose key they did not hold.
     pub refused_role_handshake: u64,
+    /// Allocations refused for taking their client past `--quota`.
+    #[serde(default)]
+    pub refused_quota: u64,
+    /// Saves of the state file that failed (see [`state`]).
+    #[serde(default)]
+    pub state_save_errors: u64,
 }
 
 impl Shared {
     fn new(cfg: ControllerConfig, table: Table) -> Self {
+        Self::with_leases(cfg, table, Leases::default())
+    }
+
+    fn with_leases(cfg: ControllerConfig, table: Table, leases: Leases) -> Self {
         Self {
             cfg,
             table: Mutex::new(table),
             links: Mutex::new(HashMap::new()),
-            leases: Mutex::new(Leases::default()),
+            lease_book: Mutex::new(leases.book()),
+            leases: Mutex::new(leases),
+            state_save_errors: AtomicU64::new(0),
+            save_failing: AtomicBool::new(false),
+            refused_quota: AtomicU64::new(0),
             grants_reclaimed: AtomicU64::new(0),
             bytes_reclaimed: AtomicU64::new(0),
             names: Mutex::new(names::Names::default()),
@@ -295,18 +301,6 @@ impl Shared {
             refused_name: AtomicU64::new(0),
             refused_capability: AtomicU64::new(0),
             server_stats: Mutex::new(None),
-        }
-    }
-
-    fn save(&self, table: &Table) {
-        let Some(path) = &self.cfg.state else { return };
-        let tmp = path.with_extension("tmp");
-        let result = serde_json::to_vec_pretty(table)
-            .map_err(std::io::Error::other)
-            .and_then(|bytes| std::fs::write(&tmp, bytes))
-            .and_then(|_| std::fs::rename(&tmp, path));
-        if let Err(e) = result {
-            tracing::error!("cannot save controller state to {}: {e}", path.display());
         }
     }
 
@@ -664,6 +658,8 @@ impl Shared {
                 .lock()
                 .as_ref()
                 .map_or(0, |s| s.refused_role.get()),
+            refused_quota: self.refused_quota.load(Ordering::Relaxed),
+            state_save_errors: self.state_save_errors.load(Ordering::Relaxed),
         }
     }
 
@@ -701,85 +697,6 @@ impl Shared {
                 );
             }
         }
-    }
-
-    /// Gives back the grants of every client whose lease ran out. After a
-    /// stall of the controller itself (`stalled`), every lease starts over
-    /// instead: their renewals were waiting on us.
-    fn reclaim_lapsed(&self, stalled: bool) {
-        // Held until the memory nodes are told: requests that change the
-        // table wait for it, so no range freed here is granted again, and
-        // pushed to its node, before its revocation (which would wipe the
-        // new grant).
-        let mut leases = self.leases.lock();
-        if stalled {
-            let now = Instant::now();
-            leases.held.values_mut().for_each(|l| l.renewed = now);
-            return;
-        }
-        let lapsed: Vec<(String, Duration)> = leases
-            .held
-            .iter()
-            .filter(|(_, l)| l.renewed.elapsed() > l.length)
-            .map(|(name, l)| (name.clone(), l.length))
-            .collect();
-        if lapsed.is_empty() {
-            return;
-        }
-        let released: Vec<(String, Duration, Vec<Grant>)> = {
-            let mut t = self.table.lock();
-            let released = lapsed
-                .into_iter()
-                .map(|(owner, length)| {
-                    let grants = t.tree.release_owner(&owner);
-                    t.forget_lost(&grants);
-                    leases.lapse(owner.clone());
-                    (owner, length, grants)
-                })
-                .collect();
-            self.save(&t);
-            released
-        };
-        for (owner, length, grants) in released {
-            if grants.is_empty() {
-                tracing::info!(
-                    "client {owner} was silent for its lease of {length:?}; it held nothing"
-                );
-                continue;
-            }
-            let bytes: u64 = grants.iter().map(|g| g.len).sum();
-            self.grants_reclaimed
-                .fetch_add(grants.len() as u64, Ordering::Relaxed);
-            self.bytes_reclaimed.fetch_add(bytes, Ordering::Relaxed);
-            tracing::warn!(
-                "client {owner} was silent for its lease of {length:?}; gave back its {} grants ({bytes} bytes)",
-                grants.len()
-            );
-            self.revoke(&grants);
-        }
-    }
-
-    /// Lets a compute client's request in: refused once its lease ran out,
-    /// and otherwise a renewal (any request is a sign of life). The guard
-    /// is held by requests that change the table, so a lease cannot run
-    /// out between this check and their change.
-    fn admit(&self, peer: &Peer) -> Result<parking_lot::MutexGuard<'_, Leases>, Refusal> {
-        let mut leases = self.leases.lock();
-        if peer.role == Role::Compute {
-            if leases.lapsed.contains(&peer.name) {
-                return Err(Refusal::new(
-                    ErrorCode::NotOwner,
-                    format!(
-                        "the lease of client {} ran out and its remote memory was given back",
-                        peer.name
-                    ),
-                ));
-            }
-            if let Some(l) = leases.held.get_mut(&peer.name) {
-                l.renewed = Instant::now();
-            }
-        }
-        Ok(leases)
     }
 
     fn refuse_role(&self, peer: &Peer, what: &str) -> Refusal {
@@ -904,7 +821,9 @@ impl Shared {
                     farmem_wire::Placement::RoundRobin => Placement::RoundRobin,
                     farmem_wire::Placement::LeastLoaded => Placement::LeastLoaded,
                 };
-                let extents = self.alloc(&peer.name, size, placement, replicas.max(1).into())?;
+                let replicas = replicas.max(1).into();
+                self.check_quota(peer, size, replicas)?;
+                let extents = self.alloc(&peer.name, size, placement, replicas)?;
                 Msg::AllocOk { extents }.encode(id, out);
             }
             Msg::Remirror { base, len, avoid } => {
@@ -935,21 +854,7 @@ impl Shared {
                 Msg::Done.encode(id, out);
             }
             Msg::Lease { ms } => {
-                if peer.role != Role::Compute {
-                    return Err(self.refuse_role(peer, "hold a lease"));
-                }
-                let mut leases = self.leases.lock();
-                if ms == 0 {
-                    leases.held.remove(&peer.name);
-                } else {
-                    leases.held.insert(
-                        peer.name.clone(),
-                        Lease {
-                            length: Duration::from_millis(ms.into()),
-                            renewed: Instant::now(),
-                        },
-                    );
-                }
+                self.take_lease(peer, ms)?;
                 Msg::Done.encode(id, out);
             }
             Msg::Present { caps } => {
@@ -977,38 +882,8 @@ pub struct Controller {
 
 impl Controller {
     pub fn start(cfg: ControllerConfig) -> Result<Self, ControllerError> {
-        let mut table = Table::new(cfg.granularity);
-        if let Some(path) = &cfg.state {
-            match std::fs::read(path) {
-                Ok(bytes) => {
-                    table = serde_json::from_slice(&bytes).map_err(|source| {
-                        ControllerError::StateCorrupt {
-                            path: path.clone(),
-                            source,
-                        }
-                    })?;
-                    // Nodes get one timeout from now to show they are alive.
-                    let now = Instant::now();
-                    for n in table.nodes.values_mut() {
-                        n.last_seen = Some(now);
-                    }
-                    tracing::info!(
-                        "loaded {} nodes and {} grants from {}",
-                        table.nodes.len(),
-                        table.tree.grants().len(),
-                        path.display()
-                    );
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(source) => {
-                    return Err(ControllerError::StateRead {
-                        path: path.clone(),
-                        source,
-                    });
-                }
-            }
-        }
-        let shared = Arc::new(Shared::new(cfg.clone(), table));
+        let (table, leases) = state::open(&cfg)?;
+        let shared = Arc::new(Shared::with_leases(cfg.clone(), table, leases));
         let server_cfg = ServerConfig {
             token: cfg.token.clone(),
             // A client's sessions are bound to its name (see `names`): one

@@ -22,10 +22,18 @@ struct Rack {
 }
 
 fn rack(nodes: usize, heartbeat_timeout: Duration) -> Rack {
+    rack_with(controller_config(heartbeat_timeout), nodes)
+}
+
+fn controller_config(heartbeat_timeout: Duration) -> ControllerConfig {
     let mut cfg = ControllerConfig::new("127.0.0.1:0");
     cfg.token = TOKEN.to_vec();
     cfg.heartbeat_timeout = heartbeat_timeout;
     cfg.placement = TreePlacement::RoundRobin;
+    cfg
+}
+
+fn rack_with(cfg: ControllerConfig, nodes: usize) -> Rack {
     let controller = Controller::start(cfg).expect("controller starts");
     let ctl = controller.local_addr().to_string();
     let memnodes = (0..nodes)
@@ -744,4 +752,155 @@ fn a_lost_copy_is_made_again_and_survives_the_loss_of_the_other() {
         back == expected,
         "the new copy holds what was written, before and after it was made"
     );
+}
+
+/// A fresh scratch directory for one test.
+fn scratch(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("farmem-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+#[test]
+fn an_unwritable_state_file_refuses_to_start_naming_it() {
+    let dir = scratch("unwritable-state");
+    // Its parent is a regular file: not even root can write there.
+    let file = dir.join("a-file");
+    std::fs::write(&file, b"not a directory").unwrap();
+    let state = file.join("state.json");
+    let mut cfg = controller_config(Duration::from_secs(5));
+    cfg.state = Some(state.clone());
+    let err = match Controller::start(cfg) {
+        Ok(_) => panic!("a controller that cannot keep its state must not start"),
+        Err(e) => e.to_string(),
+    };
+    assert!(err.contains(&state.display().to_string()), "{err}");
+    assert!(err.contains("os error"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn is_not_owner<T: std::fmt::Debug>(r: Result<T, NetError>) -> bool {
+    matches!(
+        r,
+        Err(NetError::Remote {
+            code: ErrorCode::NotOwner,
+            ..
+        })
+    )
+}
+
+#[test]
+fn leases_outlive_a_controller_restart_so_a_client_dead_meanwhile_loses_its_grants() {
+    let dir = scratch("lease-state");
+    let mut cfg = controller_config(Duration::from_millis(400));
+    cfg.state = Some(dir.join("state.json"));
+    let mut rack = rack_with(cfg.clone(), 1);
+    cfg.listen = rack.controller.local_addr().to_string();
+    let kept = client(&rack, "cn-kept");
+    let dead = client(&rack, "cn-dead");
+    let lost = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = lost.clone();
+    let keeper = kept
+        .keep_lease(Duration::from_secs(2), move |_| {
+            flag.store(true, std::sync::atomic::Ordering::SeqCst)
+        })
+        .unwrap();
+    let mine = kept.allocate(256 << 20, Placement::Default).unwrap();
+    let theirs = dead.allocate(256 << 20, Placement::Default).unwrap();
+    let pattern: Vec<u8> = (0..4096u32).map(|i| (i * 11) as u8).collect();
+    kept.write(mine[0].base, &pattern).unwrap();
+    dead.write(theirs[0].base, &pattern).unwrap();
+    // The dead client's last word: a lease, taken just before the
+    // controller goes down. It never renews it.
+    dead.controller()
+        .unwrap()
+        .lease(Duration::from_secs(4))
+        .unwrap();
+
+    // The controller restarts from its state file, on the same address.
+    rack.controller.shutdown();
+    rack.controller = Controller::start(cfg.clone()).unwrap();
+    let st = rack.controller.stats();
+    assert_eq!((st.leases, st.granted_bytes), (2, 512 << 20), "{st:?}");
+    let start = Instant::now();
+    while rack.controller.stats().grants_reclaimed == 0 || start.elapsed() < Duration::from_secs(5)
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the dead client's grants were never reclaimed: {:?}",
+            rack.controller.stats()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let st = rack.controller.stats();
+    assert_eq!(st.bytes_reclaimed, 256 << 20, "{st:?}");
+    assert_eq!((st.leases, st.granted_bytes), (1, 256 << 20), "{st:?}");
+    // The renewing client keeps its memory byte for byte; the dead one's is
+    // revoked on the memory node.
+    let mut buf = vec![0u8; pattern.len()];
+    kept.read(mine[0].base, &mut buf).unwrap();
+    assert_eq!(buf, pattern);
+    assert!(is_not_owner(dead.read(theirs[0].base, &mut buf)));
+    assert!(!lost.load(std::sync::atomic::Ordering::SeqCst));
+
+    // Its lapse is kept too: refused after another restart.
+    rack.controller.shutdown();
+    rack.controller = Controller::start(cfg).unwrap();
+    assert_eq!(rack.controller.stats().leases, 1);
+    let again = client(&rack, "cn-dead");
+    let ctl = again.controller().unwrap();
+    assert!(is_not_owner(ctl.lease(Duration::from_secs(1))));
+    drop(keeper);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_quota_refuses_past_the_cap_and_accepts_within_it() {
+    const MIB: u64 = 1 << 20;
+    let mut cfg = controller_config(Duration::from_secs(5));
+    cfg.quota = Some(512 * MIB);
+    let rack = rack_with(cfg, 2);
+    let a = client(&rack, "cn-a");
+    a.allocate(384 * MIB, Placement::Default).unwrap();
+    // 200 MiB takes two 128 MiB granules: past the quota.
+    match a.allocate(200 * MIB, Placement::Default) {
+        Err(NetError::Remote {
+            code: ErrorCode::NoCapacity,
+            message,
+        }) => {
+            for part in ["cn-a", "402653184", "268435456", "536870912"] {
+                assert!(message.contains(part), "{part} missing in: {message}");
+            }
+        }
+        other => panic!("an allocation past the quota must be refused, got {other:?}"),
+    }
+    // Every copy counts.
+    a.set_replicas(2);
+    let refused = a.allocate(128 * MIB, Placement::Default);
+    assert!(
+        matches!(
+            refused,
+            Err(NetError::Remote {
+                code: ErrorCode::NoCapacity,
+                ..
+            })
+        ),
+        "{refused:?}"
+    );
+    a.set_replicas(1);
+    // Up to the quota exactly, and another client has a quota of its own.
+    let last = a.allocate(128 * MIB, Placement::Default).unwrap();
+    let b = client(&rack, "cn-b");
+    b.allocate(512 * MIB, Placement::Default).unwrap();
+    let st = rack.controller.stats();
+    assert_eq!(
+        (st.refused_quota, st.granted_bytes),
+        (2, 1024 * MIB),
+        "{st:?}"
+    );
+    // What is given back may be taken again.
+    a.release(last[0].base, last[0].len).unwrap();
+    a.allocate(1, Placement::Default).unwrap();
+    assert_eq!(rack.controller.stats().refused_quota, 2);
 }

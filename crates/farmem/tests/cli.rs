@@ -142,6 +142,29 @@ fn bad_sizes_are_named_in_the_error() {
 }
 
 #[test]
+fn a_controller_that_cannot_write_its_state_refuses_to_start() {
+    let dir = std::env::temp_dir().join(format!("farmem-cli-state-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    // A path under a regular file: unwritable, even for root.
+    let file = dir.join("a-file");
+    std::fs::write(&file, b"").unwrap();
+    let state = file.join("controller.json");
+    let out = farmem()
+        .args(["controller", "--listen", "127.0.0.1:0", "--state"])
+        .arg(&state)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&state.display().to_string()) && err.contains("os error"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn every_subcommand_has_help() {
     for sub in [
         "memnode",

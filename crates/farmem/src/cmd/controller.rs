@@ -15,7 +15,9 @@ use super::Outcome;
 /// Memory nodes register and heartbeat; compute nodes ask for memory and
 /// receive exclusive extents (UniMem's Remote-Balloon), in multiples of
 /// --granularity, spread over memory nodes by --placement. With --state the
-/// node and extent table survives a restart.
+/// node and extent table and the clients' leases survive a restart (each
+/// lease counting again from the restart); the controller refuses to start
+/// when it cannot write that file. --quota caps what one client may hold.
 ///
 /// Example: farmem controller --listen 127.0.0.1:7000 --state /var/lib/farmem/controller.json
 #[derive(clap::Args)]
@@ -23,9 +25,15 @@ pub struct Args {
     /// Address to listen on (port 0 picks a free port).
     #[arg(long, default_value = "127.0.0.1:7000")]
     listen: String,
-    /// File that keeps the node and extent table across restarts.
+    /// File that keeps the node and extent table and the leases across
+    /// restarts; written at start (refused if it cannot be) and after
+    /// every change, atomically.
     #[arg(long)]
     state: Option<PathBuf>,
+    /// The most one client name may hold, every copy counted (default: no
+    /// limit); an allocation past it is refused.
+    #[arg(long)]
+    quota: Option<ByteSize>,
     /// Grant unit (UniMem: the memory hot-plug granularity).
     #[arg(long, default_value = "128MiB")]
     granularity: ByteSize,
@@ -58,6 +66,7 @@ pub fn run(args: Args) -> Outcome {
     let mut cfg = ControllerConfig::new(args.listen.clone());
     cfg.state = args.state.clone();
     cfg.granularity = args.granularity.bytes();
+    cfg.quota = args.quota.map(|q| q.bytes());
     cfg.placement = match args.placement {
         PlacementArg::RoundRobin => Placement::RoundRobin,
         PlacementArg::LeastLoaded => Placement::LeastLoaded,
