@@ -2,6 +2,7 @@
 //! its baseline in the same run, and prints ratios.
 
 mod delay;
+mod failover;
 mod fuzz;
 mod runtime;
 mod wire;
@@ -20,6 +21,9 @@ pub enum Bench {
     Fault(runtime::FaultArgs),
     /// Structured random inputs through the frame decoder and each daemon's handler.
     Fuzz(fuzz::Args),
+    /// Replication's price and a memory node's loss, on the demo: one copy
+    /// against two, then two with a node SIGKILLed halfway.
+    Failover(failover::Args),
 }
 
 pub fn run(b: Bench) -> Outcome {
@@ -29,5 +33,6 @@ pub fn run(b: Bench) -> Outcome {
         Bench::Kona(a) => runtime::kona(a),
         Bench::Fault(a) => runtime::fault(a),
         Bench::Fuzz(a) => fuzz::run(a),
+        Bench::Failover(a) => failover::run(a),
     }
 }
