@@ -160,7 +160,7 @@ fn worker(f: &Flags) -> Outcome {
         }
         *verified += PAGE;
     };
-    let late = |i: usize| deadline.is_some_and(|d| i % 64 == 0 && Instant::now() >= d);
+    let late = |i: usize| deadline.is_some_and(|d| i.is_multiple_of(64) && Instant::now() >= d);
     'passes: for pass in 0..f.passes {
         order.shuffle(&mut rng);
         for (i, &p) in order.iter().enumerate() {
@@ -176,7 +176,7 @@ fn worker(f: &Flags) -> Outcome {
                 *x = pattern(f.seed, pass, p, w);
             }
             version[p] = pass;
-            if (i + 1) % REPORT_PAGES == 0 {
+            if (i + 1).is_multiple_of(REPORT_PAGES) {
                 writeln!(out, "progress {verified} {mismatched} {pass}")?;
                 out.flush()?;
             }
@@ -190,7 +190,7 @@ fn worker(f: &Flags) -> Outcome {
             let page = &mem[p * PAGE_WORDS..(p + 1) * PAGE_WORDS];
             check(p, page, version[p], &mut verified, &mut mismatched);
         }
-        if (i + 1) % REPORT_PAGES == 0 {
+        if (i + 1).is_multiple_of(REPORT_PAGES) {
             writeln!(out, "progress {verified} {mismatched} {}", f.passes)?;
             out.flush()?;
         }
