@@ -68,6 +68,11 @@ pub struct Flags {
     /// and a new one takes its place.
     #[arg(long, default_value_t = 3)]
     pub passes: u32,
+    /// faults: a program that reports no progress for this many seconds
+    /// is hung, killed and counted as a failure (one reports every 2 MiB,
+    /// about every 0.1 s, and a lost node is given up on after 3 s).
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub hang_secs: u64,
     /// Run one soak program in this process (what `farmem run` executes).
     #[arg(long, hide = true)]
     pub worker: bool,
@@ -87,10 +92,6 @@ const MISMATCH_EXIT: u8 = 3;
 const NO_FAR_MEMORY_EXIT: i32 = 70;
 /// How long after a fault ends a program's pauses count as its effect.
 const EFFECT_WINDOW: Duration = Duration::from_secs(5);
-/// A program that reports no progress for this long is hung: it is
-/// killed and counted as a failure (a program reports every 2 MiB, about
-/// every 0.1 s here, and a lost node is given up on after 3 s).
-const HANG: Duration = Duration::from_secs(30);
 
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 
@@ -266,7 +267,7 @@ struct Program {
     ended: Option<Instant>,
     /// Exit code (a signal as 128+signo), None while it runs or if killed by us.
     code: Option<i32>,
-    /// Killed by us after HANG without progress.
+    /// Killed by us after --hang-secs without progress.
     hung: bool,
     verified: u64,
     mismatched: u64,
@@ -475,11 +476,12 @@ impl<'a> Soak<'a> {
         ended
     }
 
-    /// Kills the programs that made no progress for HANG.
+    /// Kills the programs that made no progress for --hang-secs.
     fn kill_hung(&mut self, now: Instant) {
+        let hang = Duration::from_secs(self.args.faults.hang_secs);
         for p in &mut self.programs {
             let last = p.progress.last().copied().unwrap_or(p.started);
-            if now.duration_since(last) < HANG {
+            if now.duration_since(last) < hang {
                 continue;
             }
             if let Some(mut c) = p.child.take() {
@@ -658,10 +660,14 @@ impl<'a> Soak<'a> {
         }
         let killed = self.stop_programs();
         bar.finish_and_clear();
-        let report = self.report(t0, max_down, interrupted, killed);
+        let mut report = self.report(t0, max_down, interrupted, killed);
         let bad = report["bytes_mismatched"].as_u64().unwrap_or(0) > 0
             || report["programs"]["failed"].as_u64().unwrap_or(0) > 0
             || report["programs"]["hung"].as_u64().unwrap_or(0) > 0;
+        if !bad && std::fs::remove_dir_all(&self.logs).is_ok() {
+            // Nothing went wrong that the logs would explain.
+            report["logs"] = Value::Null;
+        }
         if self.args.json {
             println!("{report}");
         } else {
@@ -825,6 +831,7 @@ impl<'a> Soak<'a> {
                 "far_bytes_per_program": f.size.bytes() / PAGE * PAGE,
                 "local_mem_bytes": f.local_mem.bytes(),
                 "passes_per_program": f.passes,
+                "hang_secs": f.hang_secs,
                 "quick": self.args.quick,
                 "network": "loopback 127.0.0.1, all processes on this machine",
             },
