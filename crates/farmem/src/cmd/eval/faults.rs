@@ -219,6 +219,8 @@ fn pattern(seed: u64, v: u32, p: usize, w: usize) -> u64 {
 /// A memory node of the soak.
 struct Node {
     addr: String,
+    /// The controller's number for it (what the runtime's messages name).
+    id: Option<u64>,
     child: Option<Child>,
     state: NodeState,
     starts: u32,
@@ -321,9 +323,10 @@ impl<'a> Soak<'a> {
             next_id: 0,
         };
         for i in 0..f.memnodes {
-            let (child, addr) = soak.spawn_memnode(i, "127.0.0.1:0")?;
+            let (child, addr, id) = soak.spawn_memnode(i, "127.0.0.1:0")?;
             soak.nodes.push(Node {
                 addr,
+                id,
                 child: Some(child),
                 state: NodeState::Up,
                 starts: 1,
@@ -334,7 +337,11 @@ impl<'a> Soak<'a> {
 
     /// Starts memory node `i` listening on `listen`; its stderr goes to
     /// its log. Returns it and the address it serves.
-    fn spawn_memnode(&self, i: usize, listen: &str) -> anyhow::Result<(Child, String)> {
+    fn spawn_memnode(
+        &self,
+        i: usize,
+        listen: &str,
+    ) -> anyhow::Result<(Child, String, Option<u64>)> {
         let log = File::options()
             .create(true)
             .append(true)
@@ -359,11 +366,9 @@ impl<'a> Soak<'a> {
             let _ = tx.send(line);
         });
         let line = rx.recv_timeout(Duration::from_secs(20)).unwrap_or_default();
-        let addr = serde_json::from_str::<Value>(line.trim())
-            .ok()
-            .and_then(|v| v["addr"].as_str().map(str::to_string));
-        match addr {
-            Some(a) => Ok((child, a)),
+        let v = serde_json::from_str::<Value>(line.trim()).unwrap_or_default();
+        match v["addr"].as_str() {
+            Some(a) => Ok((child, a.to_string(), v["node"].as_u64())),
             None => {
                 let _ = child.kill();
                 let _ = child.wait();
@@ -557,7 +562,10 @@ impl<'a> Soak<'a> {
                     let mut tries = 0;
                     let child = loop {
                         match self.spawn_memnode(i, &addr) {
-                            Ok((c, _)) => break c,
+                            Ok((c, _, id)) => {
+                                self.nodes[i].id = id;
+                                break c;
+                            }
                             Err(_) if tries < 20 => {
                                 tries += 1;
                                 std::thread::sleep(Duration::from_millis(250));
@@ -773,19 +781,37 @@ impl<'a> Soak<'a> {
                 }
             }
         }
-        // A program stopped for lost data: the time from the last fault
-        // before its exit to the exit.
+        let node = |i: usize| self.nodes[i].id;
+        // A program stopped for lost data: the last fault before its exit,
+        // and the last one on the node its message names.
         let stops: Vec<Value> = stopped
             .iter()
             .filter_map(|p| {
                 let end = p.ended?;
-                let x = self.faults.iter().rev().find(|x| x.at <= end)?;
+                let message = lost_line(&p.log);
+                let named = message.as_deref().and_then(named_node);
+                let before = |x: &&Fault| x.at <= end;
+                let fault = |x: &Fault| {
+                    json!({
+                        "kind": x.kind.name(),
+                        "node": node(x.node),
+                        "ms_before_exit": ms(end - x.at).round(),
+                    })
+                };
+                let last = self.faults.iter().rev().find(before);
+                let on_named = self
+                    .faults
+                    .iter()
+                    .rev()
+                    .filter(before)
+                    .find(|x| named.is_some() && node(x.node) == named);
                 Some(json!({
                     "program": p.id,
-                    "after_fault_ms": ms(end - x.at).round(),
-                    "fault": x.kind.name(),
-                    "node": x.node,
-                    "message": lost_line(&p.log),
+                    "exit_s": (ms(end - t0) / 1e3 * 10.0).round() / 10.0,
+                    "node_named": named,
+                    "last_fault": last.map(fault),
+                    "last_fault_on_named_node": on_named.map(fault),
+                    "message": message,
                 }))
             })
             .collect();
@@ -804,7 +830,7 @@ impl<'a> Soak<'a> {
                     "verified_bytes": p.verified,
                     "last_fault_before": fault.map(|x| json!({
                         "kind": x.kind.name(),
-                        "node": x.node,
+                        "node": node(x.node),
                         "ms_before_last_progress": ms(last - x.at).round(),
                     })),
                     "log": p.log.display().to_string(),
@@ -844,7 +870,8 @@ impl<'a> Soak<'a> {
                 "log": self.faults.iter().map(|x| json!({
                     "t_s": (ms(x.at - t0) / 1e3 * 10.0).round() / 10.0,
                     "kind": x.kind.name(),
-                    "node": x.node,
+                    "node": node(x.node),
+                    "addr": self.nodes[x.node].addr,
                     "down_ms": x.back.map(|b| ms(b - x.at).round()),
                 })).collect::<Vec<_>>(),
             },
@@ -915,6 +942,14 @@ fn lost_line(log: &Path) -> Option<String> {
         .map(|l| l.chars().take(300).collect())
 }
 
+/// The controller's number of the node a `far memory lost` line names
+/// (`memory node N at ...`).
+fn named_node(message: &str) -> Option<u64> {
+    let rest = &message[message.find("memory node ")? + "memory node ".len()..];
+    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().ok()
+}
+
 fn program_seed(seed: u64, id: u64) -> u64 {
     seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ id.wrapping_add(1)
 }
@@ -954,6 +989,14 @@ mod tests {
         assert_ne!(a, pattern(1, 0, 0, 1));
         assert_ne!(a, pattern(2, 0, 0, 0));
         assert_eq!(a, pattern(1, 0, 0, 0));
+    }
+
+    #[test]
+    fn the_named_node_is_read_from_the_message() {
+        let m = "farmem: far memory lost: the far page at 0x1 cannot be read: memory node 12 at 127.0.0.1:1 has not answered";
+        assert_eq!(named_node(m), Some(12));
+        assert_eq!(named_node("memory node at"), None);
+        assert_eq!(named_node("nothing"), None);
     }
 
     #[test]
