@@ -2,6 +2,7 @@
 //! module per evaluation; they share the flags below.
 
 mod daemon;
+mod faults;
 mod fig3;
 mod unimem;
 
@@ -33,6 +34,12 @@ const EVALS: &[Eval] = &[
         "UniMem §4: AMAT and data amplification of the local-cache systems",
         unimem::run,
     ),
+    (
+        "faults",
+        "chaos soak of the real system: programs checking every far byte while memory \
+         nodes are killed, restarted and paused (10 min; --quick: 1 min)",
+        faults::run,
+    ),
 ];
 
 #[derive(clap::Args)]
@@ -60,6 +67,8 @@ pub struct Args {
     /// Print one JSON object on stdout instead of the tables.
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub faults: faults::Flags,
 }
 
 pub fn run(args: Args) -> Outcome {
