@@ -506,6 +506,18 @@ fn connect(controller: &str, name: String) -> Result<RackStore, String> {
 const REPAIR_BYTES_PER_SEC: u64 = 256 << 20;
 
 fn init() -> Result<(), String> {
+    if let Some(filter) = getenv(c"FARMEM_LOG").filter(|f| !f.is_empty()) {
+        // What the runtime and the rack client report (retries, nodes
+        // suspected or dropped, copies made again), on stderr.
+        let filter = tracing_subscriber::EnvFilter::try_new(&filter)
+            .map_err(|e| format!("FARMEM_LOG `{filter}`: {e}"))?;
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_writer(std::io::stderr)
+            .with_ansi(false)
+            .with_target(false)
+            .try_init();
+    }
     let controller = getenv(c"FARMEM_CONTROLLER")
         .filter(|s| !s.is_empty())
         .ok_or("FARMEM_CONTROLLER is not set")?;

@@ -164,7 +164,7 @@ fn finish_kept(sh: &Shared, mut v: Victim) {
     }
     // Still write-protected, now identical to the store: Clean.
     m.state = State::Clean;
-    sh.lock_policy().insert(v.page / PAGE, sh.now());
+    sh.reinsert(v.page / PAGE);
     drop(m);
     sh.m.pages_synced.inc();
     if waiters {
@@ -193,7 +193,7 @@ fn revert(sh: &Shared, v: Victim, keep: bool) {
     m.zero_base = v.zero_base;
     m.force |= v.shipped;
     m.waiters = false;
-    sh.lock_policy().insert(v.page / PAGE, sh.now());
+    sh.reinsert(v.page / PAGE);
     // Writable again; this also wakes writers that waited on the eviction.
     if let Err(e) = sh.uffd.writeprotect(v.page, PAGE, false) {
         sh.report(format!(

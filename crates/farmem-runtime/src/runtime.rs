@@ -414,6 +414,19 @@ impl Shared {
         }
     }
 
+    /// Puts a page back in the replacement order (a write-back finished
+    /// or failed). A victim this pushes out of a full policy goes to the
+    /// evictor: dropped here, its page would stay resident and never be
+    /// evicted again, which once left a program past its local limit for
+    /// good after its store refused write-backs for a while.
+    pub(crate) fn reinsert(&self, block: BlockId) {
+        let now = self.now();
+        let pushed_out = self.lock_policy().insert(block, now);
+        if let Some(v) = pushed_out {
+            self.force_out(v);
+        }
+    }
+
     /// Queues a victim a full policy pushed out, for the evictor to take first.
     fn force_out(&self, v: BlockId) {
         self.forced.lock().push(v);
