@@ -151,10 +151,24 @@ impl ControllerClient {
         placement: Placement,
         replicas: u8,
     ) -> Result<Vec<Extent>, NetError> {
+        self.alloc_coded(size, placement, replicas, 0)
+    }
+
+    /// Asks for `size` bytes in sets of `shards` granules on distinct
+    /// nodes, the last `parity` of each set for parity (see
+    /// [`Msg::Alloc`]); `parity` 0 is [`Self::alloc`] with `shards` copies.
+    pub fn alloc_coded(
+        &self,
+        size: u64,
+        placement: Placement,
+        shards: u8,
+        parity: u8,
+    ) -> Result<Vec<Extent>, NetError> {
         let alloc = Msg::Alloc {
             size,
             placement,
-            replicas,
+            replicas: shards,
+            parity,
         };
         match self.conn.call(&alloc)?.msg()? {
             Msg::AllocOk { extents } => Ok(extents),
