@@ -756,8 +756,7 @@ impl Cluster {
         out: &mut [u8],
     ) -> Option<Result<(), PageReadError>> {
         if ec::is_logical(addr) {
-            // Decoding allocates: the ordinary path serves stripes.
-            return None;
+            return self.ec_read_without_allocating(addr, out);
         }
         let extents = self.extents.try_read()?;
         let (_, e) = extents.range(..=addr).next_back()?;

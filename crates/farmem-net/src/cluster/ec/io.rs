@@ -224,7 +224,7 @@ impl Cluster {
     ) -> Result<(), NetError> {
         let mut pages: BTreeMap<u64, Vec<&(u64, [u8; LINE_LEN])>> = BTreeMap::new();
         for line in lines {
-            if line.0 % LINE_LEN as u64 == 0 {
+            if line.0.is_multiple_of(LINE_LEN as u64) {
                 pages.entry(line.0 / PAGE as u64).or_default().push(line);
             } else {
                 self.ec_write(line.0, &line.1)?;
@@ -251,6 +251,49 @@ impl Cluster {
             self.write_pages(&s, first, &buf)?;
         }
         Ok(())
+    }
+}
+
+impl Cluster {
+    /// Reads one logical page into `out` from its K data shards through
+    /// idle page readers, without allocating or parking on a lock (see
+    /// [`Cluster::read_without_allocating`]): `None` unless every data
+    /// shard's node is healthy with a reader free and the page unlocked;
+    /// anything needing parity takes the ordinary path.
+    pub(in crate::cluster) fn ec_read_without_allocating(
+        &self,
+        addr: u64,
+        out: &mut [u8],
+    ) -> Option<Result<(), crate::PageReadError>> {
+        let map = self.stripes.map.try_read()?;
+        let (_, s) = map.range(..=addr).next_back()?;
+        let rel = addr - s.base;
+        if out.len() != PAGE || !rel.is_multiple_of(PAGE as u64) || rel >= s.len {
+            return None;
+        }
+        let first = rel / PAGE as u64;
+        let slot = ((s.base / PAGE as u64 + first) % self.stripes.locks.len() as u64) as usize;
+        let _lock = self.stripes.locks[slot].try_lock()?;
+        let nodes = self.nodes.try_read()?;
+        let c = s.chunk();
+        for (shard, dst) in s.shards[..s.k].iter().zip(out.chunks_mut(c)) {
+            let n = nodes.get(&shard.node)?;
+            if n.lost.load(Ordering::Relaxed)
+                || n.is_down.load(Ordering::Relaxed)
+                || n.failing.load(Ordering::Relaxed)
+            {
+                return None;
+            }
+            let readers = n.readers.try_read()?;
+            let mut reader = readers
+                .iter()
+                .filter_map(|r| r.try_lock())
+                .find(|r| r.is_alive())?;
+            if let Err(e) = reader.read(shard.base + first * c as u64, dst) {
+                return Some(Err(e));
+            }
+        }
+        Some(Ok(()))
     }
 }
 
