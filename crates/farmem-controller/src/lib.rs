@@ -812,6 +812,7 @@ impl Shared {
                 size,
                 placement,
                 replicas,
+                parity,
             } => {
                 if peer.role != Role::Compute {
                     return Err(self.refuse_role(peer, "allocate"));
@@ -821,9 +822,29 @@ impl Shared {
                     farmem_wire::Placement::RoundRobin => Placement::RoundRobin,
                     farmem_wire::Placement::LeastLoaded => Placement::LeastLoaded,
                 };
-                let replicas = replicas.max(1).into();
+                let replicas: usize = replicas.max(1).into();
+                let parity = usize::from(parity);
+                if parity > 0 && parity >= replicas {
+                    return Err(Refusal::new(
+                        ErrorCode::BadRequest,
+                        format!(
+                            "an erasure-coded stripe of {replicas} shards cannot have {parity} of parity: at least one must hold data"
+                        ),
+                    ));
+                }
                 self.check_quota(peer, size, replicas)?;
-                let extents = self.alloc(&peer.name, size, placement, replicas)?;
+                let extents = self
+                    .alloc(&peer.name, size, placement, replicas)
+                    .map_err(|mut r| {
+                        if parity > 0 {
+                            let code = format!("rs:{}+{parity}", replicas - parity);
+                            r.message = format!(
+                                "{code} stripes need {replicas} shards on distinct memory nodes: {}",
+                                r.message
+                            );
+                        }
+                        r
+                    })?;
                 Msg::AllocOk { extents }.encode(id, out);
             }
             Msg::Remirror { base, len, avoid } => {

@@ -14,9 +14,11 @@ use std::time::{Duration, Instant};
 use farmem_wire::{Cap, Extent, Msg, NodeInfo, Placement};
 use parking_lot::{Condvar, Mutex, RwLock};
 
+mod ec;
 mod io;
 mod repair;
 
+pub use ec::{LOGICAL_BASE, Redundancy, RedundancyError};
 pub use repair::Repaired;
 
 use crate::conn::copy_read_reply;
@@ -151,10 +153,24 @@ impl ControllerClient {
         placement: Placement,
         replicas: u8,
     ) -> Result<Vec<Extent>, NetError> {
+        self.alloc_coded(size, placement, replicas, 0)
+    }
+
+    /// Asks for `size` bytes in sets of `shards` granules on distinct
+    /// nodes, the last `parity` of each set for parity (see
+    /// [`Msg::Alloc`]); `parity` 0 is [`Self::alloc`] with `shards` copies.
+    pub fn alloc_coded(
+        &self,
+        size: u64,
+        placement: Placement,
+        shards: u8,
+        parity: u8,
+    ) -> Result<Vec<Extent>, NetError> {
         let alloc = Msg::Alloc {
             size,
             placement,
-            replicas,
+            replicas: shards,
+            parity,
         };
         match self.conn.call(&alloc)?.msg()? {
             Msg::AllocOk { extents } => Ok(extents),
@@ -381,6 +397,8 @@ pub struct Cluster {
     /// Held shared by every write, alone by a repair filling a piece, so a
     /// fill never overwrites a newer write with older bytes.
     copy_lock: RwLock<()>,
+    /// Erasure-coded stripes, at logical addresses (see [`ec`]).
+    stripes: ec::Stripes,
 }
 
 impl Cluster {
@@ -403,6 +421,7 @@ impl Cluster {
             issued: Arc::default(),
             filling: RwLock::new(Vec::new()),
             copy_lock: RwLock::new(()),
+            stripes: ec::Stripes::default(),
         })
     }
 
@@ -426,6 +445,7 @@ impl Cluster {
             issued: Arc::default(),
             filling: RwLock::new(Vec::new()),
             copy_lock: RwLock::new(()),
+            stripes: ec::Stripes::default(),
         };
         cluster.adopt(vec![Extent {
             node: 0,
@@ -457,8 +477,13 @@ impl Cluster {
     }
 
     /// Allocates `size` bytes from the controller and connects to the nodes
-    /// holding them.
+    /// holding them. Under rs:K+M redundancy (see [`Self::set_redundancy`])
+    /// the extents returned are logical: ranges from [`LOGICAL_BASE`] up
+    /// that only this client's reads and writes understand.
     pub fn allocate(&self, size: u64, placement: Placement) -> Result<Vec<Extent>, NetError> {
+        if let Redundancy::ReedSolomon { k, m } = self.redundancy() {
+            return self.allocate_stripes(size, placement, k, m);
+        }
         let ctl = self
             .controller
             .as_ref()
@@ -478,6 +503,9 @@ impl Cluster {
     /// Gives an extent (or part of one), with its copies, back to the
     /// controller.
     pub fn release(&self, base: u64, len: u64) -> Result<(), NetError> {
+        if ec::is_logical(base) {
+            return self.release_stripes(base, len);
+        }
         let end = base.saturating_add(len);
         let overlapping: Vec<Extent> = self
             .extents
@@ -512,19 +540,26 @@ impl Cluster {
     /// runtime with the same name).
     pub fn adopt(&self, extents: Vec<Extent>) -> Result<(), NetError> {
         for e in extents {
-            self.ensure_node(e.node, &e.addr)?;
-            if let (Some(cap), Some(n)) = (&e.cap, self.nodes.read().get(&e.node)) {
+            self.adopt_copies(&e)?;
+            self.extents.write().insert(e.base, e);
+        }
+        Ok(())
+    }
+
+    /// Connects to the nodes of `e` and its mirrors and takes up their
+    /// capabilities.
+    fn adopt_copies(&self, e: &Extent) -> Result<(), NetError> {
+        self.ensure_node(e.node, &e.addr)?;
+        if let (Some(cap), Some(n)) = (&e.cap, self.nodes.read().get(&e.node)) {
+            n.add_cap(cap.clone());
+            self.issued.write().push(cap.clone());
+        }
+        for m in &e.mirrors {
+            self.ensure_node(m.node, &m.addr)?;
+            if let (Some(cap), Some(n)) = (&m.cap, self.nodes.read().get(&m.node)) {
                 n.add_cap(cap.clone());
                 self.issued.write().push(cap.clone());
             }
-            for m in &e.mirrors {
-                self.ensure_node(m.node, &m.addr)?;
-                if let (Some(cap), Some(n)) = (&m.cap, self.nodes.read().get(&m.node)) {
-                    n.add_cap(cap.clone());
-                    self.issued.write().push(cap.clone());
-                }
-            }
-            self.extents.write().insert(e.base, e);
         }
         Ok(())
     }
@@ -572,7 +607,8 @@ impl Cluster {
         let copies = |e: &Extent| {
             u64::from(e.node == node) + e.mirrors.iter().filter(|m| m.node == node).count() as u64
         };
-        extents.values().map(|e| copies(e) * e.len).sum()
+        let copied: u64 = extents.values().map(|e| copies(e) * e.len).sum();
+        copied + self.shards_on(node)
     }
 
     /// Keeps `node`'s health from the outcome of a request to it: success
@@ -719,6 +755,9 @@ impl Cluster {
         addr: u64,
         out: &mut [u8],
     ) -> Option<Result<(), PageReadError>> {
+        if ec::is_logical(addr) {
+            return self.ec_read_without_allocating(addr, out);
+        }
         let extents = self.extents.try_read()?;
         let (_, e) = extents.range(..=addr).next_back()?;
         if addr.checked_add(out.len() as u64)? > e.base + e.len {

@@ -573,6 +573,14 @@ fn init() -> Result<(), String> {
                 .map_err(|e| format!("starting the copy repair thread: {e}"))?;
         }
     }
+    if let Some(r) = getenv(c"FARMEM_REDUNDANCY") {
+        let r: farmem_net::Redundancy = r
+            .trim()
+            .parse()
+            .map_err(|e| format!("FARMEM_REDUNDANCY: {e}"))?;
+        // Erasure-coded stripes: pages survive any M lost memory nodes.
+        store.cluster().set_redundancy(r);
+    }
     if lease_ms > 0 {
         match store
             .cluster()

@@ -85,13 +85,14 @@ impl RackStore {
             .map(|_| ())
     }
 
-    /// Gives every extent back to the controller, going on past a failed
-    /// one; the first error is returned.
+    /// Gives every extent and erasure-coded stripe back to the controller,
+    /// going on past a failed one; the first error is returned.
     pub fn release_all(&self) -> Result<(), StoreError> {
         self.released.store(true, Ordering::SeqCst);
         let mut first = Ok(());
-        for e in self.cluster.extents() {
-            if let Err(err) = self.cluster.release(e.base, e.len) {
+        let extents = self.cluster.extents().into_iter().map(|e| (e.base, e.len));
+        for (base, len) in extents.chain(self.cluster.stripes()) {
+            if let Err(err) = self.cluster.release(base, len) {
                 first = first.and(Err(StoreError::Other(Box::new(err))));
             }
         }

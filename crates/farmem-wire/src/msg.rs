@@ -371,10 +371,17 @@ pub enum Msg<'a> {
     },
     /// Ask the controller for `size` bytes of remote memory, each byte
     /// held on `replicas` distinct memory nodes (0 counts as 1).
+    ///
+    /// With `parity` above 0 the `replicas` granules of each set are the
+    /// shards of an erasure-coded stripe, `replicas - parity` of data and
+    /// `parity` of parity: placed exactly like copies (distinct nodes, all
+    /// or nothing), only named so in the controller's answers. Sent only
+    /// when non-zero, so an `Alloc` without it decodes as before.
     Alloc {
         size: u64,
         placement: Placement,
         replicas: u8,
+        parity: u8,
     },
     AllocOk {
         extents: Vec<Extent>,
@@ -539,10 +546,14 @@ impl<'a> Msg<'a> {
                 size,
                 placement,
                 replicas,
+                parity,
             } => {
                 b.extend_from_slice(&size.to_le_bytes());
                 b.push(*placement as u8);
                 b.push(*replicas);
+                if *parity > 0 {
+                    b.push(*parity);
+                }
             }
             Msg::AllocOk { extents } => {
                 for e in extents {
@@ -662,6 +673,7 @@ impl<'a> Msg<'a> {
                 size: r.u64()?,
                 placement: Placement::from_u8(r.u8()?)?,
                 replicas: r.u8()?,
+                parity: if r.remaining() > 0 { r.u8()? } else { 0 },
             },
             Op::AllocOk => {
                 let mut extents = Vec::new();
@@ -894,6 +906,13 @@ mod tests {
                 size: 1 << 30,
                 placement: Placement::LeastLoaded,
                 replicas: 2,
+                parity: 0,
+            },
+            Msg::Alloc {
+                size: 1 << 20,
+                placement: Placement::Default,
+                replicas: 6,
+                parity: 2,
             },
             Msg::AllocOk {
                 extents: vec![

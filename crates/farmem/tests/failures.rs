@@ -150,6 +150,18 @@ fn lose_nodes(
     rounds: usize,
     tag: &str,
 ) -> Option<Outcome> {
+    lose_nodes_running(nodes, kills, loss, rounds, tag, &[])
+}
+
+/// As [`lose_nodes`], with `run_args` given to `farmem run` too.
+fn lose_nodes_running(
+    nodes: usize,
+    kills: &[(usize, usize)],
+    loss: Loss,
+    rounds: usize,
+    tag: &str,
+    run_args: &[&str],
+) -> Option<Outcome> {
     let bin = rehash_or_skip(tag)?;
     let local = Command::new(&bin).args(["192", "1"]).output().unwrap();
     let expected = String::from_utf8(local.stdout).unwrap().trim().to_string();
@@ -157,7 +169,9 @@ fn lose_nodes(
     let listens: Vec<String> = (0..nodes).map(|_| free_port()).collect();
     let mut rack: Vec<Daemon> = listens.iter().map(|l| memnode(l, &ctl)).collect();
     let mut run = Command::new(farmem())
-        .args(["run", "--controller", &ctl, "--local-mem", "32MiB", "--"])
+        .args(["run", "--controller", &ctl, "--local-mem", "32MiB"])
+        .args(run_args)
+        .arg("--")
         .arg(&bin)
         .args(["192", &rounds.to_string()])
         .stdout(Stdio::piped())
@@ -274,4 +288,19 @@ fn a_lost_copy_is_made_again_before_the_next_loss() {
     assert_never_wrong(&o);
     assert_eq!(o.code, Some(0), "{:?}\n{}", o.out, o.err);
     assert_eq!(o.out.len(), 40, "{}", o.err);
+}
+
+/// Erasure-coded (rs:4+2) on six nodes, the program outlives the loss of
+/// two of them, one after the other, with no copy made again.
+#[test]
+fn rs_4_2_survives_two_lost_nodes_of_six() {
+    let kills = [(0, 1), (3, 4)];
+    let run_args = ["--redundancy", "rs:4+2"];
+    let Some(o) = lose_nodes_running(6, &kills, Loss::Kill, 12, "rs", &run_args) else {
+        return;
+    };
+    assert_never_wrong(&o);
+    assert_eq!(o.code, Some(0), "{:?}\n{}", o.out, o.err);
+    assert_eq!(o.out.len(), 12, "{}", o.err);
+    assert!(!o.err.contains("far memory lost"), "{}", o.err);
 }

@@ -101,6 +101,9 @@ impl Cluster {
     /// Reads `buf.len()` bytes at `addr`, in frame-sized pieces issued
     /// together, each from its first live copy, failing over to the others.
     pub fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), NetError> {
+        if super::ec::is_logical(addr) {
+            return self.ec_read(addr, buf);
+        }
         let piece = self.max_piece();
         let mut sent = Vec::new();
         for (i, chunk) in buf.chunks(piece).enumerate() {
@@ -150,6 +153,9 @@ impl Cluster {
     /// Writes `data` at `addr` to every live copy, in frame-sized pieces
     /// issued together.
     pub fn write(&self, addr: u64, data: &[u8]) -> Result<(), NetError> {
+        if super::ec::is_logical(addr) {
+            return self.ec_write(addr, data);
+        }
         let _writing = self.copy_lock.read();
         let piece = self.max_piece();
         let mut sent = Vec::new();
@@ -182,6 +188,13 @@ impl Cluster {
     /// acknowledged. A refused batch is applied by its node not at all, so
     /// the caller may retry the whole call.
     pub fn write_lines(&self, lines: &[(u64, [u8; LINE_LEN])]) -> Result<(), NetError> {
+        if lines.iter().any(|(addr, _)| super::ec::is_logical(*addr)) {
+            let (coded, copied): (Vec<_>, Vec<_>) = lines
+                .iter()
+                .partition(|(addr, _)| super::ec::is_logical(*addr));
+            self.ec_write_lines(&coded)?;
+            return self.write_lines(&copied);
+        }
         let _writing = self.copy_lock.read();
         let mut per_node: HashMap<u32, Vec<u8>> = HashMap::new();
         for (addr, line) in lines {

@@ -126,6 +126,14 @@ pub struct Args {
     /// when the rack has two or more memory nodes up, else 1.
     #[arg(long, value_parser = clap::value_parser!(u8).range(1..=8))]
     replicas: Option<u8>,
+    /// Keep far memory erasure-coded instead of copied: `rs:K+M` splits
+    /// every 4 KiB page into K data and M parity chunks (Reed-Solomon) on
+    /// K+M distinct memory nodes, so the program survives the loss of any
+    /// M of them for (K+M)/K times its far bytes (rs:4+2: 1.5x, against
+    /// 3x for three copies). K is a power of two up to 128. Not with
+    /// --replicas.
+    #[arg(long, value_name = "rs:K+M", conflicts_with = "replicas")]
+    redundancy: Option<farmem_net::Redundancy>,
     /// The program and its arguments (after `--`).
     #[arg(last = true, required = true, value_name = "CMD")]
     command: Vec<OsString>,
@@ -259,6 +267,8 @@ struct Target {
     token_file: Option<PathBuf>,
     /// Copies of each far byte (FARMEM_REPLICAS).
     replicas: u8,
+    /// Erasure coding instead of copies (FARMEM_REDUNDANCY).
+    redundancy: Option<farmem_net::Redundancy>,
     _rack: Option<LocalRack>,
 }
 
@@ -273,7 +283,15 @@ fn far_target(args: &Args, far: u64) -> anyhow::Result<Target> {
         || LocalRack::start(args.memnodes, far + (1 << 30), 128 << 20),
     )?;
     let up = check_controller(&controller, token)?;
+    if let (Some(farmem_net::Redundancy::ReedSolomon { k, m }), Some(up)) = (args.redundancy, up) {
+        let shards = usize::from(k) + usize::from(m);
+        anyhow::ensure!(
+            shards <= up,
+            "--redundancy rs:{k}+{m} needs {shards} memory nodes up; the rack of controller {controller} has {up}"
+        );
+    }
     let replicas = match (args.replicas, up) {
+        _ if args.redundancy.is_some() => 1,
         (Some(n), Some(up)) if usize::from(n) > up => bail!(
             "--replicas {n} needs {n} memory nodes up; the rack of controller {controller} has {up}"
         ),
@@ -293,6 +311,7 @@ fn far_target(args: &Args, far: u64) -> anyhow::Result<Target> {
         controller,
         token_file,
         replicas,
+        redundancy: args.redundancy,
         _rack: rack,
     })
 }
@@ -373,6 +392,10 @@ fn shim_env(
                 Fallback::Local => "local",
             },
         );
+    match &target.redundancy {
+        Some(r) => cmd.env("FARMEM_REDUNDANCY", r.to_string()),
+        None => cmd.env_remove("FARMEM_REDUNDANCY"),
+    };
     match &target.token_file {
         Some(f) => cmd.env("FARMEM_TOKEN_FILE", f),
         None => cmd.env_remove("FARMEM_TOKEN_FILE"),

@@ -238,6 +238,7 @@ pub fn valid_frame(rng: &mut SmallRng, ctx: &Context, kind: usize, out: &mut Vec
                 Placement::LeastLoaded,
             ][rng.gen_range(0..3)],
             replicas: rng.gen_range(0..4),
+            parity: rng.gen_range(0..2),
         },
         11 => Msg::AllocOk {
             extents: (0..rng.gen_range(0..4))

@@ -1,0 +1,292 @@
+//! Erasure-coded far memory (`rs:K+M`) on an in-process rack: what is
+//! written reads back identically with any M memory nodes killed, never
+//! wrong data with more, at (K+M)/K times the bytes.
+
+use std::time::{Duration, Instant};
+
+use farmem_controller::extent::Placement as TreePlacement;
+use farmem_controller::{Controller, ControllerConfig};
+use farmem_memnode::{MemNode, MemNodeConfig};
+use farmem_net::{ClientConfig, Cluster, NetError, Redundancy};
+use farmem_wire::{ErrorCode, Placement, Role};
+use rand::rngs::SmallRng;
+use rand::{Rng, RngCore, SeedableRng};
+
+const MIB: u64 = 1 << 20;
+const GRANULE: u64 = MIB;
+const TOKEN: &[u8] = b"test-erasure-token";
+const PAGE: usize = 4096;
+
+struct Rack {
+    controller: Controller,
+    memnodes: Vec<MemNode>,
+}
+
+impl Rack {
+    fn start(nodes: usize) -> Self {
+        let mut cfg = ControllerConfig::new("127.0.0.1:0");
+        cfg.token = TOKEN.to_vec();
+        cfg.heartbeat_timeout = Duration::from_secs(5);
+        cfg.placement = TreePlacement::RoundRobin;
+        cfg.granularity = GRANULE;
+        let controller = Controller::start(cfg).expect("controller starts");
+        let ctl = controller.local_addr().to_string();
+        let memnodes = (0..nodes)
+            .map(|_| {
+                let mut m = MemNodeConfig::new("127.0.0.1:0", 256 * MIB);
+                m.controller = Some(ctl.clone());
+                m.token = TOKEN.to_vec();
+                m.heartbeat = Duration::from_millis(50);
+                MemNode::start(m).expect("memnode starts")
+            })
+            .collect();
+        Self {
+            controller,
+            memnodes,
+        }
+    }
+
+    /// A client keeping every later allocation as rs:4+2.
+    fn client(&self, name: &str) -> Cluster {
+        let mut cfg = ClientConfig::new(name, Role::Compute).with_token(TOKEN);
+        cfg.fail_after = Duration::from_millis(300);
+        let ctl = self.controller.local_addr().to_string();
+        let c = Cluster::connect(&ctl, cfg, 2).expect("client connects");
+        c.set_redundancy("rs:4+2".parse().unwrap());
+        c
+    }
+
+    fn kill(&mut self, node: u32) {
+        let i = self
+            .memnodes
+            .iter()
+            .position(|m| m.node_id() == node)
+            .expect("a running node");
+        self.memnodes.remove(i).shutdown();
+    }
+}
+
+/// FNV-1a.
+fn checksum(data: &[u8]) -> u64 {
+    data.iter().fold(0xcbf29ce484222325u64, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100000001b3)
+    })
+}
+
+/// Memory written through `c`, and what it should hold.
+struct Written {
+    base: u64,
+    shadow: Vec<u8>,
+}
+
+/// Allocates 8 MiB (two stripes), writes seeded random pages in runs,
+/// partial pages, whole pages of lines and scattered lines; checks every
+/// byte reads back before anything is killed.
+fn write_some(c: &Cluster, seed: u64) -> Written {
+    let extents = c.allocate(8 * MIB, Placement::Default).unwrap();
+    assert_eq!(extents.len(), 2, "{extents:?}");
+    assert_eq!(extents[1].base, extents[0].base + 4 * MIB, "contiguous");
+    let base = extents[0].base;
+    let len = 8 * MIB as usize;
+    let mut rng = SmallRng::seed_from_u64(seed);
+    let mut shadow = vec![0u8; len];
+    rng.fill_bytes(&mut shadow);
+    // Runs of 256 KiB, each crossing no stripe.
+    for off in (0..len).step_by(256 << 10) {
+        c.write(base + off as u64, &shadow[off..off + (256 << 10)])
+            .unwrap();
+    }
+    // Parts of pages, at odd offsets, some across a page boundary.
+    for _ in 0..200 {
+        let n = rng.gen_range(1..600);
+        let off = rng.gen_range(0..len - n);
+        rng.fill_bytes(&mut shadow[off..off + n]);
+        c.write(base + off as u64, &shadow[off..off + n]).unwrap();
+    }
+    // A whole page of lines, and scattered lines.
+    let page = rng.gen_range(0..len / PAGE) * PAGE;
+    rng.fill_bytes(&mut shadow[page..page + PAGE]);
+    let mut lines: Vec<(u64, [u8; 64])> = (0..PAGE / 64)
+        .map(|i| {
+            let off = page + i * 64;
+            (base + off as u64, shadow[off..off + 64].try_into().unwrap())
+        })
+        .collect();
+    for _ in 0..300 {
+        let off = rng.gen_range(0..len / 64) * 64;
+        rng.fill_bytes(&mut shadow[off..off + 64]);
+        lines.push((base + off as u64, shadow[off..off + 64].try_into().unwrap()));
+    }
+    c.write_lines(&lines).unwrap();
+    let mut back = vec![0u8; len];
+    c.read(base, &mut back).unwrap();
+    assert_eq!(checksum(&back), checksum(&shadow));
+    Written { base, shadow }
+}
+
+/// The ids of the running memory nodes, in order.
+fn shard_nodes(rack: &Rack) -> Vec<u32> {
+    let mut nodes: Vec<u32> = rack.memnodes.iter().map(|m| m.node_id()).collect();
+    nodes.sort_unstable();
+    nodes
+}
+
+#[test]
+fn rs_4_2_costs_one_and_a_half_times_the_logical_bytes() {
+    let rack = Rack::start(6);
+    let c = rack.client("cn-ec-cost");
+    let w = write_some(&c, 7);
+    let stats = rack.controller.stats();
+    assert_eq!(
+        stats.granted_bytes,
+        12 * MIB,
+        "8 MiB logical in 6 shards of 2 MiB"
+    );
+    assert_eq!(stats.granted_bytes * 2, w.shadow.len() as u64 * 3);
+    // Every node holds exactly one shard of each of the two stripes.
+    for m in &rack.memnodes {
+        let held = c.stripes().len() as u64 * GRANULE;
+        assert_eq!(rack_granted(&rack, m.node_id()), held);
+    }
+    for (base, len) in c.stripes() {
+        c.release(base, len).unwrap();
+    }
+    assert!(c.stripes().is_empty());
+    assert_eq!(rack.controller.stats().granted_bytes, 0);
+}
+
+fn rack_granted(rack: &Rack, node: u32) -> u64 {
+    let nodes = rack.controller.nodes();
+    nodes.iter().find(|n| n.node == node).unwrap().granted
+}
+
+#[test]
+fn any_two_killed_nodes_of_six_lose_nothing() {
+    for a in 0..6 {
+        for b in a + 1..6 {
+            let mut rack = Rack::start(6);
+            let ids = shard_nodes(&rack);
+            let c = rack.client(&format!("cn-ec-{a}{b}"));
+            let mut w = write_some(&c, (a * 6 + b) as u64);
+            rack.kill(ids[a]);
+            rack.kill(ids[b]);
+            // Reads reconstruct at once, before the nodes are declared down.
+            let mut back = vec![0u8; w.shadow.len()];
+            c.read(w.base, &mut back).unwrap();
+            assert_eq!(
+                checksum(&back),
+                checksum(&w.shadow),
+                "nodes {a} and {b} killed"
+            );
+            // Page by page too (one page's chunks from 4 shards each time).
+            for p in (0..w.shadow.len()).step_by(97 * PAGE) {
+                let mut page = [0u8; PAGE];
+                c.read(w.base + p as u64, &mut page).unwrap();
+                assert!(page[..] == w.shadow[p..p + PAGE]);
+            }
+            // Writes go on to the four shards left once the two are down:
+            // whole pages, parts (read-modify-write from 4 shards) and lines.
+            let mut rng = SmallRng::seed_from_u64(99);
+            let off = 3 * PAGE + 100;
+            let mut fresh = vec![0u8; 2 * PAGE];
+            rng.fill_bytes(&mut fresh);
+            retry(|| c.write(w.base + off as u64, &fresh));
+            w.shadow[off..off + fresh.len()].copy_from_slice(&fresh);
+            let line = [0x5a; 64];
+            let at = 5 * MIB as usize + 640;
+            retry(|| c.write_lines(&[(w.base + at as u64, line)]));
+            w.shadow[at..at + 64].copy_from_slice(&line);
+            c.read(w.base, &mut back).unwrap();
+            assert_eq!(
+                checksum(&back),
+                checksum(&w.shadow),
+                "after writes, {a} {b}"
+            );
+        }
+    }
+}
+
+/// Runs `op` until it succeeds, while its errors are transient (nodes
+/// only suspected, not yet declared down).
+fn retry(op: impl Fn() -> Result<(), NetError>) {
+    let start = Instant::now();
+    while let Err(e) = op() {
+        assert!(e.is_transient(), "{e}");
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "never declared down: {e}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn three_killed_nodes_of_six_fail_reads_never_returning_wrong_data() {
+    let mut rack = Rack::start(6);
+    let ids = shard_nodes(&rack);
+    let c = rack.client("cn-ec-three");
+    let w = write_some(&c, 3);
+    for &id in &ids[1..4] {
+        rack.kill(id);
+    }
+    let start = Instant::now();
+    let mut page = [0u8; PAGE];
+    let err = loop {
+        match c.read(w.base + 8 * PAGE as u64, &mut page) {
+            Err(e) if e.is_transient() => std::thread::sleep(Duration::from_millis(20)),
+            Err(e) => break e,
+            Ok(()) => panic!("a page read back from 3 of 6 shards of rs:4+2"),
+        }
+        assert!(start.elapsed() < Duration::from_secs(30));
+    };
+    match err {
+        NetError::NodeDown { node, held, .. } | NetError::NodeLost { node, held, .. } => {
+            assert!(ids[1..4].contains(&node), "{node}");
+            assert_eq!(held, 2 * GRANULE, "two stripes' shards on the node");
+        }
+        other => panic!("expected a node down or lost, got {other}"),
+    }
+    // Writes fail too: fewer than 4 shards would take them.
+    assert!(matches!(
+        c.write(w.base, &[1u8; PAGE]),
+        Err(NetError::NodeDown { .. } | NetError::NodeLost { .. })
+    ));
+}
+
+#[test]
+fn rs_4_2_needs_six_nodes_and_says_so() {
+    let rack = Rack::start(5);
+    let c = rack.client("cn-ec-five");
+    match c.allocate(4 * MIB, Placement::Default) {
+        Err(NetError::Remote { code, message }) => {
+            assert_eq!(code, ErrorCode::NoCapacity);
+            assert!(message.contains("rs:4+2"), "{message}");
+            assert!(message.contains("6"), "{message}");
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    assert_eq!(rack.controller.stats().granted_bytes, 0);
+}
+
+#[test]
+fn redundancy_parses_usable_codes_only() {
+    assert_eq!(
+        "rs:4+2".parse::<Redundancy>(),
+        Ok(Redundancy::ReedSolomon { k: 4, m: 2 })
+    );
+    assert_eq!(
+        "rs:4+2".parse::<Redundancy>().unwrap().to_string(),
+        "rs:4+2"
+    );
+    for bad in [
+        "rs:3+2",
+        "rs:4+0",
+        "rs:0+2",
+        "rs:4",
+        "4+2",
+        "rs:256+1",
+        "rs:128+128",
+    ] {
+        assert!(bad.parse::<Redundancy>().is_err(), "{bad}");
+    }
+}

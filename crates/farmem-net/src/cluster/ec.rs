@@ -1,0 +1,367 @@
+//! Erasure-coded far memory: `--redundancy rs:K+M`, the cheaper option to
+//! replicas (as Hydra and Carbink do), surviving any M lost memory nodes
+//! for (K+M)/K times the bytes instead of M+1 times.
+//!
+//! # Layout
+//!
+//! Every 4 KiB page is split into K data chunks of `4096 / K` bytes, from
+//! which M parity chunks of the same size are computed (Reed-Solomon over
+//! GF(2^16), the `reed-solomon-simd` crate). The K+M chunks of a page go to
+//! the K+M shards of a stripe: granules of the controller's granularity on
+//! K+M distinct memory nodes, asked for as one `Alloc` with `replicas`
+//! K+M and `parity` M, so the controller places them like copies (distinct
+//! nodes with room, all or nothing, a capability each). Shard `i` is the
+//! extent's primary for `i = 0`, its mirror `i - 1` after that; shards
+//! `0..K` hold data, `K..K+M` parity.
+//!
+//! A stripe of granule `g` holds `K * g` logical bytes, which the runtime
+//! addresses at a logical base the cluster hands out in a range of its
+//! own, from [`LOGICAL_BASE`] (2^62) up, far above any global address of
+//! the rack, so the two never collide. Logical page `p` of a stripe lives
+//! at offset `p * 4096 / K` in each of its shards; a run of pages is a run
+//! of bytes in every shard, so reading or writing n pages takes one
+//! request per shard.
+//!
+//! # Reads and writes
+//!
+//! A read fetches the K data chunks of its pages from their shards in
+//! parallel (live, healthy shards first; shards of nodes in a run of
+//! failures last); when one fails, parity chunks are fetched in its place
+//! and the missing data chunks reconstructed. Only when fewer than K
+//! shards can be had is the page lost: the error is that of the node
+//! ([`NetError::NodeDown`], [`NetError::NodeLost`]), never wrong data.
+//!
+//! A write of whole pages encodes them and writes every chunk to its live
+//! shard, all in flight at once; it succeeds when every live shard
+//! acknowledged and at least K did (a shard whose node is dropped on the
+//! way is left behind: its node is never read again by this client). A
+//! write of part of a page, and `write_lines` whose lines do not cover a
+//! whole page, read the page first, apply the bytes, and write the whole
+//! page again. Every page operation (read, write, read-modify-write) holds
+//! a lock of its page (one of [`PAGE_LOCKS`], by page), so a read never
+//! decodes chunks of two different writes and concurrent writers of one
+//! page never undo each other.
+//!
+//! # Not done: repair
+//!
+//! A lost shard is not rebuilt: a stripe that lost M shards survives no
+//! further loss. Rebuilding would take a `Remirror` for the lost shard's
+//! granule (a node none of the stripe's shards use), marking it as being
+//! filled (written by every write, not read), then, page run by page run
+//! under the page locks, reading K chunks, re-encoding the lost shard's
+//! chunks and writing them there, and finally letting reads use it, as
+//! [`Cluster::repair`] does for copies.
+
+mod io;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use farmem_wire::{Extent, Placement};
+use parking_lot::{Mutex, MutexGuard, RwLock};
+
+use super::Cluster;
+use crate::NetError;
+
+/// First logical address of erasure-coded stripes.
+pub const LOGICAL_BASE: u64 = 1 << 62;
+
+/// The unit of coding: one page.
+pub(super) const PAGE: usize = 4096;
+
+/// Locks serialising operations on one page (a page takes lock
+/// `page number % PAGE_LOCKS`).
+const PAGE_LOCKS: usize = 1024;
+
+/// How each far byte is kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Redundancy {
+    /// `n` full copies on distinct memory nodes.
+    Replicas(u8),
+    /// Reed-Solomon: each page in `k` data and `m` parity chunks on `k + m`
+    /// distinct memory nodes; survives any `m` of them lost.
+    ReedSolomon { k: u8, m: u8 },
+}
+
+/// A `--redundancy` that cannot be used.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum RedundancyError {
+    #[error("redundancy `{0}`: expected rs:K+M, as rs:4+2")]
+    Syntax(String),
+    #[error(
+        "redundancy rs:{k}+{m}: K must divide a 4096-byte page into chunks of an even number of bytes (1, 2, 4, ..., 128), M be at least 1, and K+M at most 255"
+    )]
+    Unsupported { k: u64, m: u64 },
+}
+
+impl Redundancy {
+    /// Checks `rs:k+m` can be used: `4096 / k` an even number of bytes,
+    /// at least one parity shard, at most 255 shards.
+    pub fn reed_solomon(k: u64, m: u64) -> Result<Self, RedundancyError> {
+        let ok = k >= 1
+            && m >= 1
+            && k + m <= 255
+            && (PAGE as u64).is_multiple_of(k)
+            && (PAGE as u64 / k).is_multiple_of(2);
+        match (u8::try_from(k), u8::try_from(m)) {
+            (Ok(k), Ok(m)) if ok => Ok(Self::ReedSolomon { k, m }),
+            _ => Err(RedundancyError::Unsupported { k, m }),
+        }
+    }
+}
+
+impl std::str::FromStr for Redundancy {
+    type Err = RedundancyError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let syntax = || RedundancyError::Syntax(s.to_string());
+        let (k, m) = s
+            .strip_prefix("rs:")
+            .and_then(|km| km.split_once('+'))
+            .ok_or_else(syntax)?;
+        let k = k.trim().parse::<u64>().map_err(|_| syntax())?;
+        let m = m.trim().parse::<u64>().map_err(|_| syntax())?;
+        Self::reed_solomon(k, m)
+    }
+}
+
+impl std::fmt::Display for Redundancy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Replicas(n) => write!(f, "{n} replicas"),
+            Self::ReedSolomon { k, m } => write!(f, "rs:{k}+{m}"),
+        }
+    }
+}
+
+/// One shard of a stripe: a granule on a memory node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Shard {
+    pub node: u32,
+    pub base: u64,
+}
+
+/// K+M shards holding `len` logical bytes from `base`.
+#[derive(Debug)]
+pub(super) struct Stripe {
+    pub base: u64,
+    pub len: u64,
+    pub k: usize,
+    pub m: usize,
+    /// Bytes of each shard.
+    pub shard_len: u64,
+    pub shards: Vec<Shard>,
+}
+
+impl Stripe {
+    /// Bytes of a page in each shard.
+    pub fn chunk(&self) -> usize {
+        PAGE / self.k
+    }
+}
+
+/// The erasure-coded stripes a cluster holds.
+pub(super) struct Stripes {
+    /// (k, m) of later allocations; `None`: replicas.
+    code: Mutex<Option<(u8, u8)>>,
+    map: RwLock<BTreeMap<u64, Arc<Stripe>>>,
+    next: AtomicU64,
+    locks: Box<[Mutex<()>]>,
+}
+
+impl Default for Stripes {
+    fn default() -> Self {
+        Self {
+            code: Mutex::new(None),
+            map: RwLock::new(BTreeMap::new()),
+            next: AtomicU64::new(LOGICAL_BASE),
+            locks: (0..PAGE_LOCKS).map(|_| Mutex::new(())).collect(),
+        }
+    }
+}
+
+impl Stripes {
+    /// Locks pages [first, first+n) of `stripe`, in lock order.
+    pub fn lock_pages(&self, stripe: &Stripe, first: u64, n: usize) -> Vec<MutexGuard<'_, ()>> {
+        let page0 = stripe.base / PAGE as u64 + first;
+        let mut slots: Vec<usize> = (0..n as u64)
+            .map(|i| ((page0 + i) % PAGE_LOCKS as u64) as usize)
+            .collect();
+        slots.sort_unstable();
+        slots.dedup();
+        slots.into_iter().map(|i| self.locks[i].lock()).collect()
+    }
+}
+
+/// Whether `addr` is in the logical range of erasure-coded stripes.
+pub(super) fn is_logical(addr: u64) -> bool {
+    addr >= LOGICAL_BASE
+}
+
+impl Cluster {
+    /// Every later allocation keeps its bytes as `r` says: replicas
+    /// (see [`Self::set_replicas`]) or Reed-Solomon stripes (see the
+    /// module docs of [`ec`](self)).
+    pub fn set_redundancy(&self, r: Redundancy) {
+        match r {
+            Redundancy::Replicas(n) => {
+                *self.stripes.code.lock() = None;
+                self.set_replicas(n);
+            }
+            Redundancy::ReedSolomon { k, m } => {
+                *self.stripes.code.lock() = Some((k, m));
+                self.set_replicas(1);
+            }
+        }
+    }
+
+    /// The redundancy of later allocations.
+    pub fn redundancy(&self) -> Redundancy {
+        match *self.stripes.code.lock() {
+            Some((k, m)) => Redundancy::ReedSolomon { k, m },
+            None => Redundancy::Replicas(self.replicas.load(Ordering::Relaxed)),
+        }
+    }
+
+    /// Allocates `size` logical bytes as rs:k+m stripes: `size / k` bytes
+    /// (rounded up to granules) on each of k+m distinct nodes. Returns the
+    /// logical extents (base and len in the logical range; node and address
+    /// those of shard 0, no capability or mirrors of their own).
+    pub(super) fn allocate_stripes(
+        &self,
+        size: u64,
+        placement: Placement,
+        k: u8,
+        m: u8,
+    ) -> Result<Vec<Extent>, NetError> {
+        let ctl = self
+            .controller
+            .as_ref()
+            .ok_or_else(|| NetError::Routing("a standalone cluster cannot allocate".into()))?;
+        let shards = k
+            .checked_add(m)
+            .ok_or_else(|| NetError::Routing(format!("rs:{k}+{m} has more than 255 shards")))?;
+        let extents = ctl.alloc_coded(size.div_ceil(u64::from(k.max(1))), placement, shards, m)?;
+        let mut stripes = Vec::new();
+        for e in &extents {
+            let len = e.len.checked_mul(u64::from(k));
+            match len {
+                Some(len) if e.mirrors.len() + 1 == usize::from(shards) => {
+                    stripes.push((e, len));
+                }
+                _ => {
+                    self.release_grants(&extents);
+                    return Err(NetError::Routing(format!(
+                        "the controller answered rs:{k}+{m} with a set of {} shards of {} bytes",
+                        e.mirrors.len() + 1,
+                        e.len
+                    )));
+                }
+            }
+        }
+        let mut out = Vec::new();
+        for (e, len) in stripes {
+            self.adopt_copies(e)?;
+            let base = self.stripes.next.fetch_add(len, Ordering::SeqCst);
+            let shards = std::iter::once(Shard {
+                node: e.node,
+                base: e.base,
+            })
+            .chain(e.mirrors.iter().map(|s| Shard {
+                node: s.node,
+                base: s.base,
+            }))
+            .collect();
+            let stripe = Stripe {
+                base,
+                len,
+                k: usize::from(k),
+                m: usize::from(m),
+                shard_len: e.len,
+                shards,
+            };
+            self.stripes.map.write().insert(base, Arc::new(stripe));
+            out.push(Extent {
+                node: e.node,
+                addr: e.addr.clone(),
+                base,
+                len,
+                cap: None,
+                mirrors: Vec::new(),
+            });
+        }
+        Ok(out)
+    }
+
+    /// Gives the granules of `extents` (and their mirrors) back, as far as
+    /// the controller takes them.
+    fn release_grants(&self, extents: &[Extent]) {
+        if let Some(ctl) = &self.controller {
+            for e in extents {
+                let _ = ctl.release(e.base, e.len);
+                for m in &e.mirrors {
+                    let _ = ctl.release(m.base, e.len);
+                }
+            }
+        }
+    }
+
+    /// The erasure-coded stripes held: (logical base, logical len).
+    pub fn stripes(&self) -> Vec<(u64, u64)> {
+        let map = self.stripes.map.read();
+        map.values().map(|s| (s.base, s.len)).collect()
+    }
+
+    /// The stripe holding logical `addr`.
+    pub(super) fn stripe_at(&self, addr: u64) -> Result<Arc<Stripe>, NetError> {
+        let map = self.stripes.map.read();
+        match map.range(..=addr).next_back() {
+            Some((_, s)) if addr - s.base < s.len => Ok(s.clone()),
+            _ => Err(NetError::Routing(format!(
+                "{addr:#x} is not inside an erasure-coded stripe held by this client"
+            ))),
+        }
+    }
+
+    /// Gives the stripes inside logical [base, base+len) back to the
+    /// controller, every shard of each; a stripe only partly inside is
+    /// refused (stripes are released whole).
+    pub(super) fn release_stripes(&self, base: u64, len: u64) -> Result<(), NetError> {
+        let end = base.saturating_add(len);
+        let inside: Vec<Arc<Stripe>> = {
+            let map = self.stripes.map.read();
+            let mut inside = Vec::new();
+            for s in map
+                .values()
+                .filter(|s| s.base < end && s.base + s.len > base)
+            {
+                if s.base < base || s.base + s.len > end {
+                    return Err(NetError::Routing(format!(
+                        "[{base:#x}, +{len}) splits the stripe [{:#x}, +{}): stripes are released whole",
+                        s.base, s.len
+                    )));
+                }
+                inside.push(s.clone());
+            }
+            inside
+        };
+        for s in inside {
+            if let Some(ctl) = &self.controller {
+                for shard in &s.shards {
+                    ctl.release(shard.base, s.shard_len)?;
+                }
+            }
+            self.stripes.map.write().remove(&s.base);
+        }
+        Ok(())
+    }
+
+    /// Bytes of stripe shards this client holds on `node`.
+    pub(super) fn shards_on(&self, node: u32) -> u64 {
+        let map = self.stripes.map.read();
+        map.values()
+            .map(|s| s.shards.iter().filter(|x| x.node == node).count() as u64 * s.shard_len)
+            .sum()
+    }
+}
