@@ -494,32 +494,28 @@ fn a_memnode_restarted_in_a_rack_refuses_its_lost_grants_until_released() {
         }
     };
     assert!(matches!(err, NetError::NodeLost { .. }), "{err}");
-    // ...and a fresh connection under its name is refused by the node
-    // itself once the controller re-sent the grant as lost, never zeros.
-    let b = client(&rack, "cn-a");
-    b.adopt(a.extents()).unwrap();
+    // ...and, once the controller re-sent the grant as lost, a fresh
+    // connection under its name is refused by the node itself: never zeros.
     let start = Instant::now();
-    loop {
-        match b.read(extents[0].base, &mut buf) {
-            Err(NetError::Remote {
-                code: ErrorCode::Lost,
-                message,
-            }) => {
-                assert!(message.contains(&addr), "{message}");
-                break;
-            }
-            Err(NetError::Remote {
-                code: ErrorCode::NotOwner,
-                ..
-            }) => {}
-            other => panic!("a lost range must be refused, got {other:?}"),
-        }
+    while rack.memnodes.last().unwrap().stats().lost_bytes != lost {
         assert!(
             start.elapsed() < Duration::from_secs(30),
             "the grant was never re-sent"
         );
         std::thread::sleep(Duration::from_millis(20));
     }
+    let b = client(&rack, "cn-a");
+    b.adopt(a.extents()).unwrap();
+    match b.read(extents[0].base, &mut buf) {
+        Err(NetError::Remote {
+            code: ErrorCode::Lost,
+            message,
+        }) => assert!(message.contains(&addr), "{message}"),
+        other => panic!("a lost range must be refused, got {other:?}"),
+    }
+    // After that refusal the client uses no copy on that node again.
+    let again = b.read(extents[0].base, &mut buf);
+    assert!(matches!(again, Err(NetError::NodeLost { .. })), "{again:?}");
     let st = rack.memnodes.last().unwrap().stats();
     assert_eq!(st.lost_bytes, lost, "{st:?}");
     assert!(st.refused_lost >= 1, "{st:?}");

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use farmem_wire::{Cap, Extent, Msg, Placement};
+use farmem_wire::{Cap, ErrorCode, Extent, Msg, Placement};
 use parking_lot::{Mutex, RwLock};
 
 mod controller;
@@ -427,6 +427,21 @@ impl Cluster {
             }
         };
         Err(self.with_held(e))
+    }
+
+    /// Passes on a memory node's answer to a request, noting a `Lost`
+    /// refusal: the node restarted before we noticed, so no copy of ours
+    /// on it is used again, as for a restart seen in its handshake.
+    fn note_refusal(&self, node: u32, e: NetError) -> NetError {
+        if let NetError::Remote {
+            code: ErrorCode::Lost,
+            ..
+        } = e
+            && let Some(n) = self.nodes.read().get(&node)
+        {
+            n.lost.store(true, Ordering::SeqCst);
+        }
+        e
     }
 
     /// Fills in how much this client held on a lost or down node.

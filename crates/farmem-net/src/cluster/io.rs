@@ -13,7 +13,7 @@
 
 use std::collections::HashMap;
 
-use farmem_wire::{LINE_LEN, LOG_RECORD_LEN, LogRecords, Msg};
+use farmem_wire::{ErrorCode, LINE_LEN, LOG_RECORD_LEN, LogRecords, Msg};
 
 use super::{Cluster, read_reply_into};
 use crate::{NetError, Reply, Ticket};
@@ -117,10 +117,13 @@ impl Cluster {
             sent.push((copies, self.submit_to(first.node, &read)));
         }
         for ((copies, ticket), chunk) in sent.into_iter().zip(buf.chunks_mut(piece)) {
-            let first = self.settle(copies[0].node, ticket.and_then(Ticket::wait));
-            match first {
-                Ok(reply) => read_reply_into(&reply, chunk)?,
-                Err(e) => self.read_from_others(&copies[1..], chunk, e)?,
+            let node = copies[0].node;
+            let first = self
+                .settle(node, ticket.and_then(Ticket::wait))
+                .and_then(|reply| read_reply_into(&reply, chunk))
+                .map_err(|e| self.note_refusal(node, e));
+            if let Err(e) = first {
+                self.read_from_others(&copies[1..], chunk, e)?;
             }
         }
         Ok(())
@@ -141,8 +144,12 @@ impl Cluster {
                 addr: c.addr,
                 len: chunk.len() as u32,
             };
-            match self.call_on(c.node, &read) {
-                Ok(reply) => return read_reply_into(&reply, chunk),
+            let got = self
+                .call_on(c.node, &read)
+                .and_then(|reply| read_reply_into(&reply, chunk))
+                .map_err(|e| self.note_refusal(c.node, e));
+            match got {
+                Ok(()) => return Ok(()),
                 Err(e) if !err.is_transient() => err = e,
                 Err(_) => {}
             }
@@ -172,7 +179,10 @@ impl Cluster {
         let mut dropped = false;
         for (node, ticket) in sent {
             let acked = self.settle(node, ticket.and_then(Ticket::wait));
-            self.survivable(acked.and_then(|r| r.done("write")), &mut dropped)?;
+            let acked = acked
+                .and_then(|r| r.done("write"))
+                .map_err(|e| self.note_refusal(node, e));
+            self.survivable(acked, &mut dropped)?;
         }
         if dropped {
             // A copy was dropped on the way: every piece must still have one.
@@ -214,7 +224,10 @@ impl Cluster {
         let mut dropped = false;
         for (node, count, ticket) in sent {
             let acked = self.settle(node, ticket.and_then(Ticket::wait));
-            self.survivable(acked.and_then(|r| check_log_ack(&r, count)), &mut dropped)?;
+            let acked = acked
+                .and_then(|r| check_log_ack(&r, count))
+                .map_err(|e| self.note_refusal(node, e));
+            self.survivable(acked, &mut dropped)?;
         }
         if dropped {
             for (addr, _) in lines {
@@ -235,6 +248,14 @@ impl Cluster {
         match acked {
             Ok(()) => Ok(true),
             Err(NetError::NodeDown { .. } | NetError::NodeLost { .. }) => {
+                *dropped = true;
+                Ok(false)
+            }
+            // The node restarted and holds no copy of ours (see `settle`).
+            Err(NetError::Remote {
+                code: ErrorCode::Lost,
+                ..
+            }) => {
                 *dropped = true;
                 Ok(false)
             }

@@ -118,6 +118,12 @@ impl Cluster {
             let copy = ctl.remirror(e.base, e.len, avoid)?;
             self.adopt_copy(&e, &copy)?;
             let filled = self.fill(&e, &copy, rate);
+            if filled.is_err() {
+                // Half filled: it must never be read. Off the extent, and
+                // back to the controller (at worst its lease reclaims it).
+                self.drop_copy(&e, &copy);
+                let _ = ctl.release(copy.base, copy.len);
+            }
             self.filling
                 .write()
                 .retain(|&(n, lo, _)| !(n == copy.node && lo == copy.base));
@@ -162,6 +168,15 @@ impl Cluster {
             cap: copy.cap.clone(),
         });
         Ok(())
+    }
+
+    /// Takes a copy that could not be filled off extent `e` again.
+    fn drop_copy(&self, e: &Extent, copy: &Extent) {
+        let _alone = self.copy_lock.write();
+        if let Some(held) = self.extents.write().get_mut(&e.base) {
+            held.mirrors
+                .retain(|m| !(m.node == copy.node && m.base == copy.base));
+        }
     }
 
     /// Copies `e`'s bytes into `copy`, a piece at a time, paced to `rate`.
