@@ -1,0 +1,233 @@
+//! Handing out memory: the table's placement of granules and their copies
+//! on distinct memory nodes, the lost ranges it keeps, and the requests
+//! that allocate (`Alloc`) or add a copy (`Remirror`).
+
+use std::collections::BTreeMap;
+
+use farmem_net::server::Refusal;
+use farmem_wire::ErrorCode;
+
+use crate::extent::{ExtentTree, Grant, Placement};
+use crate::lost::LostRanges;
+use crate::{Shared, Table};
+
+impl Table {
+    pub(crate) fn new(granularity: u64) -> Self {
+        Self {
+            tree: ExtentTree::new(granularity),
+            nodes: BTreeMap::new(),
+            next_node: 0,
+            lost: LostRanges::default(),
+        }
+    }
+
+    /// Carves `size` bytes for `owner` as placed by `placement`, each
+    /// granule of it copied on `replicas - 1` more nodes (the ones with the
+    /// most room, never the granule's own): the primary grants, each with
+    /// its mirrors. All or nothing.
+    pub(crate) fn allocate(
+        &mut self,
+        owner: &str,
+        size: u64,
+        placement: Placement,
+        replicas: usize,
+    ) -> Result<Vec<(Grant, Vec<Grant>)>, String> {
+        let with_room = self.tree.nodes_with_room().len();
+        if replicas > with_room {
+            return Err(format!(
+                "{replicas} copies need {replicas} memory nodes with free memory; {with_room} have"
+            ));
+        }
+        let primaries = self
+            .tree
+            .allocate(owner, size, placement)
+            .map_err(|e| e.to_string())?;
+        if replicas <= 1 {
+            return Ok(primaries.into_iter().map(|g| (g, Vec::new())).collect());
+        }
+        let g = self.tree.granularity();
+        let mut sets: Vec<(Grant, Vec<Grant>)> = Vec::new();
+        for p in &primaries {
+            for base in (p.base..p.end()).step_by(g as usize) {
+                let chunk = Grant {
+                    base,
+                    len: g,
+                    ..p.clone()
+                };
+                let mut mirrors: Vec<Grant> = Vec::new();
+                for (node, _) in self.tree.nodes_with_room() {
+                    if mirrors.len() + 1 == replicas {
+                        break;
+                    }
+                    if node != chunk.node && mirrors.iter().all(|m| m.node != node) {
+                        mirrors.extend(self.tree.allocate_granule_on(owner, node));
+                    }
+                }
+                let short = mirrors.len() + 1 < replicas;
+                sets.push((chunk, mirrors));
+                if short {
+                    for m in sets.iter().flat_map(|(_, ms)| ms) {
+                        let _ = self.tree.release(owner, m.base, m.len);
+                    }
+                    for p in &primaries {
+                        let _ = self.tree.release(owner, p.base, p.len);
+                    }
+                    return Err(format!(
+                        "no room for {replicas} copies of {size} bytes on distinct memory nodes"
+                    ));
+                }
+            }
+        }
+        Ok(sets)
+    }
+
+    /// Frees `released` in the lost set too: no longer anyone's.
+    pub(crate) fn forget_lost(&mut self, released: &[Grant]) {
+        for g in released {
+            self.lost.remove(g.base, g.len);
+        }
+    }
+
+    /// Marks every grant on `node` lost; returns how many and their bytes.
+    pub(crate) fn lose_node(&mut self, node: u32) -> (usize, u64) {
+        let grants: Vec<Grant> = self
+            .tree
+            .grants()
+            .into_iter()
+            .filter(|g| g.node == node)
+            .collect();
+        for g in &grants {
+            self.lost.add(g.base, g.len);
+        }
+        (grants.len(), grants.iter().map(|g| g.len).sum())
+    }
+}
+
+impl Shared {
+    /// Grants `size` bytes to `owner`, each byte on `replicas` distinct
+    /// memory nodes, tells the nodes (which zero them) before answering,
+    /// and hands the owner a capability for every copy.
+    pub(crate) fn alloc(
+        &self,
+        owner: &str,
+        size: u64,
+        placement: Placement,
+        replicas: usize,
+    ) -> Result<Vec<farmem_wire::Extent>, Refusal> {
+        let sets = {
+            let mut t = self.table.lock();
+            let sets = t
+                .allocate(owner, size, placement, replicas)
+                .map_err(|e| Refusal::new(ErrorCode::NoCapacity, e))?;
+            self.save(&t);
+            sets
+        };
+        let all: Vec<Grant> = sets
+            .iter()
+            .flat_map(|(p, ms)| std::iter::once(p).chain(ms))
+            .cloned()
+            .collect();
+        // Never 0, which a memory node reads as "keep the stamp".
+        let stamps: Vec<u64> = all.iter().map(|_| rand::random::<u64>() | 1).collect();
+        if let Err((node, e)) = self.push_fresh(&all, &stamps) {
+            let mut t = self.table.lock();
+            for g in &all {
+                let _ = t.tree.release(&g.owner, g.base, g.len);
+            }
+            self.save(&t);
+            return Err(Refusal::new(
+                ErrorCode::Internal,
+                format!("memory node {node} did not take the grant: {e}"),
+            ));
+        }
+        let t = self.table.lock();
+        let addr = |node: u32| {
+            t.nodes
+                .get(&node)
+                .map(|n| n.addr.clone())
+                .unwrap_or_default()
+        };
+        // `all` lists each set's primary, then its mirrors: stamps follow.
+        let mut stamps = stamps.into_iter();
+        let mut cap = |g: &Grant| Some(self.issue_cap(&t, g, stamps.next().unwrap_or(1)));
+        Ok(sets
+            .iter()
+            .map(|(p, mirrors)| farmem_wire::Extent {
+                node: p.node,
+                addr: addr(p.node),
+                base: p.base,
+                len: p.len,
+                cap: cap(p),
+                mirrors: mirrors
+                    .iter()
+                    .map(|m| farmem_wire::Mirror {
+                        node: m.node,
+                        addr: addr(m.node),
+                        base: m.base,
+                        cap: cap(m),
+                    })
+                    .collect(),
+            })
+            .collect())
+    }
+
+    /// One more copy of `owner`'s granule at `base`, on a node not in
+    /// `avoid` (the nodes its copies are or were on): the client lost a
+    /// copy and fills this one from a survivor.
+    pub(crate) fn remirror(
+        &self,
+        owner: &str,
+        base: u64,
+        len: u64,
+        avoid: &[u32],
+    ) -> Result<farmem_wire::Extent, Refusal> {
+        let grant = {
+            let mut t = self.table.lock();
+            let g = t.tree.granularity();
+            if len != g || !base.is_multiple_of(g) || t.tree.owner_of(base) != Some(owner) {
+                return Err(Refusal::new(
+                    ErrorCode::NotOwner,
+                    format!("`{owner}` holds no granule [{base:#x}, +{len}) to copy"),
+                ));
+            }
+            let node = t
+                .tree
+                .nodes_with_room()
+                .into_iter()
+                .map(|(node, _)| node)
+                .find(|node| !avoid.contains(node));
+            let grant = node.and_then(|node| t.tree.allocate_granule_on(owner, node));
+            let Some(grant) = grant else {
+                return Err(Refusal::new(
+                    ErrorCode::NoCapacity,
+                    format!("no memory node up outside {avoid:?} has room for another copy"),
+                ));
+            };
+            self.save(&t);
+            grant
+        };
+        let stamp = rand::random::<u64>() | 1;
+        if let Err((node, e)) = self.push_fresh(std::slice::from_ref(&grant), &[stamp]) {
+            let mut t = self.table.lock();
+            let _ = t.tree.release(owner, grant.base, grant.len);
+            self.save(&t);
+            return Err(Refusal::new(
+                ErrorCode::Internal,
+                format!("memory node {node} did not take the copy's grant: {e}"),
+            ));
+        }
+        let t = self.table.lock();
+        Ok(farmem_wire::Extent {
+            node: grant.node,
+            addr: t
+                .nodes
+                .get(&grant.node)
+                .map(|n| n.addr.clone())
+                .unwrap_or_default(),
+            base: grant.base,
+            len: grant.len,
+            mirrors: Vec::new(),
+            cap: Some(self.issue_cap(&t, &grant, stamp)),
+        })
+    }
+}
