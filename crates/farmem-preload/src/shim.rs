@@ -451,6 +451,20 @@ fn fallback_local() -> Result<bool, String> {
 
 /// Tells `farmem run` (FARMEM_STATS_JSON) that this process got no far
 /// memory and why: one JSON line, appended in one write.
+/// Appends one JSON line to the stats file `path` (one write: processes
+/// of one run append to the same file).
+fn append_stats_line(path: &str, line: &str) {
+    use std::io::Write;
+    let written = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .and_then(|mut f| f.write_all(line.as_bytes()));
+    if let Err(e) = written {
+        say(&format!("writing stats to {path}: {e}"));
+    }
+}
+
 fn record_fallback(reason: &str, local: bool) {
     let Some(path) = getenv(c"FARMEM_STATS_JSON").filter(|p| !p.is_empty()) else {
         return;
@@ -463,15 +477,7 @@ fn record_fallback(reason: &str, local: bool) {
     })
     .to_string()
         + "\n";
-    use std::io::Write;
-    let written = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&path)
-        .and_then(|mut f| f.write_all(line.as_bytes()));
-    if let Err(e) = written {
-        say(&format!("writing stats to {path}: {e}"));
-    }
+    append_stats_line(&path, &line);
 }
 
 /// The cluster token named by FARMEM_TOKEN_FILE, or none.
@@ -731,15 +737,7 @@ fn write_stats() {
     })
     .to_string()
         + "\n";
-    use std::io::Write;
-    let written = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&path)
-        .and_then(|mut f| f.write_all(line.as_bytes()));
-    if let Err(e) = written {
-        say(&format!("writing stats to {path}: {e}"));
-    }
+    append_stats_line(&path, &line);
 }
 
 /// A far range of at least `size` bytes, zeroed if asked; None when the

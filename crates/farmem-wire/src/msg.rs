@@ -185,7 +185,7 @@ pub struct Mirror {
 /// owner name the MAC covers) may use `[base, base+len)` on memory node
 /// `node` while that node runs the incarnation the MAC covers, under the
 /// grant `stamp` (drawn per grant, so a later grant of the same range needs
-/// a new capability). See [`crate::auth::cap_mac`].
+/// a new capability). The MAC is the auth module's `cap_mac`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Cap {
     pub node: u32,

@@ -92,6 +92,16 @@ impl Cluster {
         }
     }
 
+    /// The range of the extent holding `addr` (empty when none does:
+    /// then [`Self::copies`] says why).
+    fn extent_range(&self, addr: u64) -> std::ops::Range<u64> {
+        let extents = self.extents.read();
+        match extents.range(..=addr).next_back() {
+            Some((_, e)) if addr < e.base + e.len => e.base..e.base + e.len,
+            _ => addr..addr,
+        }
+    }
+
     /// Sends `msg` to `node` and waits for its reply, the node's health kept.
     pub(super) fn call_on(&self, node: u32, msg: &Msg<'_>) -> Result<Reply, NetError> {
         let sent = self.submit_to(node, msg);
@@ -207,9 +217,22 @@ impl Cluster {
         }
         let _writing = self.copy_lock.read();
         let mut per_node: HashMap<u32, Vec<u8>> = HashMap::new();
-        for (addr, line) in lines {
-            for c in self.copies(*addr, LINE_LEN as u64, true)? {
-                LogRecords::encode_into(per_node.entry(c.node).or_default(), c.addr, line);
+        // Copies are looked up once per extent, not per line: a line's
+        // address in each copy is at the same offset as in the first.
+        let mut known: Option<(std::ops::Range<u64>, u64, Vec<Copy>)> = None;
+        for &(addr, ref line) in lines {
+            let hit = known.as_ref().is_some_and(|(extent, ..)| {
+                extent.contains(&addr) && addr + LINE_LEN as u64 <= extent.end
+            });
+            if !hit {
+                let extent = self.extent_range(addr);
+                known = Some((extent, addr, self.copies(addr, LINE_LEN as u64, true)?));
+            }
+            if let Some((_, first, copies)) = &known {
+                for c in copies {
+                    let at = c.addr.wrapping_add(addr.wrapping_sub(*first));
+                    LogRecords::encode_into(per_node.entry(c.node).or_default(), at, line);
+                }
             }
         }
         let per_frame = (self.max_piece() / LOG_RECORD_LEN) * LOG_RECORD_LEN;
