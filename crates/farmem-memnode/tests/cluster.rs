@@ -750,6 +750,72 @@ fn a_lost_copy_is_made_again_and_survives_the_loss_of_the_other() {
     );
 }
 
+/// Stops memory node `node` and starts it again on the same address: same
+/// id, new incarnation, empty memory.
+fn restart(rack: &mut Rack, node: u32) {
+    let i = rack
+        .memnodes
+        .iter()
+        .position(|m| m.node_id() == node)
+        .unwrap();
+    let addr = rack.memnodes[i].addr().to_string();
+    rack.memnodes.remove(i).shutdown();
+    let mut cfg = MemNodeConfig::new(addr, 64 * GIB);
+    cfg.controller = Some(rack.controller.local_addr().to_string());
+    cfg.token = TOKEN.to_vec();
+    cfg.heartbeat = Duration::from_millis(50);
+    rack.memnodes.push(MemNode::start(cfg).unwrap());
+}
+
+#[test]
+fn copies_return_to_restarted_nodes_so_restarts_in_turn_lose_nothing() {
+    // Three nodes, two copies, five rounds each restarting a node holding a
+    // copy: from the second round on, the only nodes left for a new copy
+    // are ones this client saw restart.
+    let mut rack = rack(3, Duration::from_secs(5));
+    let mut cfg = ClientConfig::new("cn-turns", Role::Compute).with_token(TOKEN);
+    cfg.fail_after = Duration::from_millis(300);
+    let a = Cluster::connect(&rack.controller.local_addr().to_string(), cfg, 2).unwrap();
+    a.set_replicas(2);
+    let e = a.allocate(128 << 20, Placement::Default).unwrap()[0].clone();
+    let mut expected: Vec<u8> = (0..(4u32 << 20))
+        .map(|i| (i.wrapping_mul(2654435761) >> 11) as u8)
+        .collect();
+    a.write(e.base, &expected).unwrap();
+    for round in 0..5u32 {
+        let holders = a.live_copies(e.base).unwrap();
+        assert_eq!(holders.len(), 2, "round {round}: {holders:?}");
+        restart(&mut rack, holders[(round % 2) as usize]);
+        // The next write finds the restart and goes on to the other copy.
+        let chunk = vec![round as u8 ^ 0xa5; 64 << 10];
+        let at = u64::from(round) * (256 << 10);
+        let start = Instant::now();
+        while let Err(err) = a.write(e.base + at, &chunk) {
+            assert!(err.is_transient(), "round {round}: {err}");
+            assert!(start.elapsed() < Duration::from_secs(30), "round {round}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        expected[at as usize..at as usize + chunk.len()].copy_from_slice(&chunk);
+        assert!(a.needs_repair(), "round {round}");
+        let done = a.repair(0).unwrap();
+        assert_eq!(done.copies, 1, "round {round}");
+        let holders = a.live_copies(e.base).unwrap();
+        assert_eq!(holders.len(), 2, "round {round}: {holders:?}");
+        assert_ne!(holders[0], holders[1], "round {round}");
+        let mut back = vec![0u8; expected.len()];
+        a.read(e.base, &mut back).unwrap();
+        assert_eq!(checksum(&back), checksum(&expected), "round {round}");
+    }
+    // Every node restarted at least once; a new allocation uses them.
+    let fresh = a.allocate(256 << 20, Placement::Default).unwrap();
+    for f in &fresh {
+        a.write(f.base, &expected[..1 << 20]).unwrap();
+        let mut back = vec![0u8; 1 << 20];
+        a.read(f.base, &mut back).unwrap();
+        assert_eq!(checksum(&back), checksum(&expected[..1 << 20]));
+    }
+}
+
 /// A fresh scratch directory for one test.
 fn scratch(name: &str) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("farmem-{name}-{}", std::process::id()));

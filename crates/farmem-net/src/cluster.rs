@@ -5,6 +5,21 @@
 //! pool, and the memory node serving it is found by looking the address up
 //! among the extents this client holds (a B-tree over a handful of large
 //! extents: the runtime's remote translation).
+//!
+//! # Slots: the unit of trust
+//!
+//! The client trusts a memory node's copies only as long as it has seen the
+//! node answer without a break: from its first connection until the node is
+//! lost (it restarted, and its memory is new) or declared down (it failed
+//! every request for `fail_after`, so its copies may have missed writes).
+//! Each such span is a *slot*: the connections, health and capabilities of
+//! one node for that span. Copies held by this client name their slot, not
+//! their node, so a slot that is dropped takes its copies with it for good,
+//! while the node itself (its next incarnation, or the same process back
+//! from a pause) gets a fresh slot as soon as the controller places a new
+//! copy or extent there. A rack of three nodes that each restart in turn
+//! thus keeps its copies on the nodes that are up, instead of running out
+//! of nodes it has never dropped.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -30,6 +45,7 @@ use crate::{ClientConfig, Connection, NetError, PageReadError, PageReader, Reply
 const PAGE_READ_MAX: usize = 4096;
 
 struct NodeConns {
+    /// The memory node's id (a slot's number is the client's own).
     id: u32,
     addr: String,
     conns: Vec<Mutex<Connection>>,
@@ -126,6 +142,11 @@ impl NodeConns {
         }
     }
 
+    /// Lost or down: no copy of this slot is used again.
+    fn dropped(&self) -> bool {
+        self.lost.load(Ordering::SeqCst) || self.is_down.load(Ordering::SeqCst)
+    }
+
     /// Fails once the node is lost (restarted) or down: this client uses
     /// it no more, and says why.
     fn check_lost(&self) -> Result<(), NetError> {
@@ -153,6 +174,40 @@ impl NodeConns {
     }
 }
 
+/// The slots of this client (see the module docs), and the one of each
+/// memory node new copies there join.
+#[derive(Default)]
+struct Nodes {
+    slots: HashMap<u32, NodeConns>,
+    /// Memory node id -> its newest slot.
+    current: HashMap<u32, u32>,
+    next_slot: u32,
+}
+
+impl Nodes {
+    fn get(&self, slot: &u32) -> Option<&NodeConns> {
+        self.slots.get(slot)
+    }
+
+    fn values(&self) -> impl Iterator<Item = &NodeConns> {
+        self.slots.values()
+    }
+
+    /// The memory node of `slot` (the slot itself when unknown: it names
+    /// no node then, and no request reaches one).
+    fn node_of(&self, slot: u32) -> u32 {
+        self.slots.get(&slot).map_or(slot, |n| n.id)
+    }
+
+    /// The slot new copies on `node` at `addr` join: its newest, unless
+    /// that one was dropped or the node moved.
+    fn usable(&self, node: u32, addr: &str) -> Option<u32> {
+        let slot = *self.current.get(&node)?;
+        let n = self.slots.get(&slot)?;
+        (!n.dropped() && n.addr == addr).then_some(slot)
+    }
+}
+
 /// A pool of connections to the memory nodes holding this client's extents.
 pub struct Cluster {
     cfg: ClientConfig,
@@ -160,16 +215,17 @@ pub struct Cluster {
     node_cfg: ClientConfig,
     controller: Option<ControllerClient>,
     conns_per_node: usize,
-    /// Extents held, by base address.
+    /// Extents held, by base address; their copies' `node` fields are
+    /// slots (see the module docs).
     extents: RwLock<BTreeMap<u64, Extent>>,
-    nodes: RwLock<HashMap<u32, NodeConns>>,
+    nodes: RwLock<Nodes>,
     /// Page readers kept open to each node, including nodes connected later.
     page_readers: AtomicUsize,
     /// Copies of each byte asked for in allocations.
     replicas: AtomicU8,
     /// Every capability issued to this client, for the lease keeper.
     issued: Arc<RwLock<Vec<Cap>>>,
-    /// Copies being filled by [`Self::repair`]: (node, first address,
+    /// Copies being filled by [`Self::repair`]: (slot, first address,
     /// end) there. Written to, not read from.
     filling: RwLock<Vec<(u32, u64, u64)>>,
     /// Held shared by every write, alone by a repair filling a piece, so a
@@ -193,7 +249,7 @@ impl Cluster {
             cfg,
             conns_per_node: conns_per_node.max(1),
             extents: RwLock::new(BTreeMap::new()),
-            nodes: RwLock::new(HashMap::new()),
+            nodes: RwLock::default(),
             page_readers: AtomicUsize::new(0),
             replicas: AtomicU8::new(1),
             issued: Arc::default(),
@@ -217,7 +273,7 @@ impl Cluster {
             cfg,
             conns_per_node: conns_per_node.max(1),
             extents: RwLock::new(BTreeMap::new()),
-            nodes: RwLock::new(HashMap::new()),
+            nodes: RwLock::default(),
             page_readers: AtomicUsize::new(0),
             replicas: AtomicU8::new(1),
             issued: Arc::default(),
@@ -318,38 +374,50 @@ impl Cluster {
     /// runtime with the same name).
     pub fn adopt(&self, extents: Vec<Extent>) -> Result<(), NetError> {
         for e in extents {
-            self.adopt_copies(&e)?;
+            let e = self.adopt_copies(e)?;
             self.extents.write().insert(e.base, e);
         }
         Ok(())
     }
 
     /// Connects to the nodes of `e` and its mirrors and takes up their
-    /// capabilities.
-    fn adopt_copies(&self, e: &Extent) -> Result<(), NetError> {
-        self.ensure_node(e.node, &e.addr)?;
-        if let (Some(cap), Some(n)) = (&e.cap, self.nodes.read().get(&e.node)) {
+    /// capabilities; returns `e` with each copy naming its slot.
+    fn adopt_copies(&self, mut e: Extent) -> Result<Extent, NetError> {
+        e.node = self.join(e.node, &e.addr, e.cap.as_ref())?;
+        for m in &mut e.mirrors {
+            m.node = self.join(m.node, &m.addr, m.cap.as_ref())?;
+        }
+        Ok(e)
+    }
+
+    /// The slot a new copy on `node` joins, holding its capability.
+    fn join(&self, node: u32, addr: &str, cap: Option<&Cap>) -> Result<u32, NetError> {
+        let slot = self.ensure_node(node, addr)?;
+        if let (Some(cap), Some(n)) = (cap, self.nodes.read().get(&slot)) {
             n.add_cap(cap.clone());
             self.issued.write().push(cap.clone());
         }
-        for m in &e.mirrors {
-            self.ensure_node(m.node, &m.addr)?;
-            if let (Some(cap), Some(n)) = (&m.cap, self.nodes.read().get(&m.node)) {
-                n.add_cap(cap.clone());
-                self.issued.write().push(cap.clone());
+        Ok(slot)
+    }
+
+    /// The extents this client holds, by address, naming memory nodes.
+    pub fn extents(&self) -> Vec<Extent> {
+        let mut extents: Vec<Extent> = self.extents.read().values().cloned().collect();
+        let nodes = self.nodes.read();
+        for e in &mut extents {
+            e.node = nodes.node_of(e.node);
+            for m in &mut e.mirrors {
+                m.node = nodes.node_of(m.node);
             }
         }
-        Ok(())
+        extents
     }
 
-    /// The extents this client holds, by address.
-    pub fn extents(&self) -> Vec<Extent> {
-        self.extents.read().values().cloned().collect()
-    }
-
-    fn ensure_node(&self, node: u32, addr: &str) -> Result<(), NetError> {
-        if self.nodes.read().contains_key(&node) {
-            return Ok(());
+    /// The slot new copies on `node` join: its newest, or a new one with
+    /// fresh connections when that was dropped (see the module docs).
+    fn ensure_node(&self, node: u32, addr: &str) -> Result<u32, NetError> {
+        if let Some(slot) = self.nodes.read().usable(node, addr) {
+            return Ok(slot);
         }
         let conns = (0..self.conns_per_node)
             .map(|_| Connection::connect(addr, &self.node_cfg))
@@ -361,35 +429,61 @@ impl Cluster {
                 other.incarnation()
             )));
         }
-        self.nodes.write().entry(node).or_insert(NodeConns {
-            id: node,
-            addr: addr.to_string(),
-            conns: conns.into_iter().map(Mutex::new).collect(),
-            next: AtomicUsize::new(0),
-            readers: RwLock::new(Vec::new()),
-            incarnation,
-            restarted_as: AtomicU64::new(0),
-            lost: AtomicBool::new(false),
-            failing_since: Mutex::new(None),
-            failing: AtomicBool::new(false),
-            down: Mutex::new(None),
-            is_down: AtomicBool::new(false),
-            caps: RwLock::new(Vec::new()),
-        });
-        self.refresh_page_readers()
+        let slot = {
+            let mut nodes = self.nodes.write();
+            if let Some(slot) = nodes.usable(node, addr) {
+                return Ok(slot);
+            }
+            let slot = nodes.next_slot;
+            nodes.next_slot = slot.checked_add(1).ok_or_else(|| {
+                NetError::Routing("this client has used up its memory node slots".into())
+            })?;
+            nodes.slots.insert(
+                slot,
+                NodeConns {
+                    id: node,
+                    addr: addr.to_string(),
+                    conns: conns.into_iter().map(Mutex::new).collect(),
+                    next: AtomicUsize::new(0),
+                    readers: RwLock::new(Vec::new()),
+                    incarnation,
+                    restarted_as: AtomicU64::new(0),
+                    lost: AtomicBool::new(false),
+                    failing_since: Mutex::new(None),
+                    failing: AtomicBool::new(false),
+                    down: Mutex::new(None),
+                    is_down: AtomicBool::new(false),
+                    caps: RwLock::new(Vec::new()),
+                },
+            );
+            nodes.current.insert(node, slot);
+            slot
+        };
+        self.refresh_page_readers()?;
+        Ok(slot)
     }
 
-    /// Bytes of this client's extents on `node`.
+    /// Bytes of this client's copies on memory node `node`, in every slot.
     fn held_on(&self, node: u32) -> u64 {
+        let slots: Vec<u32> = {
+            let nodes = self.nodes.read();
+            nodes
+                .slots
+                .iter()
+                .filter(|(_, n)| n.id == node)
+                .map(|(slot, _)| *slot)
+                .collect()
+        };
         let extents = self.extents.read();
         let copies = |e: &Extent| {
-            u64::from(e.node == node) + e.mirrors.iter().filter(|m| m.node == node).count() as u64
+            u64::from(slots.contains(&e.node))
+                + e.mirrors.iter().filter(|m| slots.contains(&m.node)).count() as u64
         };
         let copied: u64 = extents.values().map(|e| copies(e) * e.len).sum();
-        copied + self.shards_on(node)
+        copied + slots.iter().map(|&slot| self.shards_on(slot)).sum::<u64>()
     }
 
-    /// Keeps `node`'s health from the outcome of a request to it: success
+    /// Keeps slot `node`'s health from the outcome of a request to it: success
     /// ends its run of failures; a transient failure starts or continues
     /// one, and one that has lasted `fail_after` declares the node down.
     /// A lost or down node's errors say how much this client held there.
@@ -431,7 +525,7 @@ impl Cluster {
 
     /// Passes on a memory node's answer to a request, noting a `Lost`
     /// refusal: the node restarted before we noticed, so no copy of ours
-    /// on it is used again, as for a restart seen in its handshake.
+    /// in slot `node` is used again, as for a restart seen in its handshake.
     fn note_refusal(&self, node: u32, e: NetError) -> NetError {
         if let NetError::Remote {
             code: ErrorCode::Lost,
@@ -496,9 +590,7 @@ impl Cluster {
         for n in nodes.values() {
             // A node that is failing is left to the ordinary path, which
             // judges it; its readers are reopened once it answers again.
-            let unhealthy = n.lost.load(Ordering::SeqCst)
-                || n.is_down.load(Ordering::SeqCst)
-                || n.failing.load(Ordering::SeqCst);
+            let unhealthy = n.dropped() || n.failing.load(Ordering::SeqCst);
             if !unhealthy && let Err(e) = self.refresh_readers_of(n, want) {
                 first = first.and(Err(e));
             }
@@ -590,15 +682,15 @@ impl Cluster {
         self.node_conn(self.copies(addr, len, false)?[0].node)
     }
 
-    fn node_conn(&self, node: u32) -> Result<Connection, NetError> {
+    fn node_conn(&self, slot: u32) -> Result<Connection, NetError> {
         let nodes = self.nodes.read();
         let conns = nodes
-            .get(&node)
-            .ok_or_else(|| NetError::Routing(format!("no connection to memory node {node}")))?;
+            .get(&slot)
+            .ok_or_else(|| NetError::Routing(format!("no connection in slot {slot}")))?;
         conns.pick(&self.node_cfg)
     }
 
-    /// Sends `msg` to `node`, its health kept (see [`Self::settle`]).
+    /// Sends `msg` to slot `node`, its health kept (see [`Self::settle`]).
     fn submit_to(&self, node: u32, msg: &Msg<'_>) -> Result<Ticket, NetError> {
         let sent = self.node_conn(node).and_then(|c| c.submit(msg));
         self.settle(node, sent)
@@ -606,10 +698,17 @@ impl Cluster {
 
     /// Each connected memory node's statistics as JSON.
     pub fn memnode_stats(&self) -> Result<Vec<(u32, String)>, NetError> {
-        let ids: Vec<u32> = self.nodes.read().keys().copied().collect();
-        let mut out: Vec<(u32, String)> = ids
+        let current: Vec<(u32, u32)> = {
+            let nodes = self.nodes.read();
+            nodes
+                .current
+                .iter()
+                .map(|(&id, &slot)| (id, slot))
+                .collect()
+        };
+        let mut out: Vec<(u32, String)> = current
             .into_iter()
-            .map(|id| stats_json(&self.node_conn(id)?).map(|s| (id, s)))
+            .map(|(id, slot)| stats_json(&self.node_conn(slot)?).map(|s| (id, s)))
             .collect::<Result<_, _>>()?;
         out.sort();
         Ok(out)

@@ -138,6 +138,7 @@ impl std::fmt::Display for Redundancy {
 /// One shard of a stripe: a granule on a memory node.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Shard {
+    /// The shard's slot (see the parent module).
     pub node: u32,
     pub base: u64,
 }
@@ -262,7 +263,8 @@ impl Cluster {
         }
         let mut out = Vec::new();
         for (e, len) in stripes {
-            self.adopt_copies(e)?;
+            let node = e.node;
+            let e = self.adopt_copies(e.clone())?;
             let base = self.stripes.next.fetch_add(len, Ordering::SeqCst);
             let shards = std::iter::once(Shard {
                 node: e.node,
@@ -283,7 +285,7 @@ impl Cluster {
             };
             self.stripes.map.write().insert(base, Arc::new(stripe));
             out.push(Extent {
-                node: e.node,
+                node,
                 addr: e.addr.clone(),
                 base,
                 len,
@@ -357,7 +359,7 @@ impl Cluster {
         Ok(())
     }
 
-    /// Bytes of stripe shards this client holds on `node`.
+    /// Bytes of stripe shards this client holds in slot `node`.
     pub(super) fn shards_on(&self, node: u32) -> u64 {
         let map = self.stripes.map.read();
         map.values()

@@ -6,8 +6,9 @@
 //! A node that failed every request for `fail_after`, or that restarted, is
 //! no longer live for this client: writes go on to the copies left, and an
 //! operation fails for good ([`NetError::NodeDown`], [`NetError::NodeLost`])
-//! only when no copy is left. A node is never taken back once dropped, so
-//! no copy that missed writes is ever read; a copy being filled by
+//! only when no copy is left. A copy is never taken back once its slot is
+//! dropped, so no copy that missed writes is ever read (the node may hold
+//! new copies later, in a fresh slot); a copy being filled by
 //! [`Cluster::repair`] is written to but not read from until it is full,
 //! and writes hold the copy lock shared so no fill overtakes them.
 
@@ -69,7 +70,7 @@ impl Cluster {
                 }
                 let Some(n) = nodes.get(&c.node) else {
                     gone.get_or_insert(NetError::Routing(format!(
-                        "no connection to memory node {}",
+                        "no connection in slot {}",
                         c.node
                     )));
                     continue;
@@ -90,6 +91,14 @@ impl Cluster {
             (true, Some(e)) => Err(self.with_held(e)),
             _ => Ok(live),
         }
+    }
+
+    /// The memory nodes holding live, filled copies of `addr`, in the
+    /// order reads try them.
+    pub fn live_copies(&self, addr: u64) -> Result<Vec<u32>, NetError> {
+        let copies = self.copies(addr, 1, false)?;
+        let nodes = self.nodes.read();
+        Ok(copies.iter().map(|c| nodes.node_of(c.node)).collect())
     }
 
     /// The range of the extent holding `addr` (empty when none does:

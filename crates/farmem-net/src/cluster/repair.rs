@@ -2,7 +2,9 @@
 //!
 //! An extent whose copies fell below the count this client asked for (a
 //! node declared down, or restarted) gets a new copy: the controller grants
-//! a granule on a node none of its copies use ([`Msg::Remirror`]), the
+//! a granule on a node none of its live copies use ([`Msg::Remirror`]) —
+//! possibly a node that held a copy before it was dropped, now in a fresh
+//! slot (see the parent module) — the
 //! client adds it to the extent as a copy being filled (every write goes to
 //! it, no read), fills it from a live copy piece by piece, each piece under
 //! the copy lock so no write lands between its read and its write, and then
@@ -43,7 +45,8 @@ pub struct Repaired {
 
 impl Cluster {
     /// Extents (by base) with at least one live copy but fewer than this
-    /// client asks for, with the nodes each uses or used.
+    /// client asks for, with the memory nodes a new copy must avoid: those
+    /// of its live copies and of copies being filled.
     fn short_extents(&self) -> Vec<(Extent, Vec<u32>)> {
         let want = usize::from(self.replicas.load(std::sync::atomic::Ordering::Relaxed));
         if want <= 1 {
@@ -52,27 +55,30 @@ impl Cluster {
         let extents: Vec<Extent> = self.extents.read().values().cloned().collect();
         let nodes = self.nodes.read();
         let filling = self.filling.read();
-        let live = |node: u32, base: u64| {
-            nodes.get(&node).is_some_and(|n| n.check_lost().is_ok())
-                && !filling.iter().any(|&(f, lo, _)| f == node && lo == base)
-        };
+        let in_use = |slot: u32| nodes.get(&slot).is_some_and(|n| !n.dropped());
+        let is_filling =
+            |slot: u32, base: u64| filling.iter().any(|&(f, lo, _)| f == slot && lo == base);
         extents
             .into_iter()
             .filter_map(|e| {
                 let copies: Vec<(u32, u64)> = std::iter::once((e.node, e.base))
                     .chain(e.mirrors.iter().map(|m| (m.node, m.base)))
+                    .filter(|&(slot, _)| in_use(slot))
                     .collect();
-                let alive = copies.iter().filter(|&&(n, b)| live(n, b)).count();
-                let used = copies.iter().map(|&(n, _)| n).collect();
-                (alive >= 1 && alive < want).then_some((e, used))
+                let alive = copies.iter().filter(|&&(s, b)| !is_filling(s, b)).count();
+                let avoid = copies
+                    .iter()
+                    .map(|&(slot, _)| nodes.node_of(slot))
+                    .collect();
+                (alive >= 1 && alive < want).then_some((e, avoid))
             })
             .collect()
     }
 
-    /// Sends an empty read to every memory node holding a copy for this
-    /// client and not yet dropped, so a node lost while nothing touched it
-    /// is declared down (after `fail_after`) and its copies made again
-    /// before another loss could take the rest.
+    /// Sends an empty read to every slot holding a copy for this client
+    /// and not yet dropped, so a node lost while nothing touched it is
+    /// declared down (after `fail_after`) and its copies made again before
+    /// another loss could take the rest.
     pub fn probe(&self) {
         let held: Vec<(u32, u64)> = {
             let extents = self.extents.read();
@@ -87,14 +93,10 @@ impl Cluster {
             held.dedup_by_key(|(node, _)| *node);
             held
         };
-        for (node, addr) in held {
-            let dropped = self
-                .nodes
-                .read()
-                .get(&node)
-                .is_none_or(|n| n.check_lost().is_err());
+        for (slot, addr) in held {
+            let dropped = self.nodes.read().get(&slot).is_none_or(|n| n.dropped());
             if !dropped {
-                let _ = self.call_on(node, &Msg::Read { addr, len: 0 });
+                let _ = self.call_on(slot, &Msg::Read { addr, len: 0 });
             }
         }
     }
@@ -116,17 +118,23 @@ impl Cluster {
         let mut done = Repaired::default();
         for (e, avoid) in self.short_extents() {
             let copy = ctl.remirror(e.base, e.len, avoid)?;
-            self.adopt_copy(&e, &copy)?;
-            let filled = self.fill(&e, &copy, rate);
+            let slot = match self.adopt_copy(&e, &copy) {
+                Ok(slot) => slot,
+                Err(err) => {
+                    let _ = ctl.release(copy.base, copy.len);
+                    return Err(err);
+                }
+            };
+            let filled = self.fill(&e, slot, copy.base, rate);
             if filled.is_err() {
                 // Half filled: it must never be read. Off the extent, and
                 // back to the controller (at worst its lease reclaims it).
-                self.drop_copy(&e, &copy);
+                self.drop_copy(&e, slot, copy.base);
                 let _ = ctl.release(copy.base, copy.len);
             }
             self.filling
                 .write()
-                .retain(|&(n, lo, _)| !(n == copy.node && lo == copy.base));
+                .retain(|&(s, lo, _)| !(s == slot && lo == copy.base));
             filled?;
             tracing::info!(
                 "made a new copy of [{:#x}, +{}) on memory node {} at {}",
@@ -142,18 +150,11 @@ impl Cluster {
     }
 
     /// Adds `copy` to extent `e` as a copy being filled: from now on every
-    /// write reaches it.
-    fn adopt_copy(&self, e: &Extent, copy: &Extent) -> Result<(), NetError> {
-        self.ensure_node(copy.node, &copy.addr)?;
-        if let (Some(cap), Some(n)) = (&copy.cap, self.nodes.read().get(&copy.node)) {
-            n.add_cap(cap.clone());
-            self.issued.write().push(cap.clone());
-        }
+    /// write reaches it. Returns the copy's slot.
+    fn adopt_copy(&self, e: &Extent, copy: &Extent) -> Result<u32, NetError> {
+        let slot = self.join(copy.node, &copy.addr, copy.cap.as_ref())?;
         // No write in flight: each one after this sees the new copy.
         let _alone = self.copy_lock.write();
-        self.filling
-            .write()
-            .push((copy.node, copy.base, copy.base + copy.len));
         let mut extents = self.extents.write();
         let held = extents.get_mut(&e.base).ok_or_else(|| {
             NetError::Routing(format!(
@@ -161,26 +162,29 @@ impl Cluster {
                 e.base, e.len
             ))
         })?;
+        self.filling
+            .write()
+            .push((slot, copy.base, copy.base + copy.len));
         held.mirrors.push(Mirror {
-            node: copy.node,
+            node: slot,
             addr: copy.addr.clone(),
             base: copy.base,
             cap: copy.cap.clone(),
         });
-        Ok(())
+        Ok(slot)
     }
 
     /// Takes a copy that could not be filled off extent `e` again.
-    fn drop_copy(&self, e: &Extent, copy: &Extent) {
+    fn drop_copy(&self, e: &Extent, slot: u32, base: u64) {
         let _alone = self.copy_lock.write();
         if let Some(held) = self.extents.write().get_mut(&e.base) {
-            held.mirrors
-                .retain(|m| !(m.node == copy.node && m.base == copy.base));
+            held.mirrors.retain(|m| !(m.node == slot && m.base == base));
         }
     }
 
-    /// Copies `e`'s bytes into `copy`, a piece at a time, paced to `rate`.
-    fn fill(&self, e: &Extent, copy: &Extent, rate: u64) -> Result<(), NetError> {
+    /// Copies `e`'s bytes into its new copy at `base` in `slot`, a piece
+    /// at a time, paced to `rate`.
+    fn fill(&self, e: &Extent, slot: u32, base: u64, rate: u64) -> Result<(), NetError> {
         let piece = self.max_piece().min(e.len as usize);
         let mut buf = vec![0u8; piece];
         let start = Instant::now();
@@ -191,10 +195,10 @@ impl Cluster {
                 let _alone = self.copy_lock.write();
                 self.read(e.base + off, &mut buf[..n])?;
                 let write = Msg::Write {
-                    addr: copy.base + off,
+                    addr: base + off,
                     data: &buf[..n],
                 };
-                self.call_on(copy.node, &write)?.done("write")?;
+                self.call_on(slot, &write)?.done("write")?;
             }
             off += n as u64;
             if rate > 0 {

@@ -28,7 +28,7 @@ impl Cluster {
                 }
                 None => {
                     gone.get_or_insert(NetError::Routing(format!(
-                        "no connection to memory node {}",
+                        "no connection in slot {}",
                         shard.node
                     )));
                 }
