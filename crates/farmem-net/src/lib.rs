@@ -19,7 +19,7 @@ pub mod server;
 
 use std::time::Duration;
 
-pub use cluster::{Cluster, ControllerClient, LeaseKeeper, Redundancy, RedundancyError};
+pub use cluster::{Cluster, ControllerClient, LeaseKeeper, Redundancy, RedundancyError, Repaired};
 pub use conn::{Connection, Reply, Ticket};
 pub use frame::{read_frame, write_all_frames};
 pub use page_reader::{PageReadError, PageReader};

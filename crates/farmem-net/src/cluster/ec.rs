@@ -42,17 +42,24 @@
 //! decodes chunks of two different writes and concurrent writers of one
 //! page never undo each other.
 //!
-//! # Not done: repair
+//! # Repair
 //!
-//! A lost shard is not rebuilt: a stripe that lost M shards survives no
-//! further loss. Rebuilding would take a `Remirror` for the lost shard's
-//! granule (a node none of the stripe's shards use), marking it as being
-//! filled (written by every write, not read), then, page run by page run
-//! under the page locks, reading K chunks, re-encoding the lost shard's
-//! chunks and writing them there, and finally letting reads use it, as
-//! [`Cluster::repair`] does for copies.
+//! A shard whose memory node is dropped (lost or down; see the parent
+//! module's slots) is made again, as [`Cluster::repair`] does for copies
+//! (see `repair`): the controller grants a granule on a node none of the
+//! stripe's live shards use ([`farmem_wire::Msg::Remirror`] of a live
+//! shard's granule), the stripe is swapped for one naming the new shard as
+//! being filled (every write reaches it, no read uses it), the shard's
+//! chunks are rebuilt run by run under the page locks, from K live shards,
+//! and the stripe is swapped once more for one that reads it. The old
+//! shard's granule is kept with the stripe and given back with it.
+//!
+//! Operations look their stripe up again once they hold their page locks,
+//! so an operation that began before a swap and waits for a page the
+//! rebuild holds never writes that page to the shards of the old stripe.
 
 mod io;
+mod repair;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -144,7 +151,7 @@ pub(super) struct Shard {
 }
 
 /// K+M shards holding `len` logical bytes from `base`.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(super) struct Stripe {
     pub base: u64,
     pub len: u64,
@@ -153,6 +160,11 @@ pub(super) struct Stripe {
     /// Bytes of each shard.
     pub shard_len: u64,
     pub shards: Vec<Shard>,
+    /// The shard being rebuilt: written, not read.
+    pub filling: Option<usize>,
+    /// Granules of shards replaced by rebuilt ones, given back with the
+    /// stripe.
+    pub retired: Vec<u64>,
 }
 
 impl Stripe {
@@ -282,6 +294,8 @@ impl Cluster {
                 m: usize::from(m),
                 shard_len: e.len,
                 shards,
+                filling: None,
+                retired: Vec::new(),
             };
             self.stripes.map.write().insert(base, Arc::new(stripe));
             out.push(Extent {
@@ -352,6 +366,10 @@ impl Cluster {
             if let Some(ctl) = &self.controller {
                 for shard in &s.shards {
                     ctl.release(shard.base, s.shard_len)?;
+                }
+                for &base in &s.retired {
+                    // Best effort: a lost granule may be gone already.
+                    let _ = ctl.release(base, s.shard_len);
                 }
             }
             self.stripes.map.write().remove(&s.base);

@@ -37,9 +37,9 @@ impl ControllerClient {
 /// What [`Cluster::repair`] did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct Repaired {
-    /// New copies made and filled.
+    /// New copies (or erasure-coded shards) made and filled.
     pub copies: u64,
-    /// Bytes copied into them.
+    /// Bytes written into them.
     pub bytes: u64,
 }
 
@@ -80,19 +80,19 @@ impl Cluster {
     /// declared down (after `fail_after`) and its copies made again before
     /// another loss could take the rest.
     pub fn probe(&self) {
-        let held: Vec<(u32, u64)> = {
+        let mut held: Vec<(u32, u64)> = {
             let extents = self.extents.read();
-            let mut held: Vec<(u32, u64)> = extents
+            extents
                 .values()
                 .flat_map(|e| {
                     std::iter::once((e.node, e.base))
                         .chain(e.mirrors.iter().map(|m| (m.node, m.base)))
                 })
-                .collect();
-            held.sort_unstable();
-            held.dedup_by_key(|(node, _)| *node);
-            held
+                .collect()
         };
+        held.extend(self.shard_slots());
+        held.sort_unstable();
+        held.dedup_by_key(|(slot, _)| *slot);
         for (slot, addr) in held {
             let dropped = self.nodes.read().get(&slot).is_none_or(|n| n.dropped());
             if !dropped {
@@ -102,14 +102,16 @@ impl Cluster {
     }
 
     /// True when some extent has fewer live copies than this client asks
-    /// for (and at least one to copy from).
+    /// for (and at least one to copy from), or some erasure-coded stripe a
+    /// lost shard it can rebuild.
     pub fn needs_repair(&self) -> bool {
-        !self.short_extents().is_empty()
+        !self.short_extents().is_empty() || self.stripes_need_repair()
     }
 
     /// Gives every extent that lost copies new ones, filled from a live
-    /// copy at no more than `rate` bytes per second. Returns what it did;
-    /// an error leaves the rest for the next call.
+    /// copy, and every stripe that lost a shard a rebuilt one (see
+    /// [`ec`](super::ec)), at no more than `rate` bytes per second. Returns
+    /// what it did; an error leaves the rest for the next call.
     pub fn repair(&self, rate: u64) -> Result<Repaired, NetError> {
         let ctl = self
             .controller
@@ -146,6 +148,7 @@ impl Cluster {
             done.copies += 1;
             done.bytes += e.len;
         }
+        self.repair_stripes(ctl, rate, &mut done)?;
         Ok(done)
     }
 

@@ -13,13 +13,17 @@ use crate::{NetError, Ticket};
 const RUN_PAGES: usize = 64;
 
 impl Cluster {
-    /// Shards of `s` to read from, best first (live and healthy, data
-    /// before parity; then those of nodes in a run of failures), and the
-    /// error of the first shard whose node is gone.
-    fn shard_order(&self, s: &Stripe) -> (Vec<usize>, Option<NetError>) {
+    /// Shards of `s` to read from (or, `writing`, to write to, including
+    /// one being rebuilt), best first (live and healthy, data before
+    /// parity; then those of nodes in a run of failures), and the error of
+    /// the first shard whose node is gone.
+    pub(super) fn shard_order(&self, s: &Stripe, writing: bool) -> (Vec<usize>, Option<NetError>) {
         let nodes = self.nodes.read();
         let (mut live, mut failing, mut gone) = (Vec::new(), Vec::new(), None);
         for (i, shard) in s.shards.iter().enumerate() {
+            if !writing && s.filling == Some(i) {
+                continue;
+            }
             match nodes.get(&shard.node).map(|n| (n.check_lost(), n)) {
                 Some((Ok(()), n)) if n.failing.load(Ordering::Relaxed) => failing.push(i),
                 Some((Ok(()), _)) => live.push(i),
@@ -59,7 +63,7 @@ impl Cluster {
     ) -> Result<Vec<Option<Vec<u8>>>, NetError> {
         let c = s.chunk();
         let (off, len) = (first * c as u64, n * c);
-        let (order, gone) = self.shard_order(s);
+        let (order, gone) = self.shard_order(s, false);
         let mut got: Vec<Option<Vec<u8>>> = vec![None; s.shards.len()];
         let (mut have, mut next, mut err) = (0, 0, gone);
         while have < s.k {
@@ -94,7 +98,7 @@ impl Cluster {
     }
 
     /// Pages [first, first+n) of `s`, decoded; the caller holds their locks.
-    fn read_pages(&self, s: &Stripe, first: u64, n: usize) -> Result<Vec<u8>, NetError> {
+    pub(super) fn read_pages(&self, s: &Stripe, first: u64, n: usize) -> Result<Vec<u8>, NetError> {
         let got = self.fetch_chunks(s, first, n)?;
         let c = s.chunk();
         let mut out = vec![0u8; n * PAGE];
@@ -143,7 +147,7 @@ impl Cluster {
             }
         }
         let off = first * c as u64;
-        let (live, mut gone) = self.shard_order(s);
+        let (live, mut gone) = self.shard_order(s, true);
         let sent: Vec<(u32, Result<Ticket, NetError>)> = live
             .iter()
             .map(|&i| {
@@ -186,6 +190,7 @@ impl Cluster {
             let s = self.stripe_at(at)?;
             let (first, n, skip, take) = self.run_of(&s, at, buf.len() - done);
             let _locks = self.stripes.lock_pages(&s, first, n);
+            let s = self.stripe_at(at)?;
             let pages = self.read_pages(&s, first, n)?;
             buf[done..done + take].copy_from_slice(&pages[skip..skip + take]);
             done += take;
@@ -202,6 +207,7 @@ impl Cluster {
             let s = self.stripe_at(at)?;
             let (first, n, skip, take) = self.run_of(&s, at, data.len() - done);
             let _locks = self.stripes.lock_pages(&s, first, n);
+            let s = self.stripe_at(at)?;
             let src = &data[done..done + take];
             if skip == 0 && take == n * PAGE {
                 self.write_pages(&s, first, src)?;
@@ -235,6 +241,7 @@ impl Cluster {
             let s = self.stripe_at(at)?;
             let first = (at - s.base) / PAGE as u64;
             let _lock = self.stripes.lock_pages(&s, first, 1);
+            let s = self.stripe_at(at)?;
             let mut covered = [false; PAGE / LINE_LEN];
             for (addr, _) in &lines {
                 covered[(addr % PAGE as u64) as usize / LINE_LEN] = true;
@@ -272,6 +279,9 @@ impl Cluster {
             return None;
         }
         let first = rel / PAGE as u64;
+        if s.filling.is_some_and(|i| i < s.k) {
+            return None;
+        }
         let slot = ((s.base / PAGE as u64 + first) % self.stripes.locks.len() as u64) as usize;
         let _lock = self.stripes.locks[slot].try_lock()?;
         let nodes = self.nodes.try_read()?;
@@ -304,7 +314,7 @@ impl Cluster {
     /// The run of pages of `s` from logical `at` (inside it) for up to
     /// `left` bytes, each shard's part of it one request: (first page,
     /// pages, offset of `at` in the first, bytes of it to use).
-    fn run_of(&self, s: &Stripe, at: u64, left: usize) -> (u64, usize, usize, usize) {
+    pub(super) fn run_of(&self, s: &Stripe, at: u64, left: usize) -> (u64, usize, usize, usize) {
         let rel = at - s.base;
         let first = rel / PAGE as u64;
         let skip = (rel % PAGE as u64) as usize;
@@ -315,7 +325,7 @@ impl Cluster {
     }
 }
 
-fn coding_error(s: &Stripe, e: reed_solomon_simd::Error) -> NetError {
+pub(super) fn coding_error(s: &Stripe, e: reed_solomon_simd::Error) -> NetError {
     NetError::Routing(format!(
         "rs:{}+{} coding of the stripe at {:#x} failed: {e}",
         s.k, s.m, s.base
