@@ -42,6 +42,10 @@ pub struct MemNodeConfig {
     pub token: Vec<u8>,
     pub heartbeat: Duration,
     pub max_frame: u32,
+    /// A session that sends nothing for this long is closed (`None`:
+    /// never). Clients reopen it transparently, presenting their
+    /// capabilities again.
+    pub idle_timeout: Option<Duration>,
 }
 
 impl MemNodeConfig {
@@ -54,6 +58,7 @@ impl MemNodeConfig {
             token: Vec::new(),
             heartbeat: Duration::from_millis(500),
             max_frame: farmem_wire::DEFAULT_MAX_FRAME,
+            idle_timeout: Some(farmem_net::server::DEFAULT_IDLE_TIMEOUT),
         }
     }
 }
@@ -536,10 +541,7 @@ impl MemNode {
             token: cfg.token.clone(),
             max_frame: cfg.max_frame,
             incarnation,
-            // Capabilities are presented per session, and a connection the
-            // client reopens transparently after an idle close would come
-            // back without them: memory nodes keep their clients' sessions.
-            idle_timeout: None,
+            idle_timeout: cfg.idle_timeout,
             ..ServerConfig::default()
         };
         let server =

@@ -750,6 +750,38 @@ fn a_lost_copy_is_made_again_and_survives_the_loss_of_the_other() {
     );
 }
 
+#[test]
+fn a_session_closed_while_idle_reopens_with_its_capabilities() {
+    let controller = Controller::start(controller_config(Duration::from_secs(5))).unwrap();
+    let mut m = MemNodeConfig::new("127.0.0.1:0", GIB);
+    m.controller = Some(controller.local_addr().to_string());
+    m.token = TOKEN.to_vec();
+    m.heartbeat = Duration::from_millis(50);
+    m.idle_timeout = Some(Duration::from_millis(200));
+    let node = MemNode::start(m).unwrap();
+    let rack = Rack {
+        controller,
+        memnodes: vec![node],
+    };
+    let a = client(&rack, "cn-idle");
+    let e = a.allocate(64 << 20, Placement::Default).unwrap()[0].clone();
+    let pattern: Vec<u8> = (0..(1u32 << 20)).map(|i| (i * 7 + 3) as u8).collect();
+    a.write(e.base, &pattern).unwrap();
+    let accepted_before = rack.memnodes[0].stats().caps_accepted;
+    // Idle past the node's timeout (and the client's idle check): every
+    // session is closed, and the next requests go out on reopened ones.
+    std::thread::sleep(Duration::from_millis(1500));
+    let mut back = vec![0u8; pattern.len()];
+    a.read(e.base, &mut back).unwrap();
+    assert!(back == pattern, "read back after the sessions reopened");
+    a.write(e.base + 4096, &pattern[..4096]).unwrap();
+    let st = rack.memnodes[0].stats();
+    assert!(
+        st.caps_accepted > accepted_before,
+        "the reopened sessions presented their capabilities again: {st:?}"
+    );
+}
+
 /// Stops memory node `node` and starts it again on the same address: same
 /// id, new incarnation, empty memory.
 fn restart(rack: &mut Rack, node: u32) {

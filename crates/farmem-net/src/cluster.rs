@@ -69,8 +69,9 @@ struct NodeConns {
     /// and the last failure, for the error every later request gets.
     down: Mutex<Option<(Duration, String)>>,
     is_down: AtomicBool,
-    /// Capabilities the controller issued us for this node's ranges.
-    caps: RwLock<Vec<Cap>>,
+    /// Capabilities the controller issued us for this node's ranges,
+    /// shared with each connection to present again when it reopens.
+    caps: Arc<RwLock<Vec<Cap>>>,
 }
 
 impl NodeConns {
@@ -84,6 +85,7 @@ impl NodeConns {
             let conn = Connection::connect(&self.addr, cfg)?;
             self.check_incarnation(conn.incarnation())?;
             self.present(Some(&conn), None, &self.caps.read())?;
+            conn.present_on_reopen(self.caps.clone());
             *slot = conn;
         }
         Ok(slot.clone())
@@ -438,6 +440,10 @@ impl Cluster {
             nodes.next_slot = slot.checked_add(1).ok_or_else(|| {
                 NetError::Routing("this client has used up its memory node slots".into())
             })?;
+            let caps = Arc::<RwLock<Vec<Cap>>>::default();
+            for c in &conns {
+                c.present_on_reopen(caps.clone());
+            }
             nodes.slots.insert(
                 slot,
                 NodeConns {
@@ -453,7 +459,7 @@ impl Cluster {
                     failing: AtomicBool::new(false),
                     down: Mutex::new(None),
                     is_down: AtomicBool::new(false),
-                    caps: RwLock::new(Vec::new()),
+                    caps,
                 },
             );
             nodes.current.insert(node, slot);

@@ -15,8 +15,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread::{self, Thread};
 use std::time::{Duration, Instant};
 
-use farmem_wire::{HEADER_LEN, Msg, PROTOCOL_VERSION, auth};
-use parking_lot::Mutex;
+use farmem_wire::{Cap, HEADER_LEN, Msg, PROTOCOL_VERSION, auth};
+use parking_lot::{Mutex, RwLock};
 
 use crate::frame::read_frame;
 use crate::{ClientConfig, NetError};
@@ -86,6 +86,9 @@ struct Inner {
     incarnation: u64,
     timeout: Duration,
     delay: Option<Arc<crate::delay::EgressDelay>>,
+    /// Capabilities the session holds, presented again on a reopened one
+    /// (see [`Connection::present_on_reopen`]).
+    resume: Mutex<Option<Arc<RwLock<Vec<Cap>>>>>,
 }
 
 /// A pipelined, authenticated connection to a farmem daemon. Cheap to clone;
@@ -140,8 +143,17 @@ impl Connection {
                 incarnation,
                 timeout: cfg.timeout,
                 delay: cfg.delay.clone(),
+                resume: Mutex::new(None),
             }),
         })
+    }
+
+    /// Has a session reopened after the server closed it while idle present
+    /// `caps` before its first request: a server binds capabilities (and a
+    /// client name proven by them) to a session, so without them the
+    /// reopened one would be refused what the closed one was granted.
+    pub fn present_on_reopen(&self, caps: Arc<RwLock<Vec<Cap>>>) {
+        *self.inner.resume.lock() = Some(caps);
     }
 
     /// The address this connection was made to.
@@ -301,7 +313,13 @@ impl Connection {
         match open(&inner.peer, &inner.cfg) {
             // Only to the same incarnation: a restarted server is the
             // caller's to notice (its memory is not what it was).
-            Ok((reader, writer, welcomed)) if welcomed.incarnation == inner.incarnation => {
+            Ok((mut reader, mut writer, welcomed)) if welcomed.incarnation == inner.incarnation => {
+                let caps = inner.resume.lock().clone();
+                let caps = caps.map(|c| c.read().clone()).unwrap_or_default();
+                if let Err(e) = present(&mut reader, &mut writer, &caps, &mut rd.body) {
+                    tracing::warn!("reopened the idle connection to {}, but {e}", inner.peer);
+                    return;
+                }
                 tracing::debug!("reopened the idle connection to {}", inner.peer);
                 rd.stream = reader;
                 w.0 = writer;
@@ -459,6 +477,36 @@ fn open(
     let mut writer = stream;
     let welcomed = handshake(&mut reader, &mut writer, cfg, addr)?;
     Ok((reader, writer, welcomed))
+}
+
+/// Presents `caps` on a session just opened, before any other request.
+fn present(
+    reader: &mut BufReader<TcpStream>,
+    writer: &mut TcpStream,
+    caps: &[Cap],
+    body: &mut Vec<u8>,
+) -> Result<(), NetError> {
+    if caps.is_empty() {
+        return Ok(());
+    }
+    let mut out = Vec::new();
+    Msg::Present {
+        caps: caps.to_vec(),
+    }
+    .encode(0, &mut out);
+    writer.write_all(&out)?;
+    let h = read_frame(reader, body, HANDSHAKE_MAX_FRAME)?;
+    match Msg::decode(h.op, body)? {
+        Msg::Done => Ok(()),
+        Msg::Error { code, message } => Err(NetError::Remote {
+            code,
+            message: message.to_string(),
+        }),
+        other => Err(NetError::Unexpected {
+            request: "present",
+            got: other.op(),
+        }),
+    }
 }
 
 /// True when a connection with nothing in flight has something to read:

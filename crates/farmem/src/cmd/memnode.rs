@@ -39,6 +39,10 @@ pub struct Args {
     /// How often to heartbeat the controller, in milliseconds.
     #[arg(long, default_value_t = 500)]
     heartbeat_ms: u64,
+    /// Close a session idle this many seconds (0: never). Clients reopen
+    /// it on their next request and present their capabilities again.
+    #[arg(long, default_value_t = 600)]
+    idle_secs: u64,
     /// Print the bound address as one JSON object on stdout once serving.
     #[arg(long)]
     json: bool,
@@ -49,6 +53,7 @@ pub fn run(args: Args) -> Outcome {
     cfg.controller = args.controller.clone();
     cfg.advertise = args.advertise;
     cfg.heartbeat = Duration::from_millis(args.heartbeat_ms.max(10));
+    cfg.idle_timeout = (args.idle_secs > 0).then(|| Duration::from_secs(args.idle_secs));
     cfg.token = super::load_secret(args.token_file.as_deref())?;
     super::block_termination_signals();
     let node = MemNode::start(cfg)
