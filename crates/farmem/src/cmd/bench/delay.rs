@@ -67,6 +67,7 @@ pub fn run(args: Args) -> Outcome {
             .with_token(token.clone());
         let cluster = Cluster::connect(&controller, cfg, 1)
             .with_context(|| format!("connecting to {controller}"))?;
+        let _lease = super::hold_lease(&cluster)?;
         let extents = cluster
             .allocate(128 << 20, Placement::Default)
             .with_context(|| format!("allocating 128MiB from the controller at {controller}"))?;

@@ -36,3 +36,18 @@ pub fn run(b: Bench) -> Outcome {
         Bench::Failover(a) => failover::run(a),
     }
 }
+
+/// How long a bench's grants outlive it when it is killed: the controller
+/// takes them back once the bench has not renewed its lease this long.
+const BENCH_LEASE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Holds `cluster`'s grants on a lease while the bench runs, like any client,
+/// so a bench killed midway leaks nothing on a shared rack.
+fn hold_lease(cluster: &farmem_net::Cluster) -> anyhow::Result<farmem_net::LeaseKeeper> {
+    use anyhow::Context as _;
+    cluster
+        .keep_lease(BENCH_LEASE, |e| {
+            eprintln!("farmem bench: the controller ended this bench's lease: {e}");
+        })
+        .context("taking a lease on the bench's memory")
+}

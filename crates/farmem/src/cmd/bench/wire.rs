@@ -77,6 +77,7 @@ pub fn run(args: Args) -> Outcome {
         1,
     )
     .with_context(|| format!("connecting to the controller at {controller}"))?;
+    let _lease = super::hold_lease(&cluster)?;
     let extents = cluster
         .allocate(REGION, Placement::Default)
         .context("allocating the benchmark region")?;
