@@ -9,6 +9,7 @@ pub mod cache;
 pub mod daemon;
 pub mod delay;
 pub mod list;
+pub mod prefetch;
 pub mod promote;
 pub mod readahead;
 
