@@ -212,10 +212,13 @@ impl Cluster {
         Ok(())
     }
 
-    /// Applies cache-line records to every live copy, grouped per node into
-    /// log batches that are all in flight at once; returns when each is
-    /// acknowledged. A refused batch is applied by its node not at all, so
-    /// the caller may retry the whole call.
+    /// Applies cache lines to every live copy, all requests in flight at
+    /// once; returns when each is acknowledged. Runs of at least
+    /// [`RUN_LINES`] contiguous lines (a page rewritten whole, a struct
+    /// streamed) go as one plain write each; the other lines as log records
+    /// grouped per node into batches. A line given twice is applied as its
+    /// last. A refused request is applied by its node not at all, so the
+    /// caller may retry the whole call.
     pub fn write_lines(&self, lines: &[(u64, [u8; LINE_LEN])]) -> Result<(), NetError> {
         if lines.iter().any(|(addr, _)| super::ec::is_logical(*addr)) {
             let (coded, copied): (Vec<_>, Vec<_>) = lines
@@ -224,45 +227,66 @@ impl Cluster {
             self.ec_write_lines(&coded)?;
             return self.write_lines(&copied);
         }
+        let lines = in_address_order(lines);
         let _writing = self.copy_lock.read();
         let mut per_node: HashMap<u32, Vec<u8>> = HashMap::new();
+        let mut sent = Vec::new();
         // Copies are looked up once per extent, not per line: a line's
         // address in each copy is at the same offset as in the first.
         let mut known: Option<(std::ops::Range<u64>, u64, Vec<Copy>)> = None;
-        for &(addr, ref line) in lines {
-            let hit = known.as_ref().is_some_and(|(extent, ..)| {
-                extent.contains(&addr) && addr + LINE_LEN as u64 <= extent.end
-            });
-            if !hit {
-                let extent = self.extent_range(addr);
-                known = Some((extent, addr, self.copies(addr, LINE_LEN as u64, true)?));
-            }
-            if let Some((_, first, copies)) = &known {
-                for c in copies {
-                    let at = c.addr.wrapping_add(addr.wrapping_sub(*first));
-                    LogRecords::encode_into(per_node.entry(c.node).or_default(), at, line);
+        let most = (self.max_piece() / LINE_LEN).max(1);
+        let mut i = 0;
+        while i < lines.len() {
+            let addr = lines[i].0;
+            let (extent, first, copies) = match known.take() {
+                Some(k) if k.0.contains(&addr) && addr + LINE_LEN as u64 <= k.0.end => k,
+                _ => (
+                    self.extent_range(addr),
+                    addr,
+                    self.copies(addr, LINE_LEN as u64, true)?,
+                ),
+            };
+            let run = run_len(&lines[i..], extent.end).min(most);
+            if run >= RUN_LINES {
+                let data: Vec<u8> = lines[i..i + run].iter().flat_map(|l| *l.1).collect();
+                for c in &copies {
+                    let write = Msg::Write {
+                        addr: c.addr.wrapping_add(addr.wrapping_sub(first)),
+                        data: &data,
+                    };
+                    sent.push((c.node, None, self.submit_to(c.node, &write)));
                 }
+                i += run;
+            } else {
+                for c in &copies {
+                    let at = c.addr.wrapping_add(addr.wrapping_sub(first));
+                    LogRecords::encode_into(per_node.entry(c.node).or_default(), at, lines[i].1);
+                }
+                i += 1;
             }
+            known = Some((extent, first, copies));
         }
         let per_frame = (self.max_piece() / LOG_RECORD_LEN) * LOG_RECORD_LEN;
-        let mut sent = Vec::new();
         for (&node, raw) in &per_node {
             for chunk in raw.chunks(per_frame) {
                 let records = LogRecords::from_raw(chunk)?;
                 let ticket = self.submit_to(node, &Msg::LogBatch { records });
-                sent.push((node, records.len(), ticket));
+                sent.push((node, Some(records.len()), ticket));
             }
         }
         let mut dropped = false;
         for (node, count, ticket) in sent {
             let acked = self.settle(node, ticket.and_then(Ticket::wait));
             let acked = acked
-                .and_then(|r| check_log_ack(&r, count))
+                .and_then(|r| match count {
+                    None => r.done("write"),
+                    Some(count) => check_log_ack(&r, count),
+                })
                 .map_err(|e| self.note_refusal(node, e));
             self.survivable(acked, &mut dropped)?;
         }
         if dropped {
-            for (addr, _) in lines {
+            for (addr, _) in &lines {
                 self.copies(*addr, LINE_LEN as u64, true)?;
             }
         }
@@ -294,6 +318,40 @@ impl Cluster {
             Err(e) => Err(e),
         }
     }
+}
+
+/// Shortest run of contiguous lines sent as one plain write rather than as
+/// log records: 16 lines, 1 KiB, past which a record's 8-byte address per
+/// line costs more than a request of its own.
+pub const RUN_LINES: usize = 16;
+
+/// `lines` by address, each address once (its last value): runs are found
+/// by walking them, and a line's two values must not race as a record and
+/// a write.
+fn in_address_order(lines: &[(u64, [u8; LINE_LEN])]) -> Vec<(u64, &[u8; LINE_LEN])> {
+    let mut out: Vec<(u64, &[u8; LINE_LEN])> = lines.iter().map(|(a, l)| (*a, l)).collect();
+    if !out.is_sorted_by(|a, b| a.0 < b.0) {
+        // Stable, so of equal addresses the last given stays last.
+        out.sort_by_key(|l| l.0);
+        out.reverse();
+        out.dedup_by_key(|l| l.0);
+        out.reverse();
+    }
+    out
+}
+
+/// How many of `lines` (in address order) follow each other without a
+/// gap from the first, inside an extent ending at `end`.
+fn run_len(lines: &[(u64, &[u8; LINE_LEN])], end: u64) -> usize {
+    let first = lines[0].0;
+    lines
+        .iter()
+        .enumerate()
+        .take_while(|(k, l)| {
+            let at = first.checked_add((*k * LINE_LEN) as u64);
+            at == Some(l.0) && l.0 + LINE_LEN as u64 <= end
+        })
+        .count()
 }
 
 fn check_log_ack(reply: &Reply, count: usize) -> Result<(), NetError> {
