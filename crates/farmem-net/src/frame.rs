@@ -6,9 +6,15 @@ use farmem_wire::{FrameHeader, HEADER_LEN, decode_header};
 
 use crate::NetError;
 
+/// Most a frame's claimed length reserves before its bytes arrive; the rest
+/// grows as they do.
+const RESERVE_AHEAD: usize = 256 << 10;
+
 /// Reads one frame: its header, then exactly its body into `body` (resized;
 /// capacity is reused across calls). The length is checked against
-/// `max_frame` before the body is read, so a lying header costs nothing.
+/// `max_frame` before the body is read, and memory beyond
+/// [`RESERVE_AHEAD`] is taken only as the body arrives, so a lying header
+/// costs nothing.
 pub fn read_frame(
     r: &mut impl Read,
     body: &mut Vec<u8>,
@@ -18,9 +24,9 @@ pub fn read_frame(
     r.read_exact(&mut header).map_err(eof_is_disconnect)?;
     let h = decode_header(&header, max_frame)?;
     body.clear();
-    // Exactly the body: read_to_end then fills spare capacity without
-    // zeroing it and without growing the buffer.
-    body.reserve_exact(h.body_len as usize);
+    // read_to_end fills spare capacity without zeroing it, and grows the
+    // buffer (amortized; reused across calls) only for bytes that came.
+    body.reserve_exact((h.body_len as usize).min(RESERVE_AHEAD));
     let got = r
         .take(u64::from(h.body_len))
         .read_to_end(body)
@@ -46,5 +52,31 @@ fn eof_is_disconnect(e: io::Error) -> NetError {
             NetError::Timeout(std::time::Duration::ZERO)
         }
         _ => NetError::Io(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_claimed_length_is_not_reserved_before_its_bytes_arrive() {
+        let mut frame = Vec::new();
+        farmem_wire::encode_frame(&mut frame, 0x01, 7, |b| b.extend_from_slice(&[9u8; 100]));
+        // Claim 32 MiB, send 100 bytes, close.
+        let claimed: u32 = 32 << 20;
+        frame[0..4].copy_from_slice(&claimed.to_le_bytes());
+        let mut body = Vec::new();
+        let got = read_frame(&mut &frame[..], &mut body, u32::MAX);
+        assert!(matches!(got, Err(NetError::Disconnected(_))), "{got:?}");
+        assert!(body.capacity() <= RESERVE_AHEAD, "{}", body.capacity());
+        // A whole frame still reads back exactly.
+        let mut whole = Vec::new();
+        farmem_wire::encode_frame(&mut whole, 0x01, 8, |b| {
+            b.extend_from_slice(&[5u8; 300_000])
+        });
+        let h = read_frame(&mut &whole[..], &mut body, u32::MAX).unwrap();
+        assert_eq!((h.id, body.len()), (8, 300_000));
+        assert!(body.iter().all(|&b| b == 5));
     }
 }
