@@ -42,6 +42,8 @@ enum Command {
     Demo(cmd::demo::Args),
     /// Print a role's key derived from the cluster secret (for compute nodes).
     Token(cmd::token::Args),
+    /// A live program's dirty data amplification per tracking granularity (Kona's KTracker).
+    Track(cmd::track::Args),
 }
 
 fn main() -> std::process::ExitCode {
@@ -57,6 +59,7 @@ fn main() -> std::process::ExitCode {
         Command::Run(a) => cmd::run::run(a),
         Command::Demo(a) => cmd::demo::run(a),
         Command::Token(a) => cmd::token::run(a),
+        Command::Track(a) => cmd::track::run(a),
     };
     match result {
         Ok(code) => code,

@@ -10,6 +10,7 @@ pub mod run;
 pub mod sim;
 pub mod token;
 pub mod trace;
+pub mod track;
 
 /// What every subcommand returns: the process exit code, or an error the
 /// CLI prints with its context chain.
