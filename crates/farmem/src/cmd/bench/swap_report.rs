@@ -176,11 +176,12 @@ pub fn print_table(report: &Value) {
         report["rounds"],
     );
     println!(
-        "{:<9} {:>8} {:>8} {:>7} {:>12} {:>12} {:>10} {:>10} {:>10}",
+        "{:<9} {:>8} {:>8} {:>7} {:>9} {:>12} {:>12} {:>10} {:>10} {:>10}",
         "config",
         "median s",
         "min s",
         "x local",
+        "program s",
         "major flt",
         "farmem flt",
         "peak RSS",
@@ -202,12 +203,13 @@ pub fn print_table(report: &Value) {
         };
         let oom = c["oom_killed"].as_u64().unwrap_or(0);
         println!(
-            "{name:<9} {:>8} {:>8} {:>7} {:>12} {:>12} {:>10} {:>10} {:>10}{}",
+            "{name:<9} {:>8} {:>8} {:>7} {:>9} {:>12} {:>12} {:>10} {:>10} {:>10}{}",
             secs(&c["wall_seconds"]["median"]),
             secs(&c["wall_seconds"]["min"]),
             c["ratio_to_local"]
                 .as_f64()
                 .map_or("-".into(), |r| format!("{r:.2}x")),
+            secs(&c["workload_seconds"]["median"]),
             c["major_faults_median"]
                 .as_u64()
                 .map_or("-".into(), |n| n.to_string()),
@@ -236,7 +238,7 @@ pub fn print_table(report: &Value) {
         }
     );
     println!(
-        "(farmem's peak RSS is its program's; the memory nodes of its rack hold the far pages)"
+        "(seconds: wall time of each whole run, farmem's rack start included; program s: the time the demo measured itself; farmem's peak RSS is its program's, the memory nodes of its rack hold the far pages)"
     );
 }
 
