@@ -8,6 +8,7 @@ pub mod kernel_swap;
 pub mod measure;
 mod runtime;
 mod swap;
+mod swap_plan;
 mod swap_report;
 mod wire;
 

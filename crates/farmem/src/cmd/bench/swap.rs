@@ -10,12 +10,13 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::{Command, ExitCode};
 
-use anyhow::{Context, bail};
-use farmem_core::{ByteSize, Ratio};
+use anyhow::Context;
+use farmem_core::ByteSize;
 use serde_json::{Value, json};
 
-use super::kernel_swap::{self, Backing, Cgroup, KernelSwap};
+use super::kernel_swap::{self, Cgroup, KernelSwap};
 use super::measure::{self, Measured};
+use super::swap_plan::{Config, LocalMem, parse_configs, plan, swap_bytes};
 use super::swap_report;
 use crate::cmd::Outcome;
 
@@ -64,97 +65,6 @@ pub struct Args {
     /// The program and its arguments, instead of --workload.
     #[arg(last = true, value_name = "CMD")]
     command: Vec<OsString>,
-}
-
-/// One way of running the program.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Config {
-    /// No limit.
-    Local,
-    /// A cgroup v1 limit and a kernel swap backing.
-    Kernel(Backing),
-    /// `farmem run --local-mem X`.
-    Farmem,
-}
-
-impl Config {
-    pub fn name(self) -> &'static str {
-        match self {
-            Config::Local => "local",
-            Config::Kernel(b) => b.name(),
-            Config::Farmem => "farmem",
-        }
-    }
-}
-
-/// The configs in `s`, local first (its first run measures the footprint
-/// the others' limit is a share of).
-pub fn parse_configs(s: &str) -> anyhow::Result<Vec<Config>> {
-    let mut out = Vec::new();
-    for name in s.split(',').map(str::trim).filter(|n| !n.is_empty()) {
-        let c = match name {
-            "local" => Config::Local,
-            "swapfile" => Config::Kernel(Backing::Swapfile),
-            "zram" => Config::Kernel(Backing::Zram),
-            "zswap" => Config::Kernel(Backing::Zswap),
-            "farmem" => Config::Farmem,
-            _ => bail!("--configs: unknown config `{name}` (local, swapfile, zram, zswap, farmem)"),
-        };
-        anyhow::ensure!(!out.contains(&c), "--configs: `{name}` given twice");
-        out.push(c);
-    }
-    anyhow::ensure!(!out.is_empty(), "--configs: none given");
-    out.sort_by_key(|c| *c != Config::Local);
-    Ok(out)
-}
-
-/// The order of each round: the configs rotated by one more each round,
-/// so none always runs first (or right after the same one).
-pub fn plan(configs: &[Config], rounds: u32) -> Vec<Vec<Config>> {
-    (0..rounds as usize)
-        .map(|r| {
-            let mut order = configs.to_vec();
-            order.rotate_left(r % configs.len().max(1));
-            order
-        })
-        .collect()
-}
-
-/// Local memory of the limited configs.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum LocalMem {
-    Share(f64),
-    Bytes(u64),
-}
-
-impl LocalMem {
-    pub fn parse(s: &str) -> anyhow::Result<Self> {
-        if let Ok(b) = s.parse::<ByteSize>() {
-            anyhow::ensure!(b.bytes() > 0, "--local must be positive");
-            return Ok(Self::Bytes(b.bytes()));
-        }
-        let r: Ratio = s
-            .parse()
-            .with_context(|| format!("--local {s}: expected a share (25%) or a size (256MiB)"))?;
-        anyhow::ensure!(r.get() > 0.0, "--local {s}: a share must be above 0");
-        Ok(Self::Share(r.get()))
-    }
-
-    /// The bytes for a program of `footprint`, in whole MiB (at least 16
-    /// MiB for a share, as the demo does).
-    pub fn bytes(self, footprint: u64) -> u64 {
-        match self {
-            Self::Bytes(b) => b.div_ceil(1 << 20) << 20,
-            Self::Share(s) => {
-                (((footprint as f64 * s) as u64).max(16 << 20)).div_ceil(1 << 20) << 20
-            }
-        }
-    }
-}
-
-/// Room for the swapped pages: the whole footprint and some.
-pub fn swap_bytes(footprint: u64) -> u64 {
-    (footprint + (256 << 20)).div_ceil(1 << 20) << 20
 }
 
 /// The program every config runs.
@@ -277,56 +187,8 @@ pub fn run(args: Args) -> Outcome {
         cgroups: why_not.is_none(),
     };
     let load_before = loadavg();
-    let mut runs: Vec<Value> = Vec::new();
-    let mut skipped: Vec<(Config, String)> = Vec::new();
-    let mut footprint = None;
-    if configs[0] != Config::Local {
-        eprintln!("farmem: a local run to measure the program's footprint");
-        let r = bench.run_once(Config::Local, 0)?;
-        footprint = Some(bench.footprint_from(&r)?);
-    }
     let order = plan(&configs, rounds);
-    for (round, configs) in order.iter().enumerate() {
-        for &config in configs {
-            if skipped.iter().any(|(c, _)| *c == config) {
-                continue;
-            }
-            if let Some(f) = footprint {
-                bench.limit = local.bytes(f);
-                bench.swap_bytes = swap_bytes(f);
-            }
-            eprintln!(
-                "farmem: round {}/{rounds}: {}{}",
-                round + 1,
-                config.name(),
-                if config == Config::Local {
-                    String::new()
-                } else {
-                    format!(" at {}", ByteSize(bench.limit))
-                }
-            );
-            match bench.run_once(config, round as u32 + 1) {
-                Ok(r) => {
-                    if footprint.is_none() {
-                        footprint = Some(bench.footprint_from(&r)?);
-                    }
-                    eprintln!("farmem:   {}", swap_report::one_line(&r));
-                    runs.push(r);
-                }
-                // A backing this kernel lacks (no zram) is left out, said so.
-                Err(e)
-                    if round == 0
-                        && matches!(config, Config::Kernel(_))
-                        && !measure::interrupted() =>
-                {
-                    eprintln!("farmem:   {} skipped: {e:#}", config.name());
-                    skipped.push((config, format!("{e:#}")));
-                }
-                Err(e) => return Err(e),
-            }
-        }
-    }
-    let footprint = footprint.unwrap_or(0);
+    let (runs, skipped, footprint) = bench.rounds(&configs, &order, local)?;
     let report = swap_report::Report {
         workload: json!({
             "kind": if bench.workload.demo { "demo" } else { "command" },
@@ -352,10 +214,15 @@ pub fn run(args: Args) -> Outcome {
         }),
     }
     .build();
+    finish(&args, &report)
+}
+
+/// Prints the report; fails when a run failed or the results differ.
+fn finish(args: &Args, report: &Value) -> Outcome {
     if args.json {
         println!("{report}");
     } else {
-        swap_report::print_table(&report);
+        swap_report::print_table(report);
     }
     let failed = report["failed_runs"].as_u64().unwrap_or(0);
     if report["results_match"] != json!(true) || failed > 0 {
@@ -388,6 +255,66 @@ fn loadavg() -> Option<String> {
 }
 
 impl Bench {
+    /// Every round in `order`: the runs, the configs left out (a backing
+    /// this kernel lacks) and the program's footprint.
+    fn rounds(
+        &mut self,
+        configs: &[Config],
+        order: &[Vec<Config>],
+        local: LocalMem,
+    ) -> anyhow::Result<(Vec<Value>, Vec<(Config, String)>, u64)> {
+        let mut runs: Vec<Value> = Vec::new();
+        let mut skipped: Vec<(Config, String)> = Vec::new();
+        let mut footprint = None;
+        if configs[0] != Config::Local {
+            eprintln!("farmem: a local run to measure the program's footprint");
+            let r = self.run_once(Config::Local, 0)?;
+            footprint = Some(self.footprint_from(&r)?);
+        }
+        for (round, configs) in order.iter().enumerate() {
+            for &config in configs {
+                if skipped.iter().any(|(c, _)| *c == config) {
+                    continue;
+                }
+                if let Some(f) = footprint {
+                    self.limit = local.bytes(f);
+                    self.swap_bytes = swap_bytes(f);
+                }
+                eprintln!(
+                    "farmem: round {}/{}: {}{}",
+                    round + 1,
+                    order.len(),
+                    config.name(),
+                    if config == Config::Local {
+                        String::new()
+                    } else {
+                        format!(" at {}", ByteSize(self.limit))
+                    }
+                );
+                match self.run_once(config, round as u32 + 1) {
+                    Ok(r) => {
+                        if footprint.is_none() {
+                            footprint = Some(self.footprint_from(&r)?);
+                        }
+                        eprintln!("farmem:   {}", swap_report::one_line(&r));
+                        runs.push(r);
+                    }
+                    // A backing this kernel lacks (no zram) is left out, said so.
+                    Err(e)
+                        if round == 0
+                            && matches!(config, Config::Kernel(_))
+                            && !measure::interrupted() =>
+                    {
+                        eprintln!("farmem:   {} skipped: {e:#}", config.name());
+                        skipped.push((config, format!("{e:#}")));
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        Ok((runs, skipped, footprint.unwrap_or(0)))
+    }
+
     /// The footprint a local run measured; the limit and swap size follow.
     fn footprint_from(&self, run: &Value) -> anyhow::Result<u64> {
         anyhow::ensure!(
@@ -553,66 +480,6 @@ impl Drop for StatsFile {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn configs_parse_with_local_first() {
-        let c = parse_configs("zswap, farmem,local").unwrap();
-        assert_eq!(
-            c,
-            vec![
-                Config::Local,
-                Config::Kernel(Backing::Zswap),
-                Config::Farmem
-            ]
-        );
-        assert_eq!(
-            parse_configs("local,swapfile,zram,zswap,farmem")
-                .unwrap()
-                .len(),
-            5
-        );
-        assert!(parse_configs("swap").is_err());
-        assert!(parse_configs("local,local").is_err());
-        assert!(parse_configs(" , ").is_err());
-    }
-
-    #[test]
-    fn every_round_runs_every_config_in_a_new_order() {
-        let c = parse_configs("local,swapfile,zram,farmem").unwrap();
-        let p = plan(&c, 5);
-        assert_eq!(p.len(), 5);
-        for round in &p {
-            let mut names: Vec<_> = round.iter().map(|c| c.name()).collect();
-            names.sort();
-            assert_eq!(names, ["farmem", "local", "swapfile", "zram"]);
-        }
-        assert_eq!(p[0][0], Config::Local);
-        let firsts: Vec<_> = p.iter().take(4).map(|r| r[0]).collect();
-        assert_eq!(firsts, c);
-        assert_eq!(p[4], p[0]);
-        assert!(plan(&c, 0).is_empty());
-    }
-
-    #[test]
-    fn local_memory_is_a_share_of_the_footprint_or_a_size() {
-        let share = LocalMem::parse("25%").unwrap();
-        assert_eq!(share, LocalMem::Share(0.25));
-        assert_eq!(share.bytes(1 << 30), 256 << 20);
-        // Rounded up to whole MiB, and never below 16 MiB.
-        assert_eq!(share.bytes((1 << 30) + 5), (256 << 20) + (1 << 20));
-        assert_eq!(share.bytes(1 << 20), 16 << 20);
-        assert_eq!(LocalMem::parse("256MiB").unwrap().bytes(0), 256 << 20);
-        assert!(LocalMem::parse("0%").is_err());
-        assert!(LocalMem::parse("0").is_err());
-        assert!(LocalMem::parse("150%").is_err());
-        assert!(LocalMem::parse("lots").is_err());
-    }
-
-    #[test]
-    fn swap_holds_the_whole_footprint() {
-        assert!(swap_bytes(1 << 30) >= 1 << 30);
-        assert_eq!(swap_bytes(0) % (1 << 20), 0);
-    }
 
     #[test]
     fn the_demo_reports_its_checksum_and_a_command_its_output_hash() {

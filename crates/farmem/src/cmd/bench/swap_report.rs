@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use farmem_core::ByteSize;
 use serde_json::{Value, json};
 
-use super::swap::Config;
+use super::swap_plan::Config;
 
 /// Everything the report is built from.
 pub struct Report<'a> {
@@ -271,7 +271,7 @@ mod tests {
             run("zram", "oom_killed", 1.0, ""),
             run("farmem", "exit 70", 1.0, ""),
         ];
-        let order = super::super::swap::plan(&configs, 2);
+        let order = super::super::swap_plan::plan(&configs, 2);
         let r = Report {
             runs: &runs,
             ..r_base(&order, &configs)
