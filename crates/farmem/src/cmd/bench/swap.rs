@@ -138,6 +138,14 @@ fn fnv1a(bytes: &[u8]) -> u64 {
     })
 }
 
+/// What the rounds gave: every run, the configs left out (a backing this
+/// kernel lacks, and why) and the program's footprint.
+struct Rounds {
+    runs: Vec<Value>,
+    skipped: Vec<(Config, String)>,
+    footprint: u64,
+}
+
 /// What the runs share.
 struct Bench {
     workload: Workload,
@@ -188,7 +196,11 @@ pub fn run(args: Args) -> Outcome {
     };
     let load_before = loadavg();
     let order = plan(&configs, rounds);
-    let (runs, skipped, footprint) = bench.rounds(&configs, &order, local)?;
+    let Rounds {
+        runs,
+        skipped,
+        footprint,
+    } = bench.rounds(&configs, &order, local)?;
     let report = swap_report::Report {
         workload: json!({
             "kind": if bench.workload.demo { "demo" } else { "command" },
@@ -255,14 +267,13 @@ fn loadavg() -> Option<String> {
 }
 
 impl Bench {
-    /// Every round in `order`: the runs, the configs left out (a backing
-    /// this kernel lacks) and the program's footprint.
+    /// Every round in `order`.
     fn rounds(
         &mut self,
         configs: &[Config],
         order: &[Vec<Config>],
         local: LocalMem,
-    ) -> anyhow::Result<(Vec<Value>, Vec<(Config, String)>, u64)> {
+    ) -> anyhow::Result<Rounds> {
         let mut runs: Vec<Value> = Vec::new();
         let mut skipped: Vec<(Config, String)> = Vec::new();
         let mut footprint = None;
@@ -312,7 +323,11 @@ impl Bench {
                 }
             }
         }
-        Ok((runs, skipped, footprint.unwrap_or(0)))
+        Ok(Rounds {
+            runs,
+            skipped,
+            footprint: footprint.unwrap_or(0),
+        })
     }
 
     /// The footprint a local run measured; the limit and swap size follow.
