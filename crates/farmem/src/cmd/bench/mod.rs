@@ -4,7 +4,12 @@
 mod delay;
 mod failover;
 mod fuzz;
+pub mod kernel_swap;
+pub mod measure;
 mod runtime;
+mod swap;
+mod swap_plan;
+mod swap_report;
 mod wire;
 
 use super::Outcome;
@@ -24,6 +29,9 @@ pub enum Bench {
     /// Replication's price and a memory node's loss, on the demo: one copy
     /// against two, then two with a node SIGKILLed halfway.
     Failover(failover::Args),
+    /// farmem against the kernel's own swap (swap file, zram, zswap under a
+    /// cgroup v1 limit of the same local memory), side by side on one program.
+    Swap(swap::Args),
 }
 
 pub fn run(b: Bench) -> Outcome {
@@ -34,6 +42,7 @@ pub fn run(b: Bench) -> Outcome {
         Bench::Fault(a) => runtime::fault(a),
         Bench::Fuzz(a) => fuzz::run(a),
         Bench::Failover(a) => failover::run(a),
+        Bench::Swap(a) => swap::run(a),
     }
 }
 

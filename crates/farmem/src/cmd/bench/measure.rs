@@ -1,0 +1,155 @@
+//! One measured child process: wall time, its whole tree's resource usage
+//! (wait4: major faults, peak RSS), its output; and Ctrl-C or SIGTERM
+//! turned into an orderly stop, so the guards of a bench (swap devices,
+//! cgroups) are undone rather than left behind by a killed process.
+
+use std::io::Read;
+use std::process::{Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::time::Instant;
+
+use anyhow::Context;
+
+/// The child being measured (0: none), for passing on a stop.
+static CHILD: AtomicI32 = AtomicI32::new(0);
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_stop(_sig: libc::c_int) {
+    INTERRUPTED.store(true, Ordering::SeqCst);
+    let pid = CHILD.load(Ordering::SeqCst);
+    if pid > 0 {
+        // SAFETY: kill(2) is async-signal-safe. SIGTERM rather than the
+        // signal itself: `farmem run` ignores SIGINT (it waits for its
+        // program) and passes SIGTERM on.
+        unsafe { libc::kill(pid, libc::SIGTERM) };
+    }
+}
+
+/// From now on SIGINT, SIGTERM and SIGHUP stop the current child and
+/// make [`interrupted`] true instead of killing this process.
+pub fn catch_interrupts() {
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        // SAFETY: installs an async-signal-safe handler (atomics and kill).
+        unsafe { libc::signal(sig, on_stop as *const () as libc::sighandler_t) };
+    }
+}
+
+/// Whether a stop was asked for.
+pub fn interrupted() -> bool {
+    INTERRUPTED.load(Ordering::SeqCst)
+}
+
+/// Fails once a stop was asked for, so the caller unwinds its guards.
+pub fn check_interrupted() -> anyhow::Result<()> {
+    anyhow::ensure!(!interrupted(), "interrupted; everything set up was undone");
+    Ok(())
+}
+
+/// What a child did.
+pub struct Measured {
+    pub status: ExitStatus,
+    pub seconds: f64,
+    /// Major page faults of the child and every descendant it waited for.
+    pub major_faults: u64,
+    /// The largest peak resident set of the child or a waited-for descendant.
+    pub max_rss_bytes: u64,
+    pub stdout: Vec<u8>,
+    /// The last lines of its stderr.
+    pub stderr_tail: String,
+}
+
+impl Measured {
+    /// `ok`, `exit N` or `signal N`.
+    pub fn outcome(&self) -> String {
+        use std::os::unix::process::ExitStatusExt;
+        match (self.status.code(), self.status.signal()) {
+            (Some(0), _) => "ok".into(),
+            (Some(c), _) => format!("exit {c}"),
+            (_, Some(s)) => format!("signal {s}"),
+            _ => "unknown".into(),
+        }
+    }
+}
+
+/// Runs `cmd` to its end with its stdout and stderr captured (stdin empty).
+pub fn run(cmd: &mut Command) -> anyhow::Result<Measured> {
+    check_interrupted()?;
+    let start = Instant::now();
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("starting {:?}", cmd.get_program()))?;
+    let pid = child.id() as i32;
+    CHILD.store(pid, Ordering::SeqCst);
+    if interrupted() {
+        on_stop(0);
+    }
+    let mut stderr = child.stderr.take().context("no stderr pipe")?;
+    let errors = std::thread::spawn(move || {
+        let mut text = Vec::new();
+        let _ = stderr.read_to_end(&mut text);
+        text
+    });
+    let mut stdout = Vec::new();
+    if let Some(mut out) = child.stdout.take() {
+        let _ = out.read_to_end(&mut stdout);
+    }
+    // wait4 rather than Child::wait: it also gives the child's rusage.
+    let mut raw = 0;
+    // SAFETY: rusage is plain data that wait4 fills.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    loop {
+        // SAFETY: waits for our own child; valid out-pointers.
+        let r = unsafe { libc::wait4(pid, &mut raw, 0, &mut usage) };
+        if r == pid {
+            break;
+        }
+        let e = std::io::Error::last_os_error();
+        if e.kind() != std::io::ErrorKind::Interrupted {
+            CHILD.store(0, Ordering::SeqCst);
+            return Err(e).context("waiting for the child");
+        }
+    }
+    CHILD.store(0, Ordering::SeqCst);
+    let seconds = start.elapsed().as_secs_f64();
+    let errors = errors.join().unwrap_or_default();
+    Ok(Measured {
+        status: std::os::unix::process::ExitStatusExt::from_raw(raw),
+        seconds,
+        major_faults: usage.ru_majflt.max(0) as u64,
+        max_rss_bytes: usage.ru_maxrss.max(0) as u64 * 1024,
+        stdout,
+        stderr_tail: tail(&String::from_utf8_lossy(&errors), 12),
+    })
+}
+
+/// The last `n` lines of `text`.
+fn tail(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text.trim_end().lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_child_is_measured_and_its_output_kept() {
+        let m = run(Command::new("sh").args(["-c", "echo out; echo err >&2; exit 3"])).unwrap();
+        assert_eq!(m.stdout, b"out\n");
+        assert_eq!(m.stderr_tail, "err");
+        assert_eq!(m.outcome(), "exit 3");
+        assert!(m.max_rss_bytes > 0);
+        let m = run(Command::new("sh").args(["-c", "kill -9 $$"])).unwrap();
+        assert_eq!(m.outcome(), "signal 9");
+    }
+
+    #[test]
+    fn tail_keeps_the_last_lines() {
+        assert_eq!(tail("a\nb\nc\n", 2), "b\nc");
+        assert_eq!(tail("a", 5), "a");
+        assert_eq!(tail("", 5), "");
+    }
+}
