@@ -34,6 +34,15 @@ impl std::str::FromStr for DirtyMode {
     }
 }
 
+impl std::fmt::Display for DirtyMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Line => "line",
+            Self::Page => "page",
+        })
+    }
+}
+
 /// Which thread serves a fault.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]

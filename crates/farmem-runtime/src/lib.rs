@@ -16,10 +16,10 @@
 //! println!("{}", serde_json::to_string(&rt.stats()).unwrap());
 //! ```
 
-// Layers, each using only those above it in this list: the store's
-// interface; errors, userfaultfd, metrics; slabs; pages; config; the local
-// cache; the shared state; fault-around; the fault state machine; eviction,
-// the signal and thread fault paths; the facade; the benchmarks.
+// Layers, bottom up, each module using only those in layers below it (see
+// README.md, Modules): store; error, uffd, stats; slab; page; config;
+// cache; shared; around; resolve; evict, signal, handler; runtime; bench,
+// preload_env, remote.
 mod around;
 pub mod bench;
 mod cache;
@@ -28,6 +28,7 @@ mod error;
 mod evict;
 mod handler;
 mod page;
+pub mod preload_env;
 pub mod remote;
 mod resolve;
 mod runtime;
