@@ -20,7 +20,7 @@ unsafe extern "C" {
 
 /// The shim's own Rust code (and the runtime it hosts) allocates straight
 /// from glibc, never through the interposed `malloc`.
-pub(super) struct Glibc;
+struct Glibc;
 
 /// glibc's `malloc` alignment on 64-bit targets.
 pub(super) const MIN_ALIGN: usize = 16;
@@ -74,7 +74,7 @@ unsafe impl GlobalAlloc for Glibc {
 }
 
 #[global_allocator]
-pub(super) static ALLOC: Glibc = Glibc;
+static ALLOC: Glibc = Glibc;
 
 /// The allocator the program has without us: glibc's, or one it links
 /// (Debian's redis-server links jemalloc). Blocks below the threshold go
@@ -89,11 +89,11 @@ pub(super) struct Next {
     pub(super) usable: Option<unsafe extern "C" fn(*mut c_void) -> usize>,
 }
 
-pub(super) const NEXT_UNRESOLVED: u8 = 0;
-pub(super) const NEXT_RESOLVING: u8 = 1;
-pub(super) const NEXT_READY: u8 = 2;
-pub(super) static NEXT_STATE: AtomicU8 = AtomicU8::new(NEXT_UNRESOLVED);
-pub(super) static NEXT_PTR: AtomicPtr<Next> = AtomicPtr::new(std::ptr::null_mut());
+const NEXT_UNRESOLVED: u8 = 0;
+const NEXT_RESOLVING: u8 = 1;
+const NEXT_READY: u8 = 2;
+static NEXT_STATE: AtomicU8 = AtomicU8::new(NEXT_UNRESOLVED);
+static NEXT_PTR: AtomicPtr<Next> = AtomicPtr::new(std::ptr::null_mut());
 
 /// The next allocator, or None while it is being looked up (dlsym may
 /// allocate): those few blocks come from [`boot_alloc`].
@@ -149,17 +149,17 @@ pub(super) fn next() -> Option<&'static Next> {
 
 /// A bump arena for the allocations made while the next allocator is being
 /// looked up. Its blocks are never freed; a 16-byte header holds the size.
-pub(super) struct BootArena {
+struct BootArena {
     bytes: UnsafeCell<[u8; BOOT_BYTES]>,
     used: AtomicUsize,
 }
 
-pub(super) const BOOT_BYTES: usize = 256 << 10;
+const BOOT_BYTES: usize = 256 << 10;
 
 // SAFETY: disjoint ranges are handed out by an atomic bump pointer.
 unsafe impl Sync for BootArena {}
 
-pub(super) static BOOT: BootArena = BootArena {
+static BOOT: BootArena = BootArena {
     bytes: UnsafeCell::new([0; BOOT_BYTES]),
     used: AtomicUsize::new(0),
 };
@@ -188,12 +188,12 @@ pub(super) fn boot_alloc(size: usize, align: usize) -> *mut c_void {
     }
 }
 
-pub(super) fn in_boot(p: *const c_void) -> bool {
+fn in_boot(p: *const c_void) -> bool {
     let base = BOOT.bytes.get() as usize;
     (base..base + BOOT_BYTES).contains(&(p as usize))
 }
 
-pub(super) fn boot_len(p: *const c_void) -> usize {
+fn boot_len(p: *const c_void) -> usize {
     // SAFETY: p came from boot_alloc, which wrote its size just below it.
     unsafe { *((p as usize - MIN_ALIGN) as *const usize) }
 }

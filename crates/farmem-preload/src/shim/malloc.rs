@@ -106,7 +106,7 @@ pub unsafe extern "C" fn reallocarray(p: *mut c_void, n: usize, size: usize) -> 
     }
 }
 
-pub(super) fn aligned(align: usize, size: usize) -> *mut c_void {
+fn aligned(align: usize, size: usize) -> *mut c_void {
     if align <= PAGE
         && let Some(p) = far_alloc(size, false, Kind::Block)
     {

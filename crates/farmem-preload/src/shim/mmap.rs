@@ -8,7 +8,7 @@ use super::far::far_alloc;
 use super::state::{BUSY, FORKED, HEAP_END, is_far, runtime_thread, set_errno, with_heap};
 use crate::heap::Kind;
 
-pub(super) fn far_mapping(addr: *mut c_void, prot: c_int, flags: c_int) -> bool {
+fn far_mapping(addr: *mut c_void, prot: c_int, flags: c_int) -> bool {
     const BAD: c_int = libc::MAP_SHARED
         | libc::MAP_FIXED
         | libc::MAP_FIXED_NOREPLACE
@@ -50,7 +50,7 @@ pub unsafe extern "C" fn mmap(
 /// mapping reads as zero, so the range is zeroed; an inaccessible one is
 /// left as it is, since the program cannot look. Anything else would hide
 /// far pages behind a mapping the runtime does not know, so it is refused.
-pub(super) fn remap_far(addr: *mut c_void, len: usize, prot: c_int, flags: c_int) -> *mut c_void {
+fn remap_far(addr: *mut c_void, len: usize, prot: c_int, flags: c_int) -> *mut c_void {
     let anon_private = libc::MAP_ANONYMOUS | libc::MAP_PRIVATE;
     let end = addr as usize + len;
     if flags & libc::MAP_FIXED == 0

@@ -1,5 +1,9 @@
-//! Event loops: epoll_wait, epoll_pwait, poll and ppoll, whose event
-//! arrays may be far, touched first on the signal path.
+//! Event loops: epoll_wait, epoll_pwait, poll and ppoll. The kernel fills
+//! the caller's event array, which an allocator whose arenas went far
+//! (jemalloc under redis) may have put in far memory; on the signal path it
+//! is touched first. A failed copy-out leaves the events pending (epoll
+//! puts them back on its ready list; poll recomputes), so touching and
+//! retrying is safe.
 
 use libc::{c_int, ssize_t};
 
@@ -8,14 +12,8 @@ use super::sigbus::Mask;
 use super::touch::*;
 use crate::io::{Access, overlaps};
 
-// Event loops: the kernel fills the caller's event array, which an
-// allocator whose arenas went far (jemalloc under redis) may have put in
-// far memory. A failed copy-out leaves the events pending (epoll puts them
-// back on its ready list; poll recomputes), so touching and retrying is
-// safe.
-
 /// `call` with `[start, start + len)` made local first, retried on EFAULT.
-pub(super) fn filled(start: usize, len: usize, mut call: impl FnMut() -> c_int) -> c_int {
+fn filled(start: usize, len: usize, mut call: impl FnMut() -> c_int) -> c_int {
     match active().filter(|f| overlaps(start, len, f)) {
         Some(far) => touched(&[(start, len)], Access::KernelWrites, &far, || {
             call() as ssize_t
@@ -24,7 +22,7 @@ pub(super) fn filled(start: usize, len: usize, mut call: impl FnMut() -> c_int) 
     }
 }
 
-pub(super) fn array_bytes<T>(n: impl TryInto<usize>) -> usize {
+fn array_bytes<T>(n: impl TryInto<usize>) -> usize {
     n.try_into()
         .unwrap_or(0)
         .saturating_mul(std::mem::size_of::<T>())

@@ -8,7 +8,7 @@ use libc::c_int;
 use super::state::ON;
 
 /// Whether SIGBUS must stay deliverable: the signal path is on.
-pub(super) fn keep_sigbus() -> bool {
+fn keep_sigbus() -> bool {
     ON.load(Ordering::Acquire)
 }
 

@@ -49,7 +49,7 @@ pub unsafe extern "C" fn recvfrom(
 
 /// A socket address the kernel fills, in local memory, for callers whose
 /// own is (or may be) far.
-pub(super) struct LocalName {
+struct LocalName {
     user: *mut c_void,
     user_len: *mut socklen_t,
     cap: socklen_t,
@@ -137,7 +137,7 @@ pub unsafe extern "C" fn sendto(
 }
 
 /// One call on a whole flat buffer, its far pages touched up to the budget.
-pub(super) fn sent_whole(
+fn sent_whole(
     buf: *const c_void,
     len: size_t,
     mut call: impl FnMut(*const c_void, size_t) -> ssize_t,
@@ -226,7 +226,7 @@ pub unsafe extern "C" fn sendmsg(fd: c_int, msg: *const msghdr, flags: c_int) ->
 }
 
 /// A message header's iovec array, or none when it is null.
-pub(super) fn msg_iov(msg: *const msghdr) -> (*const iovec, c_int) {
+fn msg_iov(msg: *const msghdr) -> (*const iovec, c_int) {
     if msg.is_null() || active().is_none() {
         return (std::ptr::null(), 0);
     }

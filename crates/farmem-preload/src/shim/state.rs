@@ -24,7 +24,7 @@ pub(super) static FORKED: AtomicBool = AtomicBool::new(false);
 pub(super) static HEAP_BASE: AtomicUsize = AtomicUsize::new(0);
 pub(super) static HEAP_END: AtomicUsize = AtomicUsize::new(0);
 /// 0 until read from FARMEM_THRESHOLD.
-pub(super) static THRESHOLD: AtomicUsize = AtomicUsize::new(0);
+static THRESHOLD: AtomicUsize = AtomicUsize::new(0);
 pub(super) static RUNTIME: AtomicPtr<Runtime> = AtomicPtr::new(std::ptr::null_mut());
 /// The rack the runtime took its remote memory from, to give it back at exit.
 pub(super) static STORE: AtomicPtr<RackStore> = AtomicPtr::new(std::ptr::null_mut());

@@ -14,7 +14,7 @@ use crate::io::{Access, overlaps};
 /// fread and fwrite: `call(ptr, items)` in pieces of whole items that fit
 /// the budget, each touched first (a failed stream call is not retried: it
 /// sets the stream's error flag). Stops at the first short piece.
-pub(super) fn stream(
+fn stream(
     ptr: *const c_void,
     size: size_t,
     n: size_t,
@@ -101,7 +101,7 @@ pub unsafe extern "C" fn fputs(s: *const libc::c_char, f: *mut libc::FILE) -> c_
 
 /// Whether `n` items of `size` bytes overrun a buffer of `len` (glibc's
 /// fortify check, which then aborts in glibc's own function).
-pub(super) fn overflows(size: size_t, n: size_t, len: size_t) -> bool {
+fn overflows(size: size_t, n: size_t, len: size_t) -> bool {
     size.checked_mul(n).is_none_or(|total| total > len)
 }
 

@@ -65,7 +65,7 @@ pub(super) fn active() -> Option<Range<usize>> {
     Some(far_range())
 }
 
-pub(super) fn errno() -> c_int {
+fn errno() -> c_int {
     // SAFETY: errno is thread-local and always readable.
     unsafe { *libc::__errno_location() }
 }
@@ -119,7 +119,7 @@ pub(super) fn touched(
     r
 }
 
-pub(super) fn file_type(fd: c_int) -> Option<libc::mode_t> {
+fn file_type(fd: c_int) -> Option<libc::mode_t> {
     // SAFETY: a zeroed stat is valid; fstat fills it or fails.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: a pointer to a live local.
@@ -132,7 +132,7 @@ pub(super) fn is_socket(fd: c_int) -> bool {
 
 /// Largest bounce buffer: the touch budget, but never less than any
 /// datagram (a smaller buffer would truncate it).
-pub(super) fn bounce_cap() -> usize {
+fn bounce_cap() -> usize {
     BUDGET.load(Ordering::Relaxed).max(1 << 20)
 }
 
@@ -245,7 +245,7 @@ pub(super) fn far_bytes(start: usize, len: usize) -> bool {
 /// # Safety
 /// `from` holds `n` bytes; the iovecs are the caller's, as writable as
 /// the kernel would need them.
-pub(super) unsafe fn scatter(from: *const u8, n: usize, iovs: &[iovec]) {
+unsafe fn scatter(from: *const u8, n: usize, iovs: &[iovec]) {
     let mut left = n;
     let mut at = from;
     for v in iovs {
