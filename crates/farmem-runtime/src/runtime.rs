@@ -169,11 +169,14 @@ impl Drop for Runtime {
 /// handler threads, each with async signals blocked.
 fn start_threads(sh: &Arc<Shared>) -> Result<Vec<JoinHandle<()>>, RuntimeError> {
     let mut threads = Vec::new();
+    let (started_tx, started_rx) = crossbeam_channel::unbounded::<()>();
     let spawn = |name: &str, f: Box<dyn FnOnce() + Send>| {
+        let started = started_tx.clone();
         std::thread::Builder::new()
             .name(name.into())
             .spawn(move || {
                 farmem_net::block_async_signals();
+                let _ = started.send(());
                 f()
             })
             .map_err(RuntimeError::Thread)
@@ -228,6 +231,16 @@ fn start_threads(sh: &Arc<Shared>) -> Result<Vec<JoinHandle<()>>, RuntimeError> 
         )?);
     }
     drop(tx);
+    // Returns once every thread has started. Starting, a thread registers
+    // a thread-local destructor with the C library, which allocates with
+    // its `calloc`: under the preload shim, the program's allocator
+    // (jemalloc for redis), whose arenas go far once the program runs. A
+    // fault handler scheduled that late faulted on its own far memory and
+    // waited for itself (redis hung so on a loaded machine); started now,
+    // before the shim hands out far memory, it gets local memory.
+    for _ in 0..threads.len() {
+        let _ = started_rx.recv();
+    }
     Ok(threads)
 }
 
