@@ -9,7 +9,7 @@
 //! is an ordinary fault the SIGBUS handler serves. A page evicted between
 //! the touch and the call makes the call fail again: it is touched and
 //! retried a bounded number of times. This module is the arithmetic; the
-//! interposers are in `signal_shim`.
+//! interposers are in `shim::touch` and the `shim` modules above it.
 
 use std::ops::Range;
 

@@ -10,7 +10,7 @@
 //! | `FARMEM_FAR_MEM` | size of the far heap | 8GiB |
 //! | `FARMEM_THRESHOLD` | smallest allocation placed far | 1MiB |
 //! | `FARMEM_DIRTY` | `line` or `page` | line |
-//! | `FARMEM_FAULT_PATH` | `thread`, or `signal` (faults served in the faulting thread's SIGBUS handler; I/O calls' far buffers are made local first and SIGBUS is never blocked, see `signal_shim`) | thread |
+//! | `FARMEM_FAULT_PATH` | `thread`, or `signal` (faults served in the faulting thread's SIGBUS handler; I/O calls' far buffers are made local first and SIGBUS is never blocked, see `shim::touch`) | thread |
 //! | `FARMEM_POLICY` | replacement policy name | runtime default |
 //! | `FARMEM_STATS_JSON` | file that gets one JSON line of stats per process that used far memory | — |
 //! | `FARMEM_NAME` | client name shown to the controller (the process id is appended) | farmem-run |
@@ -73,9 +73,9 @@ pub mod io;
 
 /// Exit status of a process whose far memory could not be had, under
 /// `FARMEM_FALLBACK=fail` (the default): 70, `EX_SOFTWARE` of sysexits.h.
-pub const NO_FAR_MEMORY_EXIT: i32 = 70;
+pub use farmem_runtime::preload_env::NO_FAR_MEMORY_EXIT;
 
+// The shim proper: only in the library a program loads, never in this
+// crate's unit tests (its `malloc` and global allocator would be theirs).
 #[cfg(not(test))]
 mod shim;
-#[cfg(not(test))]
-mod signal_shim;

@@ -11,9 +11,12 @@ use serde::Serialize;
 use farmem_core::LatencyHistogram;
 
 use crate::config::{Config, DirtyMode, WaitMode};
+use crate::error::RuntimeError;
+use crate::handler::idle;
+use crate::page::{PAGE, PageBuf, map_pages};
+use crate::runtime::Runtime;
 use crate::store::{RemoteStore, SlabSource};
 use crate::uffd::{ReadResult, Uffd};
-use crate::{PAGE, Runtime, RuntimeError};
 
 /// Kona's microbenchmark (seed 001, §5.1): each thread owns a region and
 /// writes one cache line in every page, eviction running concurrently.
@@ -42,7 +45,7 @@ pub struct KonaRun {
     pub bytes_written_back: u64,
     pub pages_evicted: u64,
     pub faults: u64,
-    pub stats: crate::Stats,
+    pub stats: crate::stats::Stats,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -252,7 +255,7 @@ pub struct FaultReport {
     /// (wire + bare fault) / wire, with the faster wire read: the ratio a
     /// thread-path runtime with no cost of its own would reach here.
     pub floor_ratio: f64,
-    pub stats: crate::Stats,
+    pub stats: crate::stats::Stats,
 }
 
 /// Latency of a remote 4 KiB fault measured in the faulting thread, against a
@@ -366,7 +369,7 @@ impl BareFaults {
     fn new(pages: u64, wait: WaitMode) -> Result<Self, RuntimeError> {
         let uffd = Arc::new(Uffd::open().map_err(RuntimeError::Uffd)?);
         let len = pages * PAGE;
-        let base = crate::runtime::map_pages(len)?;
+        let base = map_pages(len)?;
         let stop = Arc::new(AtomicBool::new(false));
         let mut me = Self {
             uffd: uffd.clone(),
@@ -379,7 +382,7 @@ impl BareFaults {
         let handler = std::thread::Builder::new()
             .name("farmem-bare-fault".into())
             .spawn(move || {
-                let page = crate::runtime::PageBuf::zeroed();
+                let page = PageBuf::zeroed();
                 let waiter = uffd.waiter().ok();
                 let mut last = Instant::now();
                 while !stop.load(Ordering::Relaxed) {
@@ -393,7 +396,7 @@ impl BareFaults {
                         }
                         Ok(ReadResult::Other(_)) => {}
                         Ok(ReadResult::Empty) | Err(_) => {
-                            let _ = crate::runtime::idle(&uffd, waiter.as_ref(), wait, last);
+                            let _ = idle(&uffd, waiter.as_ref(), wait, last);
                         }
                     }
                 }

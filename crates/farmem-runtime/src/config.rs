@@ -5,7 +5,8 @@ use serde::{Deserialize, Serialize};
 use farmem_policy::cache::PolicyConfig;
 use farmem_policy::readahead::ReadaheadConfig;
 
-use crate::RuntimeError;
+use crate::error::RuntimeError;
+use crate::page::MAX_FAULT_AROUND;
 
 /// How dirty data is found and written back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -30,6 +31,15 @@ impl std::str::FromStr for DirtyMode {
                 "unknown dirty mode `{s}` (known: line, page)"
             ))),
         }
+    }
+}
+
+impl std::fmt::Display for DirtyMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Line => "line",
+            Self::Page => "page",
+        })
     }
 }
 
@@ -108,7 +118,7 @@ impl std::str::FromStr for WaitMode {
     }
 }
 
-/// Everything [`crate::Runtime::new`] needs besides the store.
+/// Everything `Runtime::new` needs besides the store.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Config {
     /// Local cache size in bytes: resident pages never exceed this.
@@ -153,7 +163,7 @@ pub struct Config {
     /// Fault-around of fresh memory: a fault on a never-written page in a
     /// sequential stream also installs the never-written pages after it,
     /// up to this window ([`farmem_policy::readahead`]; at most
-    /// [`crate::MAX_FAULT_AROUND`] pages; 0 or 1 turns it off).
+    /// [`MAX_FAULT_AROUND`] pages; 0 or 1 turns it off).
     pub fault_around: ReadaheadConfig,
 }
 
@@ -217,11 +227,10 @@ impl Config {
         if self.log_segments == 0 || self.evict_batch == 0 || self.store_attempts == 0 {
             return err("log_segments, evict_batch and store_attempts must be positive".into());
         }
-        if self.fault_around.max_blocks > crate::MAX_FAULT_AROUND {
+        if self.fault_around.max_blocks > MAX_FAULT_AROUND {
             return err(format!(
                 "fault_around.max_blocks {} is above the most, {}",
-                self.fault_around.max_blocks,
-                crate::MAX_FAULT_AROUND
+                self.fault_around.max_blocks, MAX_FAULT_AROUND
             ));
         }
         if self.slab_batch == 0 {

@@ -10,9 +10,10 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender};
 
 use crate::config::DirtyMode;
-use crate::runtime::{PageBuf, RegionInner, Shared, State};
+use crate::error::RuntimeError;
+use crate::page::{LINE, PAGE, PageBuf, RegionInner, State};
+use crate::shared::Shared;
 use crate::store::StoreError;
-use crate::{LINE, PAGE, RuntimeError};
 
 const LINES_PER_PAGE: usize = (PAGE as usize) / LINE;
 
@@ -76,7 +77,7 @@ fn claim(sh: &Shared, r: &Arc<RegionInner>, idx: usize, keep: bool) -> Option<(V
     let page = r.page_addr(idx);
     // Remove here too: the block may have been re-inserted after the
     // evictor popped it (a sync completed in between).
-    sh.lock_policy().remove(page / PAGE);
+    sh.cache.lock_policy().remove(page / PAGE);
     let v = Victim {
         region: r.clone(),
         idx,
@@ -133,15 +134,15 @@ fn drop_pages(sh: &Shared, mut victims: Vec<Victim>) {
         .iter_mut()
         .filter_map(|v| v.snapshot.take())
         .collect();
-    sh.put_bufs(spare);
+    sh.cache.put_bufs(spare);
     for v in victims {
         let mut m = v.region.pages[v.idx].lock();
         m.state = State::Absent;
-        sh.put_buf(m.snapshot.take());
+        sh.cache.put_buf(m.snapshot.take());
         m.force = 0;
         let waiters = std::mem::take(&mut m.waiters);
         drop(m);
-        sh.release_page();
+        sh.cache.release_page();
         if waiters {
             // They retry, miss, and fetch the page back from the store.
             let _ = sh.uffd.wake(v.page, PAGE);
@@ -151,7 +152,7 @@ fn drop_pages(sh: &Shared, mut victims: Vec<Victim>) {
 
 /// Write-back of a kept (synced) page succeeded.
 fn finish_kept(sh: &Shared, mut v: Victim) {
-    sh.put_buf(v.snapshot.take());
+    sh.cache.put_buf(v.snapshot.take());
     let mut m = v.region.pages[v.idx].lock();
     m.force = 0;
     let waiters = std::mem::take(&mut m.waiters);
@@ -159,12 +160,12 @@ fn finish_kept(sh: &Shared, mut v: Victim) {
         // Its region was dropped meanwhile: the slot is ours to release.
         m.state = State::Absent;
         drop(m);
-        sh.release_page();
+        sh.cache.release_page();
         return;
     }
     // Still write-protected, now identical to the store: Clean.
     m.state = State::Clean;
-    sh.reinsert(v.page / PAGE);
+    sh.cache.reinsert(v.page / PAGE, sh.now());
     drop(m);
     sh.m.pages_synced.inc();
     if waiters {
@@ -176,15 +177,15 @@ fn finish_kept(sh: &Shared, mut v: Victim) {
 /// snapshot, and the lines that may be half-applied are forced next time.
 fn revert(sh: &Shared, v: Victim, keep: bool) {
     if !keep {
-        sh.in_flight.fetch_sub(1, Ordering::SeqCst);
+        sh.cache.in_flight(1, false);
     }
     sh.m.writeback_kept.inc();
     let mut m = v.region.pages[v.idx].lock();
     if v.region.dead.load(Ordering::SeqCst) {
         m.state = State::Absent;
-        sh.put_buf(m.snapshot.take());
+        sh.cache.put_buf(m.snapshot.take());
         drop(m);
-        sh.release_page();
+        sh.cache.release_page();
         return;
     }
     m.state = State::Dirty;
@@ -193,7 +194,7 @@ fn revert(sh: &Shared, v: Victim, keep: bool) {
     m.zero_base = v.zero_base;
     m.force |= v.shipped;
     m.waiters = false;
-    sh.reinsert(v.page / PAGE);
+    sh.cache.reinsert(v.page / PAGE, sh.now());
     // Writable again; this also wakes writers that waited on the eviction.
     if let Err(e) = sh.uffd.writeprotect(v.page, PAGE, false) {
         sh.report(format!(
@@ -233,7 +234,7 @@ fn diff_into(sh: &Shared, mut v: Victim, seg: &mut Segment) -> Result<(), Runtim
             None => match v.region.remote_or_back(v.idx, &sh.rm) {
                 Ok(r) => r,
                 Err(e) => {
-                    if !sh.store_refusing.load(Ordering::SeqCst) {
+                    if !sh.cache.store_refusing() {
                         sh.report(format!(
                             "backing page {:#x} with remote memory: {e}; kept resident, \
                              and the local limit is soft until the store takes write-backs again",
@@ -309,7 +310,7 @@ fn ship(sh: &Shared, seg: &mut Segment) -> Result<(), (usize, StoreError)> {
                 }
             } else {
                 let n = seg.pages.len() as u64;
-                sh.in_flight.fetch_sub(n, Ordering::SeqCst);
+                sh.cache.in_flight(n, false);
                 sh.m.pages_evicted_dirty.add(n);
                 drop_pages(sh, seg.pages.drain(..).collect());
             }
@@ -372,13 +373,6 @@ fn release_freed_heap() {
     }
 }
 
-fn over(sh: &Shared, mark: u64) -> bool {
-    sh.resident
-        .load(Ordering::SeqCst)
-        .saturating_sub(sh.in_flight.load(Ordering::SeqCst))
-        > mark
-}
-
 /// The evictor thread: waits until the cache passes the high watermark,
 /// then evicts down to the low one, handing log segments to the shipper.
 pub(crate) fn evictor(sh: Arc<Shared>, ship_tx: Sender<Segment>, free_rx: Receiver<Segment>) {
@@ -390,46 +384,14 @@ pub(crate) fn evictor(sh: Arc<Shared>, ship_tx: Sender<Segment>, free_rx: Receiv
             trimmed_at = evicted;
             release_freed_heap();
         }
-        {
-            let mut kick = sh.evict_kick.lock();
-            while !*kick && !sh.shutdown.load(Ordering::SeqCst) && !over(&sh, sh.high) {
-                sh.evict_cv.wait_for(&mut kick, Duration::from_millis(1));
-                if !*kick {
-                    // Idle: allocate snapshot buffers here, not on the fault path.
-                    sh.refill_pool();
-                }
-            }
-            *kick = false;
-        }
-        if sh.shutdown.load(Ordering::SeqCst) {
+        sh.cache.wait_for_work(&sh.shutdown);
+        if sh.is_shutdown() {
             break;
         }
-        if sh.handoff.is_some() {
-            // Signal handlers take snapshot buffers only from the pool and
-            // never allocate one: keep it topped up between rounds too.
-            sh.refill_pool();
-        }
+        sh.cache.top_up_for_handlers();
         let kept_before = sh.m.writeback_kept.get();
         loop {
-            let mut blocks = std::mem::take(&mut *sh.forced.lock());
-            let excess = sh
-                .resident
-                .load(Ordering::SeqCst)
-                .saturating_sub(sh.in_flight.load(Ordering::SeqCst))
-                .saturating_sub(sh.low) as usize;
-            if excess > 0 {
-                // Never more than the excess: the newest pages are the ones
-                // the program is using right now.
-                let want = excess.min(sh.cfg.evict_batch);
-                let mut p = sh.lock_policy();
-                let now = sh.now();
-                while blocks.len() < want {
-                    match p.evict(now) {
-                        Some(b) => blocks.push(b),
-                        None => break,
-                    }
-                }
-            }
+            let blocks = sh.cache.victims(sh.cfg.evict_batch, sh.now());
             if blocks.is_empty() {
                 break;
             }
@@ -447,12 +409,11 @@ pub(crate) fn evictor(sh: Arc<Shared>, ship_tx: Sender<Segment>, free_rx: Receiv
                 // The store is refusing: pages went back to Dirty. Let the
                 // program past the limit (waiting would hang it), and back
                 // off instead of cycling the same pages through failing writes.
-                sh.store_refusing.store(true, Ordering::SeqCst);
-                sh.space_cv.notify_all();
+                sh.cache.set_store_refusing(true);
                 std::thread::sleep(Duration::from_millis(10));
                 break;
             }
-            sh.store_refusing.store(false, Ordering::SeqCst);
+            sh.cache.set_store_refusing(false);
         }
     }
     if let Some(s) = seg.filter(|s| !s.pages.is_empty())
@@ -490,7 +451,7 @@ fn evict_round(
     }
     sh.m.pages_evicted_clean.add(clean.len() as u64);
     drop_pages(sh, clean);
-    sh.in_flight.fetch_add(dirty.len() as u64, Ordering::SeqCst);
+    sh.cache.in_flight(dirty.len() as u64, true);
     let dirty = protect(sh, dirty, false);
     for v in dirty {
         if seg.as_ref().is_some_and(|s| !s.has_room())

@@ -16,11 +16,23 @@
 //! println!("{}", serde_json::to_string(&rt.stats()).unwrap());
 //! ```
 
+// Layers, bottom up, each module using only those in layers below it (see
+// README.md, Modules): store; error, uffd, stats; slab; page; config;
+// cache; shared; around; resolve; evict, signal, handler; runtime; bench,
+// preload_env, remote.
+mod around;
 pub mod bench;
+mod cache;
 pub mod config;
+mod error;
 mod evict;
+mod handler;
+mod page;
+pub mod preload_env;
 pub mod remote;
+mod resolve;
 mod runtime;
+mod shared;
 pub mod signal;
 mod slab;
 pub mod stats;
@@ -28,31 +40,9 @@ pub mod store;
 pub mod uffd;
 
 pub use config::{Config, DirtyMode, FaultPath, WaitMode};
-pub use runtime::{LOST_EXIT_CODE, MAX_FAULT_AROUND, Region, Runtime};
+pub use error::RuntimeError;
+pub use page::{LINE, MAX_FAULT_AROUND, PAGE};
+pub use runtime::{Region, Runtime};
+pub use shared::LOST_EXIT_CODE;
 pub use stats::{StageTimes, Stats};
 pub use store::{FaultOp, MemStore, MemStoreStats, RemoteStore, SlabSource, StoreError};
-
-/// Page size the runtime maps, fetches and tracks.
-pub const PAGE: u64 = farmem_core::PAGE_SIZE;
-/// Dirty-tracking granularity in line mode.
-pub const LINE: usize = farmem_core::CACHE_LINE as usize;
-
-/// Why a runtime operation failed.
-#[derive(Debug, thiserror::Error)]
-pub enum RuntimeError {
-    #[error("invalid runtime config: {0}")]
-    Config(String),
-    #[error("userfaultfd: {0}")]
-    Uffd(std::io::Error),
-    #[error("mapping a region: {0}")]
-    Mmap(std::io::Error),
-    #[error("starting a runtime thread: {0}")]
-    Thread(std::io::Error),
-    #[error(transparent)]
-    Store(#[from] StoreError),
-    #[error("range {off}+{len} is outside the region of {size} bytes")]
-    OutOfBounds { off: usize, len: usize, size: usize },
-    /// The pages stay resident and dirty; nothing was dropped.
-    #[error("write-back of {pages} pages failed; they stay resident: {source}")]
-    Writeback { pages: usize, source: StoreError },
-}

@@ -4,7 +4,7 @@
 //! With `UFFD_FEATURE_SIGBUS` the kernel queues no fault message: it raises
 //! SIGBUS in the faulting thread, and returning from the handler runs the
 //! access again. The handler finds the runtime owning the address, fetches
-//! and installs the page ([`crate::runtime::Shared::signal_fault`]), and
+//! and installs the page (the one state machine, `Shared::resolve`), and
 //! returns; anything it cannot do at once it hands over and simply returns,
 //! and the access faults again until the page is there. The thread never
 //! sleeps in the kernel waiting for another thread, so the only wakeup on
@@ -12,7 +12,7 @@
 //!
 //! The handler may interrupt a thread anywhere: inside the allocator,
 //! holding any lock. So nothing under it allocates or parks on a lock (see
-//! [`crate::runtime::Ctx`]), and errno is preserved. A SIGBUS at an address
+//! `Ctx`), and errno is preserved. A SIGBUS at an address
 //! no runtime owns goes to the handler installed before ours, or kills the
 //! process as it would have.
 //!
@@ -24,9 +24,69 @@
 use std::ptr::null_mut;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
-use crate::RuntimeError;
-use crate::runtime::{Shared, SignalOutcome};
+use crate::cache::Ctx;
+use crate::error::RuntimeError;
+use crate::page::{PAGE, PageBuf};
+use crate::resolve::{By, FaultAt, Step};
+use crate::shared::Shared;
+
+/// What serving a fault in a signal handler came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SignalOutcome {
+    /// The address is in none of this runtime's regions.
+    NotOurs,
+    /// The page is there now; the access may go on.
+    Served,
+    /// Someone else has the page (a fetch, a write-back, a filler) or the
+    /// cache is full: return, let the access fault again.
+    Retry,
+}
+
+/// Serves a fault at `addr` in the faulting thread's SIGBUS handler: no
+/// allocation, no parking, no report. A page it cannot fetch at once goes
+/// to a filler, and the thread retries.
+pub(crate) fn serve(sh: &Shared, addr: u64, write: Option<bool>) -> SignalOutcome {
+    let t0 = Instant::now();
+    let page = addr & !(PAGE - 1);
+    let r = {
+        let Some(regions) = sh.regions.try_read() else {
+            // A region being mapped or dropped; ours or not, ask again.
+            return SignalOutcome::Retry;
+        };
+        match regions.range(..=page).next_back() {
+            Some((_, r)) if r.contains(page) => r.clone(),
+            _ => return SignalOutcome::NotOurs,
+        }
+    };
+    let fault = FaultAt {
+        page,
+        write: write == Some(true),
+        // Mapped and write-protected: this access is a write, unless the
+        // fault raced with the install and was a read.
+        wp: write != Some(false),
+        t0,
+    };
+    match sh.resolve(r, fault, Ctx::Signal) {
+        Step::Fetch(job) => {
+            sh.m.faults_missing.inc();
+            let mut buf = PageBuf([0; PAGE as usize]);
+            if sh.fetch(job, By::Signal(&mut buf)) {
+                SignalOutcome::Served
+            } else {
+                SignalOutcome::Retry
+            }
+        }
+        Step::Written => {
+            sh.m.faults_wp.inc();
+            sh.m.wp_latency.try_record(t0.elapsed());
+            SignalOutcome::Served
+        }
+        Step::Spurious => SignalOutcome::Served,
+        Step::Wait | Step::Full => SignalOutcome::Retry,
+    }
+}
 
 /// Runtimes with fault path `signal` in this process, at most this many.
 const SLOTS: usize = 8;
@@ -184,7 +244,7 @@ extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut 
         }
         // SAFETY: a registered runtime outlives its registration, whose
         // drop waits for IN_HANDLER to drain after clearing the slot.
-        outcome = unsafe { &*p }.signal_fault(addr, write);
+        outcome = serve(unsafe { &*p }, addr, write);
         if outcome != SignalOutcome::NotOurs {
             break;
         }

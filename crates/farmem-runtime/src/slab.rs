@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 
-use crate::RuntimeError;
+use crate::error::RuntimeError;
 use crate::store::SlabSource;
 
 const PAGE: u64 = farmem_core::PAGE_SIZE;

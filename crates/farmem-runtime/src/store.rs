@@ -13,10 +13,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use parking_lot::Mutex;
 use serde::Serialize;
 
-use crate::LINE;
 use farmem_core::Counter;
 
+// Its own names for the units, so the store depends on nothing in the crate.
 const PAGE: u64 = farmem_core::PAGE_SIZE;
+const LINE: usize = farmem_core::CACHE_LINE as usize;
 
 /// Why a store operation failed. The runtime never drops data on any of
 /// these: it retries or keeps the page resident, except for

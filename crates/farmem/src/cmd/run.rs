@@ -10,6 +10,7 @@ use std::time::Instant;
 use anyhow::{Context, bail};
 use farmem_core::ByteSize;
 use farmem_net::{ClientConfig, ControllerClient, NetError};
+use farmem_runtime::preload_env::{self, PreloadEnv};
 use serde_json::{Map, Value, json};
 
 use super::Outcome;
@@ -18,8 +19,8 @@ use super::local::{LocalRack, connect_target};
 const PRELOAD: &str = "libfarmem_preload.so";
 
 /// Exit status when far memory cannot be had and --fallback is `fail`:
-/// `EX_SOFTWARE`, the same as the shim's (`farmem_preload::NO_FAR_MEMORY_EXIT`).
-const NO_FAR_MEMORY_EXIT: u8 = 70;
+/// the shim's.
+const NO_FAR_MEMORY_EXIT: u8 = preload_env::NO_FAR_MEMORY_EXIT as u8;
 
 /// What to do when far memory cannot be had.
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -57,7 +58,7 @@ instead of computing on zeros (redis: run it with --save \"\"). A program \
 started by exec gets its own runtime on the same controller.")]
 pub struct Args {
     /// Local memory that caches far pages (at least 1MiB).
-    #[arg(long, default_value = "256MiB")]
+    #[arg(long, default_value_t = ByteSize(preload_env::DEFAULT_LOCAL_BYTES))]
     local_mem: ByteSize,
     /// Controller of an existing rack (host:port); default: start one
     /// locally, authenticated by a random token of its own.
@@ -77,8 +78,8 @@ pub struct Args {
     #[arg(long, default_value_t = 2)]
     memnodes: usize,
     /// Dirty tracking: `line` (Kona) or `page`.
-    #[arg(long, default_value = "line")]
-    dirty: String,
+    #[arg(long, default_value_t = farmem_runtime::DirtyMode::default())]
+    dirty: farmem_runtime::DirtyMode,
     /// Replacement policy of the local cache, at page granularity: lru, fifo, 4-way (alias
     /// set-assoc; Kona), clock, kona-pc (alias 2q; Linux active/inactive), filter (UniMem's
     /// Filter-Cache). The same policy objects the simulator uses. Default: lru.
@@ -103,10 +104,10 @@ pub struct Args {
           value_parser = clap::value_parser!(u32).range(0..=farmem_runtime::MAX_FAULT_AROUND as i64))]
     fault_around: u32,
     /// Smallest allocation placed in far memory.
-    #[arg(long, default_value = "1MiB")]
+    #[arg(long, default_value_t = ByteSize(preload_env::DEFAULT_THRESHOLD))]
     threshold: ByteSize,
     /// Size of each process's far heap.
-    #[arg(long, default_value = "8GiB")]
+    #[arg(long, default_value_t = ByteSize(preload_env::DEFAULT_FAR_BYTES))]
     far_mem: ByteSize,
     /// Seconds the controller keeps a process's remote memory after last
     /// hearing from it: a process that exits gives it back at once, one
@@ -114,7 +115,7 @@ pub struct Args {
     /// Each process renews its lease every quarter of this; a process
     /// stopped for longer (Ctrl-Z, a debugger) loses its far data and is
     /// aborted when it goes on. At least 1; 0: no lease.
-    #[arg(long, default_value_t = 60.0, value_name = "SECONDS")]
+    #[arg(long, default_value_t = preload_env::DEFAULT_LEASE_MS as f64 / 1000.0, value_name = "SECONDS")]
     lease: f64,
     /// Write the runtime counters of every process that used far memory here, as JSON.
     #[arg(long, value_name = "FILE")]
@@ -207,7 +208,7 @@ pub fn run(args: Args) -> Outcome {
             "local_mem": args.local_mem.bytes(),
             "far_mem": far,
             "threshold": args.threshold.bytes(),
-            "dirty": args.dirty,
+            "dirty": args.dirty.to_string(),
             "fault_path": args.fault_path.to_string(),
             "fault_around": args.fault_around,
             "controller": target.as_ref().ok(),
@@ -226,9 +227,6 @@ pub fn run(args: Args) -> Outcome {
 
 /// Checks the flags; the lease in ms and the far heap's size.
 fn validate(args: &Args) -> anyhow::Result<(u64, u64)> {
-    args.dirty
-        .parse::<farmem_runtime::DirtyMode>()
-        .context("--dirty")?;
     if let Some(p) = &args.policy {
         p.parse::<farmem_policy::cache::PolicyConfig>()
             .map_err(|e| anyhow::anyhow!("--policy {p}: {e}"))?;
@@ -373,37 +371,33 @@ fn shim_env(
         ld_preload.push(":");
         ld_preload.push(old);
     }
-    cmd.env("LD_PRELOAD", ld_preload)
-        .env("FARMEM_CONTROLLER", &target.controller)
-        .env("FARMEM_LOCAL_MEM", args.local_mem.bytes().to_string())
-        .env("FARMEM_FAR_MEM", far.to_string())
-        .env("FARMEM_THRESHOLD", args.threshold.bytes().to_string())
-        .env("FARMEM_DIRTY", &args.dirty)
-        .env("FARMEM_FAULT_PATH", args.fault_path.to_string())
-        .env("FARMEM_FAULT_AROUND", args.fault_around.to_string())
-        .env("FARMEM_STATS_JSON", stats)
-        .env("FARMEM_NAME", "farmem-run")
-        .env("FARMEM_LEASE_MS", lease_ms.to_string())
-        .env("FARMEM_REPLICAS", target.replicas.to_string())
-        .env(
-            "FARMEM_FALLBACK",
-            match args.fallback {
-                Fallback::Fail => "fail",
-                Fallback::Local => "local",
-            },
-        );
-    match &target.redundancy {
-        Some(r) => cmd.env("FARMEM_REDUNDANCY", r.to_string()),
-        None => cmd.env_remove("FARMEM_REDUNDANCY"),
+    cmd.env("LD_PRELOAD", ld_preload);
+    let env = PreloadEnv {
+        controller: target.controller.clone(),
+        local_bytes: args.local_mem.bytes(),
+        far_bytes: far,
+        threshold: args.threshold.bytes(),
+        dirty: args.dirty,
+        fault_path: args.fault_path,
+        fault_around: args.fault_around,
+        policy: args.policy.clone(),
+        stats_json: Some(stats.to_path_buf()),
+        name: preload_env::DEFAULT_NAME.into(),
+        token_file: target.token_file.clone(),
+        fallback: match args.fallback {
+            Fallback::Fail => preload_env::Fallback::Fail,
+            Fallback::Local => preload_env::Fallback::Local,
+        },
+        replicas: Some(target.replicas),
+        redundancy: target.redundancy,
+        lease_ms,
     };
-    match &target.token_file {
-        Some(f) => cmd.env("FARMEM_TOKEN_FILE", f),
-        None => cmd.env_remove("FARMEM_TOKEN_FILE"),
-    };
-    match &args.policy {
-        Some(p) => cmd.env("FARMEM_POLICY", p),
-        None => cmd.env_remove("FARMEM_POLICY"),
-    };
+    for (var, value) in env.vars() {
+        match value {
+            Some(v) => cmd.env(var, v),
+            None => cmd.env_remove(var),
+        };
+    }
 }
 
 /// Runs the program to its end, passing on the signals farmem gets; its

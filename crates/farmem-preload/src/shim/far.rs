@@ -1,0 +1,48 @@
+//! The far heap's blocks: allocation (starting the runtime if need be),
+//! free and lookup, for the malloc and mmap families.
+
+use std::ffi::c_void;
+use std::sync::atomic::Ordering;
+
+use super::init::ensure_init;
+use super::state::{READY, STATE, is_far, local_only, threshold, with_heap};
+use crate::heap::{Kind, PAGE};
+
+/// A far range of at least `size` bytes, zeroed if asked; None when the
+/// request belongs in local memory.
+pub(super) fn far_alloc(size: usize, zero: bool, kind: Kind) -> Option<*mut c_void> {
+    if size < threshold() || local_only() {
+        return None;
+    }
+    // An mmap may come from inside the program's allocator, holding its
+    // locks: starting the runtime there would allocate and deadlock. The
+    // runtime starts in the constructor below (or at a malloc).
+    let ready = match kind {
+        Kind::Block => ensure_init(),
+        Kind::Mapping => STATE.load(Ordering::Acquire) == READY,
+    };
+    if !ready {
+        return None;
+    }
+    let g = with_heap(|h| h.alloc(size, kind)).flatten()?;
+    if zero && g.stale > 0 {
+        // SAFETY: the range was just granted to us and is mapped.
+        unsafe { std::ptr::write_bytes(g.addr as *mut u8, 0, g.stale) };
+    }
+    Some(g.addr as *mut c_void)
+}
+
+pub(super) fn far_free(p: *mut c_void) {
+    with_heap(|h| h.free(p as usize));
+}
+
+/// The length of the far malloc-family block at `p`, if it is one (a
+/// pointer into a far mapping belongs to whoever mapped it).
+pub(super) fn far_block(p: *const c_void) -> Option<usize> {
+    // Far blocks start on a page: a small block of the program's allocator
+    // inside a far arena is told apart without taking the heap's lock.
+    if !is_far(p) || !(p as usize).is_multiple_of(PAGE) {
+        return None;
+    }
+    with_heap(|h| h.block_len(p as usize)).flatten()
+}

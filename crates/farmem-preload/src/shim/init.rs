@@ -1,0 +1,228 @@
+//! Starting the runtime, once: at load (the constructor below), or at the
+//! first far allocation of a process whose constructor has not run yet.
+//! Everything the allocation interposers need is set up here, from the
+//! variables `farmem run` passes ([`PreloadEnv`]).
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use farmem_runtime::preload_env::{self, Fallback, NO_FAR_MEMORY_EXIT, PreloadEnv};
+use farmem_runtime::remote::RackStore;
+use farmem_runtime::{FaultPath, Runtime};
+
+use super::exit::{at_exit, fork_child, fork_parent, fork_prepare, record_fallback};
+use super::state::*;
+use crate::heap::Heap;
+
+/// Starts the runtime once; true when far memory is ready.
+pub(super) fn ensure_init() -> bool {
+    loop {
+        match STATE.load(Ordering::Acquire) {
+            READY => return true,
+            OFF => return false,
+            UNINIT => {
+                if STATE
+                    .compare_exchange(UNINIT, INITING, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok()
+                {
+                    let busy = Busy::enter();
+                    let ok = match std::panic::catch_unwind(init) {
+                        Ok(Ok(())) => true,
+                        Ok(Err(e)) => {
+                            give_up(&e);
+                            false
+                        }
+                        Err(_) => {
+                            give_up("starting the runtime panicked");
+                            false
+                        }
+                    };
+                    drop(busy);
+                    STATE.store(if ok { READY } else { OFF }, Ordering::Release);
+                    return ok;
+                }
+            }
+            _ => {
+                // Another thread is starting the runtime.
+                // SAFETY: sched_yield has no preconditions.
+                unsafe { libc::sched_yield() };
+            }
+        }
+    }
+}
+
+/// The runtime could not start, for `reason`. Under `FARMEM_FALLBACK=local`
+/// the process goes on in local memory; otherwise (`fail`, the default) it
+/// stops at once with [`NO_FAR_MEMORY_EXIT`], before it has done anything,
+/// so it never runs on local memory unnoticed. A process that was never
+/// asked to use far memory (no `FARMEM_CONTROLLER`) stays local. Either
+/// way one `farmem:` line says why, and a `fallback` line goes to
+/// `FARMEM_STATS_JSON` for `farmem run`'s summary.
+fn give_up(reason: &str) {
+    let asked = preload_env::controller(&getenv).is_some();
+    let local = !asked || preload_env::fallback(&getenv) == Ok(Fallback::Local);
+    record_fallback(reason, local);
+    if local {
+        say(&format!("{reason}; running on local memory only"));
+        return;
+    }
+    say(&format!(
+        "{reason}; no far memory, so stopping with exit {NO_FAR_MEMORY_EXIT} instead of running on local memory (FARMEM_FALLBACK=local, farmem run --fallback local, runs it there)"
+    ));
+    // SAFETY: _exit ends the process without running the program's atexit
+    // handlers; nothing of the program has run yet.
+    unsafe { libc::_exit(NO_FAR_MEMORY_EXIT) };
+}
+
+fn init() -> Result<(), String> {
+    start_logging()?;
+    let env = PreloadEnv::read(&getenv)?;
+    let cfg = env.config()?;
+    let store = connect(&env)?;
+    keep_lease(&store, env.lease_ms);
+    // The kernel's own accesses to far pages fail on the signal path: the
+    // I/O interposers touch them first.
+    let touch_for_io = (cfg.fault_path == FaultPath::Signal).then_some(cfg.local_bytes);
+    let rt = Runtime::new(cfg, store.clone(), store.clone())
+        .map_err(|e| format!("starting the far-memory runtime: {e}"))?;
+    STORE.store(Arc::into_raw(store) as *mut RackStore, Ordering::Release);
+    start_heap(Box::leak(Box::new(rt)), env.far_bytes)?;
+    if let Some(local) = touch_for_io {
+        super::touch::enable(local);
+    }
+    Ok(())
+}
+
+/// FARMEM_LOG: what the runtime and the rack client report (retries, nodes
+/// suspected or dropped, copies made again), on stderr.
+fn start_logging() -> Result<(), String> {
+    if let Some(filter) = preload_env::log(&getenv) {
+        let filter = tracing_subscriber::EnvFilter::try_new(&filter)
+            .map_err(|e| format!("FARMEM_LOG `{filter}`: {e}"))?;
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_writer(std::io::stderr)
+            .with_ansi(false)
+            .with_target(false)
+            .try_init();
+    }
+    Ok(())
+}
+
+/// How fast lost copies are made again: enough to restore a GiB in a few
+/// seconds, little enough to leave the link to the program.
+const REPAIR_BYTES_PER_SEC: u64 = 256 << 20;
+
+/// Connects to the controller (proving the token if there is one) and sets
+/// the rack client's copies or erasure coding.
+fn connect(env: &PreloadEnv) -> Result<Arc<RackStore>, String> {
+    // One owner per process image, so a lease that runs out gives back only
+    // the memory of the process that died: the pid alone is reused (by
+    // exec, or in another pid namespace on the same rack).
+    let started = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    // SAFETY: getpid has no preconditions.
+    let name = format!("{}-{}-{started:x}", env.name, unsafe { libc::getpid() });
+    let token = token(env)?;
+    let anonymous = token.is_empty();
+    let controller = &env.controller;
+    let cfg = farmem_net::ClientConfig::new(name, farmem_wire::Role::Compute).with_token(token);
+    let store = match farmem_net::Cluster::connect(controller, cfg, 2) {
+        Ok(cluster) => Arc::new(RackStore::new(cluster)),
+        Err(e @ farmem_net::NetError::Auth(_)) if anonymous => {
+            return Err(format!(
+                "connecting to controller {controller}: {e} (no FARMEM_TOKEN_FILE given: a rack started with --token-file admits only holders of its token)"
+            ));
+        }
+        Err(e) => return Err(format!("connecting to controller {controller}: {e}")),
+    };
+    if let Some(n) = env.replicas {
+        store.cluster().set_replicas(n);
+        if n > 1 {
+            // Copies lost with a memory node are made again from the rest.
+            store
+                .start_repair(REPAIR_BYTES_PER_SEC)
+                .map_err(|e| format!("starting the copy repair thread: {e}"))?;
+        }
+    }
+    if let Some(r) = env.redundancy {
+        // Erasure-coded stripes: pages survive any M lost memory nodes.
+        store.cluster().set_redundancy(r);
+    }
+    Ok(store)
+}
+
+/// The cluster token in FARMEM_TOKEN_FILE, or none.
+fn token(env: &PreloadEnv) -> Result<Vec<u8>, String> {
+    let Some(path) = &env.token_file else {
+        return Ok(Vec::new());
+    };
+    let token = farmem_net::read_token_file(path)
+        .map_err(|e| format!("reading FARMEM_TOKEN_FILE {}: {e}", path.display()))?;
+    if token.is_empty() {
+        return Err(format!("FARMEM_TOKEN_FILE {} is empty", path.display()));
+    }
+    Ok(token)
+}
+
+/// Holds the process's remote memory on a lease of `lease_ms` (0: none),
+/// renewed for as long as the process lives.
+fn keep_lease(store: &RackStore, lease_ms: u64) {
+    if lease_ms == 0 {
+        return;
+    }
+    match store
+        .cluster()
+        .keep_lease(std::time::Duration::from_millis(lease_ms), |e| {
+            // Far pages are gone: going on would hang on the first one
+            // not local, or compute on what is left.
+            say(&format!(
+                "this process's remote memory was given back to the rack ({e}); it was silent for longer than its lease (FARMEM_LEASE_MS, farmem run --lease), stopped or frozen; aborting"
+            ));
+            std::process::abort();
+        }) {
+        Ok(keeper) => std::mem::forget(keeper),
+        Err(e) => say(&format!(
+            "cannot hold remote memory on a lease ({e}): if this process is killed, the controller keeps it"
+        )),
+    }
+}
+
+/// Reserves the far heap of `far` bytes in `rt` and opens it to the
+/// allocation interposers; registers the fork and exit handlers.
+fn start_heap(rt: &'static Runtime, far: u64) -> Result<(), String> {
+    let region = rt
+        .region(far)
+        .map_err(|e| format!("reserving {far} bytes of far memory: {e}"))?;
+    let (base, len) = (region.as_ptr() as usize, region.len());
+    // The heap lives as long as the process.
+    std::mem::forget(region);
+    lock_heap();
+    // SAFETY: we hold the lock.
+    unsafe { *HEAP.heap.get() = Some(Heap::new(base, len)) };
+    unlock_heap();
+    RUNTIME.store(rt as *const Runtime as *mut Runtime, Ordering::Release);
+    // SAFETY: getpid has no preconditions; the handlers are plain functions.
+    unsafe {
+        INIT_PID.store(libc::getpid() as usize, Ordering::Relaxed);
+        libc::pthread_atfork(Some(fork_prepare), Some(fork_parent), Some(fork_child));
+        libc::atexit(at_exit);
+    }
+    HEAP_END.store(base + len, Ordering::Release);
+    HEAP_BASE.store(base, Ordering::Release);
+    Ok(())
+}
+
+/// Starts the runtime when the library is loaded, before the program runs
+/// and before any allocator holds a lock, if `farmem run` asked for it.
+extern "C" fn start_at_load() {
+    super::real::resolve();
+    if preload_env::controller(&getenv).is_some() {
+        ensure_init();
+    }
+}
+
+#[used]
+#[unsafe(link_section = ".init_array")]
+static START_AT_LOAD: extern "C" fn() = start_at_load;

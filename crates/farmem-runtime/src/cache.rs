@@ -1,0 +1,434 @@
+//! The local cache: which pages may be resident, in what replacement
+//! order, and the buffers their snapshots are kept in. It owns the policy,
+//! the watermarks and the snapshot pool behind methods, so the fault path,
+//! the evictor and the facade agree on one set of rules for them.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Sender};
+use parking_lot::{Condvar, Mutex, MutexGuard};
+
+use farmem_core::sync::lock_without_parking;
+use farmem_policy::BlockId;
+use farmem_policy::cache::ReplacementPolicy;
+
+use crate::config::{Config, DirtyMode, FaultPath};
+use crate::error::RuntimeError;
+use crate::page::{PAGE, PageBuf, PageMeta};
+use crate::stats::Metrics;
+
+/// Where runtime code runs: an ordinary thread, or a SIGBUS handler on a
+/// program thread that may hold any lock or be inside the allocator, where
+/// nothing may allocate or park.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Ctx {
+    Thread,
+    Signal,
+}
+
+impl Ctx {
+    pub(crate) fn lock<T>(self, m: &Mutex<T>) -> MutexGuard<'_, T> {
+        match self {
+            Ctx::Thread => m.lock(),
+            Ctx::Signal => lock_without_parking(m),
+        }
+    }
+}
+
+/// A replacement-order event a signal handler could not apply itself.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum PolicyUpdate {
+    Insert(BlockId, u64),
+    Touch(BlockId, u64),
+}
+
+impl PolicyUpdate {
+    /// Applies it; returns a victim a full policy pushed out.
+    fn apply(self, policy: &mut dyn ReplacementPolicy) -> Option<BlockId> {
+        match self {
+            PolicyUpdate::Insert(block, now) => policy.insert(block, now),
+            PolicyUpdate::Touch(block, now) => {
+                policy.touch(block, now);
+                None
+            }
+        }
+    }
+}
+
+/// Snapshot buffers kept ready while the evictor is idle (4 MiB).
+const POOL_LOW: u64 = 1024;
+
+pub(crate) struct Cache {
+    policy: Mutex<Box<dyn ReplacementPolicy>>,
+    /// Victims a full policy pushed out on insert; the evictor takes them first.
+    forced: Mutex<Vec<BlockId>>,
+    /// Pages mapped or being fetched.
+    resident: AtomicU64,
+    /// Dirty victims whose write-back is in flight (still resident).
+    in_flight: AtomicU64,
+    limit: u64,
+    high: u64,
+    low: u64,
+    space_lock: Mutex<()>,
+    space_cv: Condvar,
+    evict_kick: Mutex<bool>,
+    evict_cv: Condvar,
+    /// The store refuses the evictor's write-backs (writes fail for good,
+    /// or it has no memory left to back a page): the limit turns soft, so
+    /// the program runs on in local memory instead of waiting forever for
+    /// room the evictor cannot make. Cleared by a round that keeps nothing.
+    store_refusing: AtomicBool,
+    /// Recycled page buffers for snapshots, off the allocator on the fault path.
+    pool: Mutex<Vec<Box<PageBuf>>>,
+    /// Line mode: first writes take snapshots from the pool.
+    line_mode: bool,
+    /// Fault path `signal`: replacement-order updates from signal handlers,
+    /// applied under the policy lock by whoever takes it next
+    /// ([`Cache::lock_policy`]): a policy may allocate as it grows, which a
+    /// handler must not. Room for an insert and a touch per cached page,
+    /// the most that can be pending, so sending never fails.
+    policy_updates: Option<(Sender<PolicyUpdate>, Receiver<PolicyUpdate>)>,
+}
+
+impl Cache {
+    /// A cache of `cfg.local_bytes`, its watermarks and policy.
+    pub(crate) fn new(cfg: &Config) -> Result<Self, RuntimeError> {
+        let limit = cfg.local_bytes / PAGE;
+        let high = ((limit as f64 * cfg.high_watermark) as u64).clamp(1, limit);
+        let low = ((limit as f64 * cfg.low_watermark) as u64).min(high - 1);
+        // Room for every page the limit allows plus slack, so insert never
+        // has to pick a victim behind the evictor's back.
+        let policy = cfg
+            .policy
+            .build(limit as usize + 64)
+            .map_err(|e| RuntimeError::Config(e.to_string()))?;
+        let signal = cfg.fault_path == FaultPath::Signal;
+        Ok(Self {
+            policy: Mutex::new(policy),
+            forced: Mutex::new(Vec::new()),
+            resident: AtomicU64::new(0),
+            in_flight: AtomicU64::new(0),
+            limit,
+            high,
+            low,
+            space_lock: Mutex::new(()),
+            space_cv: Condvar::new(),
+            evict_kick: Mutex::new(false),
+            evict_cv: Condvar::new(),
+            store_refusing: AtomicBool::new(false),
+            pool: Mutex::new(Vec::new()),
+            line_mode: cfg.dirty == DirtyMode::Line,
+            policy_updates: signal.then(|| crossbeam_channel::bounded(2 * limit as usize + 64)),
+        })
+    }
+
+    pub(crate) fn resident(&self) -> u64 {
+        self.resident.load(Ordering::SeqCst)
+    }
+
+    pub(crate) fn limit(&self) -> u64 {
+        self.limit
+    }
+
+    /// Signal handlers take snapshot buffers only from the pool.
+    fn handlers_need_pool(&self) -> bool {
+        self.policy_updates.is_some()
+    }
+
+    /// A page buffer with unspecified contents.
+    fn get_buf(&self) -> Box<PageBuf> {
+        self.pool.lock().pop().unwrap_or_else(PageBuf::zeroed)
+    }
+
+    /// Tops the snapshot pool up ahead of first writes (line mode), within
+    /// the cache size, so the fault path rarely allocates.
+    pub(crate) fn refill_pool(&self) {
+        if !self.line_mode {
+            return;
+        }
+        let have = self.pool.lock().len() as u64;
+        let (want, refill_below) = if self.handlers_need_pool() {
+            // Signal handlers cannot allocate a missing buffer: keep the
+            // pool full even when the cache is (4 MiB at most).
+            let want = POOL_LOW.min(self.limit);
+            (want, want)
+        } else {
+            let want = POOL_LOW.min(self.limit.saturating_sub(self.resident()));
+            (want, want / 2)
+        };
+        if have < refill_below {
+            let fresh = (have..want).map(|_| PageBuf::zeroed()).collect();
+            self.put_bufs(fresh);
+        }
+    }
+
+    /// Returns buffers to the pool, which keeps at most [`POOL_LOW`]: live
+    /// snapshots already cost up to one page per resident page, and a pool
+    /// as large again would double that for nothing.
+    pub(crate) fn put_bufs(&self, bufs: Vec<Box<PageBuf>>) {
+        let mut pool = self.pool.lock();
+        let room = (POOL_LOW as usize).saturating_sub(pool.len());
+        pool.extend(bufs.into_iter().take(room));
+    }
+
+    pub(crate) fn put_buf(&self, b: Option<Box<PageBuf>>) {
+        if let Some(b) = b {
+            let mut pool = self.pool.lock();
+            if (pool.len() as u64) < POOL_LOW {
+                pool.push(b);
+            }
+        }
+    }
+
+    /// A buffer for a page's snapshot: in a signal handler only one the
+    /// pool has ready.
+    fn snapshot_buf(&self, ctx: Ctx) -> Option<Box<PageBuf>> {
+        match ctx {
+            Ctx::Thread => Some(self.get_buf()),
+            Ctx::Signal => {
+                let mut pool = ctx.lock(&self.pool);
+                let buf = pool.pop();
+                if (pool.len() as u64) < POOL_LOW.min(self.limit) / 2 {
+                    // Wake the evictor without a kick: idle, it refills the
+                    // pool; kicked, it would also evict down to the low
+                    // watermark.
+                    drop(pool);
+                    self.evict_cv.notify_one();
+                }
+                buf
+            }
+        }
+    }
+
+    /// Line mode, a page about to be written: records what the store holds
+    /// for it, the base its dirty lines are diffed against. Zeros need no
+    /// copy (`zero_base`); else `current` is copied into a snapshot buffer.
+    /// Without one (a signal handler finding the pool empty) the page has
+    /// no diff base and is written back whole.
+    pub(crate) fn keep_diff_base(
+        &self,
+        m: &mut PageMeta,
+        store_zero: bool,
+        current: &[u8],
+        ctx: Ctx,
+        metrics: &Metrics,
+    ) {
+        if !self.line_mode {
+            return;
+        }
+        if store_zero {
+            m.zero_base = true;
+            return;
+        }
+        match self.snapshot_buf(ctx) {
+            Some(mut snap) => {
+                snap.0.copy_from_slice(current);
+                m.snapshot = Some(snap);
+                metrics.snapshots.inc();
+            }
+            None => metrics.snapshots_missed.inc(),
+        }
+    }
+
+    /// The replacement policy, locked, with every update signal handlers
+    /// queued applied first.
+    pub(crate) fn lock_policy(&self) -> MutexGuard<'_, Box<dyn ReplacementPolicy>> {
+        let mut policy = self.policy.lock();
+        if let Some((_, rx)) = &self.policy_updates {
+            while let Ok(u) = rx.try_recv() {
+                if let Some(v) = u.apply(policy.as_mut()) {
+                    self.force_out(v);
+                }
+            }
+        }
+        policy
+    }
+
+    /// Applies a replacement-order update now, or (in a signal handler)
+    /// queues it for the next [`Cache::lock_policy`]. Returns a victim a
+    /// full policy pushed out, for [`Cache::force_out`].
+    pub(crate) fn update_policy(&self, u: PolicyUpdate, ctx: Ctx) -> Option<BlockId> {
+        match (ctx, &self.policy_updates) {
+            (Ctx::Signal, Some((tx, _))) => {
+                let mut u = u;
+                // Never full (see `policy_updates`); should it be, wait
+                // for the evictor to drain it.
+                while let Err(e) = tx.try_send(u) {
+                    u = e.into_inner();
+                    self.kick_evictor();
+                    std::thread::yield_now();
+                }
+                None
+            }
+            _ => u.apply(self.lock_policy().as_mut()),
+        }
+    }
+
+    /// Puts a page back in the replacement order (a write-back finished
+    /// or failed). A victim this pushes out of a full policy goes to the
+    /// evictor: dropped here, its page would stay resident and never be
+    /// evicted again, which once left a program past its local limit for
+    /// good after its store refused write-backs for a while.
+    pub(crate) fn reinsert(&self, block: BlockId, now: u64) {
+        let pushed_out = self.lock_policy().insert(block, now);
+        if let Some(v) = pushed_out {
+            self.force_out(v);
+        }
+    }
+
+    /// Queues a victim a full policy pushed out, for the evictor to take first.
+    pub(crate) fn force_out(&self, v: BlockId) {
+        self.forced.lock().push(v);
+        self.kick_evictor();
+    }
+
+    /// Safe in a signal handler: the flag's lock is held only briefly by
+    /// the evictor, and notifying never parks.
+    pub(crate) fn kick_evictor(&self) {
+        *lock_without_parking(&self.evict_kick) = true;
+        self.evict_cv.notify_one();
+    }
+
+    pub(crate) fn release_page(&self) {
+        self.resident.fetch_sub(1, Ordering::SeqCst);
+        self.space_cv.notify_all();
+    }
+
+    /// Takes a slot in the local cache if one is free, kicking the
+    /// evictor past the high watermark or when there is none.
+    pub(crate) fn try_reserve(&self, metrics: &Metrics) -> bool {
+        loop {
+            let cur = self.resident.load(Ordering::SeqCst);
+            let over = cur >= self.limit;
+            if over && !self.store_refusing.load(Ordering::SeqCst) {
+                self.kick_evictor();
+                return false;
+            }
+            if self
+                .resident
+                .compare_exchange(cur, cur + 1, Ordering::SeqCst, Ordering::SeqCst)
+                .is_ok()
+            {
+                if over {
+                    metrics.limit_overruns.inc();
+                }
+                if cur + 1 > self.high {
+                    self.kick_evictor();
+                }
+                return true;
+            }
+        }
+    }
+
+    /// Takes a slot in the local cache for a page about to be fetched,
+    /// waiting for the evictor when the cache is full. False at shutdown.
+    pub(crate) fn reserve(&self, metrics: &Metrics, shutdown: &AtomicBool) -> bool {
+        let mut waited: Option<Instant> = None;
+        loop {
+            if self.try_reserve(metrics) {
+                if let Some(t) = waited {
+                    metrics.st_wait_space.since(t);
+                }
+                return true;
+            }
+            if shutdown.load(Ordering::SeqCst) {
+                return false;
+            }
+            if waited.is_none() {
+                waited = Some(Instant::now());
+                metrics.filler_waits.inc();
+            }
+            let mut g = self.space_lock.lock();
+            if self.resident.load(Ordering::SeqCst) >= self.limit {
+                // Timed, so a notify racing with this check costs 1 ms, not a hang.
+                self.space_cv.wait_for(&mut g, Duration::from_millis(1));
+            }
+        }
+    }
+
+    /// Resident pages not already on their way out, above `mark`.
+    fn above(&self, mark: u64) -> u64 {
+        self.resident
+            .load(Ordering::SeqCst)
+            .saturating_sub(self.in_flight.load(Ordering::SeqCst))
+            .saturating_sub(mark)
+    }
+
+    /// The evictor's wait: until kicked, past the high watermark, or
+    /// `shutdown`; idle, it refills the snapshot pool, off the fault path.
+    pub(crate) fn wait_for_work(&self, shutdown: &AtomicBool) {
+        let mut kick = self.evict_kick.lock();
+        while !*kick && !shutdown.load(Ordering::SeqCst) && self.above(self.high) == 0 {
+            self.evict_cv.wait_for(&mut kick, Duration::from_millis(1));
+            if !*kick {
+                self.refill_pool();
+            }
+        }
+        *kick = false;
+    }
+
+    /// Between eviction rounds: signal handlers take snapshot buffers only
+    /// from the pool and never allocate one, so keep it topped up.
+    pub(crate) fn top_up_for_handlers(&self) {
+        if self.handlers_need_pool() {
+            self.refill_pool();
+        }
+    }
+
+    /// The blocks to evict next: victims a full policy pushed out, then
+    /// (never more than the excess over the low watermark, nor `batch`:
+    /// the newest pages are the ones the program is using right now) the
+    /// policy's choice.
+    pub(crate) fn victims(&self, batch: usize, now: u64) -> Vec<BlockId> {
+        let mut blocks = std::mem::take(&mut *self.forced.lock());
+        let excess = self.above(self.low) as usize;
+        if excess > 0 {
+            let want = excess.min(batch);
+            let mut p = self.lock_policy();
+            while blocks.len() < want {
+                match p.evict(now) {
+                    Some(b) => blocks.push(b),
+                    None => break,
+                }
+            }
+        }
+        blocks
+    }
+
+    /// `n` dirty victims' write-backs started (`started`) or ended.
+    pub(crate) fn in_flight(&self, n: u64, started: bool) {
+        if started {
+            self.in_flight.fetch_add(n, Ordering::SeqCst);
+        } else {
+            self.in_flight.fetch_sub(n, Ordering::SeqCst);
+        }
+    }
+
+    pub(crate) fn store_refusing(&self) -> bool {
+        self.store_refusing.load(Ordering::SeqCst)
+    }
+
+    /// The store refuses write-backs (or takes them again). Refusing lets
+    /// waiting faults past the limit: waiting would hang the program.
+    pub(crate) fn set_store_refusing(&self, refusing: bool) {
+        self.store_refusing.store(refusing, Ordering::SeqCst);
+        if refusing {
+            self.space_cv.notify_all();
+        }
+    }
+
+    /// The cache's books, for diagnosing a stall.
+    pub(crate) fn census(&self) -> String {
+        format!(
+            "policy {} resident {} in_flight {} forced {} limit {} high {} low {}",
+            self.lock_policy().len(),
+            self.resident(),
+            self.in_flight.load(Ordering::SeqCst),
+            self.forced.lock().len(),
+            self.limit,
+            self.high,
+            self.low
+        )
+    }
+}

@@ -1,0 +1,369 @@
+//! The environment `farmem run` hands the LD_PRELOAD shim
+//! (`farmem-preload`): every `FARMEM_*` variable's name and default, once.
+//! `farmem run` writes a [`PreloadEnv`] into the program's environment
+//! ([`PreloadEnv::vars`]); the shim reads it back ([`PreloadEnv::read`]),
+//! through a getter of its own (it reads the C environment, inside a
+//! program's allocator).
+//!
+//! Here rather than in the shim's crate: a program linking that crate
+//! would get its `malloc`.
+
+use std::ffi::{CStr, OsString};
+use std::path::PathBuf;
+
+use farmem_net::Redundancy;
+
+use crate::config::{Config, DirtyMode, FaultPath};
+
+/// Controller address (required: without it the shim stays local).
+pub const CONTROLLER: &CStr = c"FARMEM_CONTROLLER";
+/// Local cache for far pages, a byte size.
+pub const LOCAL_MEM: &CStr = c"FARMEM_LOCAL_MEM";
+/// Size of the far heap, a byte size.
+pub const FAR_MEM: &CStr = c"FARMEM_FAR_MEM";
+/// Smallest allocation placed far, a byte size.
+pub const THRESHOLD: &CStr = c"FARMEM_THRESHOLD";
+/// `line` or `page`.
+pub const DIRTY: &CStr = c"FARMEM_DIRTY";
+/// `thread` or `signal`.
+pub const FAULT_PATH: &CStr = c"FARMEM_FAULT_PATH";
+/// Most pages a fault installs around itself.
+pub const FAULT_AROUND: &CStr = c"FARMEM_FAULT_AROUND";
+/// Replacement policy name.
+pub const POLICY: &CStr = c"FARMEM_POLICY";
+/// File that gets one JSON line per process that used far memory.
+pub const STATS_JSON: &CStr = c"FARMEM_STATS_JSON";
+/// Client name shown to the controller (the process is appended).
+pub const NAME: &CStr = c"FARMEM_NAME";
+/// File holding the cluster token.
+pub const TOKEN_FILE: &CStr = c"FARMEM_TOKEN_FILE";
+/// `fail` or `local`: what happens when the runtime cannot start.
+pub const FALLBACK: &CStr = c"FARMEM_FALLBACK";
+/// Copies of every far byte.
+pub const REPLICAS: &CStr = c"FARMEM_REPLICAS";
+/// Erasure coding instead of copies, `rs:K+M`.
+pub const REDUNDANCY: &CStr = c"FARMEM_REDUNDANCY";
+/// How long the controller keeps a silent process's remote memory, in ms.
+pub const LEASE_MS: &CStr = c"FARMEM_LEASE_MS";
+/// A `tracing` filter for what the runtime reports on stderr; the user's,
+/// never set by `farmem run`.
+pub const LOG: &CStr = c"FARMEM_LOG";
+
+pub const DEFAULT_LOCAL_BYTES: u64 = 256 << 20;
+pub const DEFAULT_FAR_BYTES: u64 = 8 << 30;
+pub const DEFAULT_THRESHOLD: u64 = 1 << 20;
+pub const DEFAULT_NAME: &str = "farmem-run";
+pub const DEFAULT_LEASE_MS: u64 = 60_000;
+
+/// Exit status of a process whose far memory could not be had, under
+/// `FARMEM_FALLBACK=fail` (the default): 70, `EX_SOFTWARE` of sysexits.h.
+/// `farmem run` exits with it too when it cannot reach far memory.
+pub const NO_FAR_MEMORY_EXIT: i32 = 70;
+
+/// The variable's name as a string.
+pub fn key(var: &CStr) -> &str {
+    var.to_str().unwrap_or_default()
+}
+
+/// What happens when the runtime cannot start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Fallback {
+    /// The process stops with [`NO_FAR_MEMORY_EXIT`] before it runs.
+    #[default]
+    Fail,
+    /// The process runs on local memory.
+    Local,
+}
+
+impl std::str::FromStr for Fallback {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim() {
+            "" | "fail" => Ok(Self::Fail),
+            "local" => Ok(Self::Local),
+            other => Err(format!(
+                "{}={other:?}: expected `local` or `fail`",
+                key(FALLBACK)
+            )),
+        }
+    }
+}
+
+impl std::fmt::Display for Fallback {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Fail => "fail",
+            Self::Local => "local",
+        })
+    }
+}
+
+/// Everything `farmem run` tells the shim of one program.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PreloadEnv {
+    pub controller: String,
+    pub local_bytes: u64,
+    pub far_bytes: u64,
+    pub threshold: u64,
+    pub dirty: DirtyMode,
+    pub fault_path: FaultPath,
+    pub fault_around: u32,
+    /// Checked by [`PreloadEnv::read`]; None: the runtime's default.
+    pub policy: Option<String>,
+    pub stats_json: Option<PathBuf>,
+    /// The client name's prefix.
+    pub name: String,
+    pub token_file: Option<PathBuf>,
+    pub fallback: Fallback,
+    /// None: the rack client's default.
+    pub replicas: Option<u8>,
+    pub redundancy: Option<Redundancy>,
+    /// 0: no lease.
+    pub lease_ms: u64,
+}
+
+/// Reads one variable; None when it is unset.
+pub type Getter<'a> = &'a dyn Fn(&CStr) -> Option<String>;
+
+/// A variable that is set and not empty.
+fn non_empty(get: Getter<'_>, var: &CStr) -> Option<String> {
+    get(var).filter(|v| !v.is_empty())
+}
+
+/// A byte size (`256MiB`, `1048576`), or `default` when unset.
+fn size(get: Getter<'_>, var: &CStr, default: u64) -> Result<u64, String> {
+    match get(var) {
+        None => Ok(default),
+        Some(s) => s
+            .trim()
+            .parse::<farmem_core::ByteSize>()
+            .map(|b| b.bytes())
+            .map_err(|e| format!("{}={s:?}: {e}", key(var))),
+    }
+}
+
+/// `FARMEM_CONTROLLER`, if set: whether far memory was asked for at all.
+pub fn controller(get: Getter<'_>) -> Option<String> {
+    non_empty(get, CONTROLLER)
+}
+
+/// `FARMEM_FALLBACK`.
+pub fn fallback(get: Getter<'_>) -> Result<Fallback, String> {
+    get(FALLBACK).as_deref().unwrap_or("").parse()
+}
+
+/// `FARMEM_THRESHOLD`.
+pub fn threshold(get: Getter<'_>) -> Result<u64, String> {
+    size(get, THRESHOLD, DEFAULT_THRESHOLD)
+}
+
+/// `FARMEM_STATS_JSON`, if set.
+pub fn stats_json(get: Getter<'_>) -> Option<PathBuf> {
+    non_empty(get, STATS_JSON).map(PathBuf::from)
+}
+
+/// `FARMEM_LOG`, if set.
+pub fn log(get: Getter<'_>) -> Option<String> {
+    non_empty(get, LOG)
+}
+
+impl PreloadEnv {
+    /// Reads and checks every variable; the first one wrong is the error.
+    pub fn read(get: Getter<'_>) -> Result<Self, String> {
+        let controller =
+            controller(get).ok_or_else(|| format!("{} is not set", key(CONTROLLER)))?;
+        let fallback = fallback(get)?;
+        let local_bytes = size(get, LOCAL_MEM, DEFAULT_LOCAL_BYTES)?;
+        let far_bytes = size(get, FAR_MEM, DEFAULT_FAR_BYTES)?;
+        let parsed = |var: &CStr, e: &dyn std::fmt::Display| format!("{}: {e}", key(var));
+        let dirty = match get(DIRTY) {
+            Some(d) => d.parse().map_err(|e| parsed(DIRTY, &e))?,
+            None => DirtyMode::default(),
+        };
+        let fault_path = match get(FAULT_PATH) {
+            Some(f) => f.parse().map_err(|e| parsed(FAULT_PATH, &e))?,
+            None => FaultPath::default(),
+        };
+        let fault_around = match get(FAULT_AROUND) {
+            Some(n) => n
+                .parse()
+                .map_err(|e| format!("{} `{n}`: {e}", key(FAULT_AROUND)))?,
+            None => Config::default().fault_around.max_blocks,
+        };
+        let policy = get(POLICY);
+        if let Some(p) = &policy {
+            p.parse::<farmem_policy::cache::PolicyConfig>()
+                .map_err(|e| parsed(POLICY, &e))?;
+        }
+        let name = get(NAME).unwrap_or_else(|| DEFAULT_NAME.into());
+        let lease_ms = match get(LEASE_MS) {
+            None => DEFAULT_LEASE_MS,
+            Some(v) => v
+                .trim()
+                .parse()
+                .map_err(|e| format!("{} `{v}`: {e}", key(LEASE_MS)))?,
+        };
+        let replicas =
+            match get(REPLICAS) {
+                None => None,
+                Some(n) => Some(n.trim().parse().ok().filter(|&n: &u8| n >= 1).ok_or_else(
+                    || {
+                        format!(
+                            "{} `{n}`: expected a number of copies from 1 to 255",
+                            key(REPLICAS)
+                        )
+                    },
+                )?),
+            };
+        let redundancy = match get(REDUNDANCY) {
+            None => None,
+            Some(r) => Some(r.trim().parse().map_err(|e| parsed(REDUNDANCY, &e))?),
+        };
+        Ok(Self {
+            controller,
+            local_bytes,
+            far_bytes,
+            // A bad one is reported where it is used, at the shim's first
+            // allocation, which goes on with the default.
+            threshold: threshold(get).unwrap_or(DEFAULT_THRESHOLD),
+            dirty,
+            fault_path,
+            fault_around,
+            policy,
+            stats_json: stats_json(get),
+            name,
+            token_file: non_empty(get, TOKEN_FILE).map(PathBuf::from),
+            fallback,
+            replicas,
+            redundancy,
+            lease_ms,
+        })
+    }
+
+    /// The variables to set in the program's environment (Some) or take
+    /// out of it (None: the shim's default, not whatever the caller had).
+    /// `FARMEM_LOG` is the user's, and passed through.
+    pub fn vars(&self) -> Vec<(&'static str, Option<OsString>)> {
+        let path = |p: &Option<PathBuf>| p.clone().map(PathBuf::into_os_string);
+        let vars = [
+            (key(CONTROLLER), Some(self.controller.clone().into())),
+            (key(LOCAL_MEM), Some(self.local_bytes.to_string().into())),
+            (key(FAR_MEM), Some(self.far_bytes.to_string().into())),
+            (key(THRESHOLD), Some(self.threshold.to_string().into())),
+            (key(DIRTY), Some(self.dirty.to_string().into())),
+            (key(FAULT_PATH), Some(self.fault_path.to_string().into())),
+            (
+                key(FAULT_AROUND),
+                Some(self.fault_around.to_string().into()),
+            ),
+            (key(STATS_JSON), path(&self.stats_json)),
+            (key(NAME), Some(self.name.clone().into())),
+            (key(LEASE_MS), Some(self.lease_ms.to_string().into())),
+            (key(REPLICAS), self.replicas.map(|n| n.to_string().into())),
+            (key(FALLBACK), Some(self.fallback.to_string().into())),
+            (
+                key(REDUNDANCY),
+                self.redundancy.map(|r| r.to_string().into()),
+            ),
+            (key(TOKEN_FILE), path(&self.token_file)),
+            (key(POLICY), self.policy.clone().map(Into::into)),
+        ];
+        vars.into()
+    }
+
+    /// The runtime's configuration: the shim's choices (lazily backed
+    /// slabs, in 256 MiB batches) and these variables'.
+    pub fn config(&self) -> Result<Config, String> {
+        let mut cfg = Config {
+            local_bytes: self.local_bytes,
+            zeroed_slabs: true,
+            slab_batch: 256 << 20,
+            dirty: self.dirty,
+            fault_path: self.fault_path,
+            ..Config::default()
+        };
+        cfg.fault_around.max_blocks = self.fault_around;
+        if let Some(p) = &self.policy {
+            cfg.policy = p.parse().map_err(|e| format!("{}: {e}", key(POLICY)))?;
+        }
+        Ok(cfg)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn env(vars: &[(&str, &str)]) -> HashMap<String, String> {
+        vars.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    fn read(vars: &HashMap<String, String>) -> Result<PreloadEnv, String> {
+        PreloadEnv::read(&|var: &CStr| vars.get(key(var)).cloned())
+    }
+
+    #[test]
+    fn what_farmem_run_writes_the_shim_reads_back() {
+        let written = PreloadEnv {
+            controller: "127.0.0.1:7000".into(),
+            local_bytes: 64 << 20,
+            far_bytes: 1 << 30,
+            threshold: 4096,
+            dirty: DirtyMode::Page,
+            fault_path: FaultPath::Signal,
+            fault_around: 0,
+            policy: Some("kona-pc".into()),
+            stats_json: Some("/tmp/stats.jsonl".into()),
+            name: "farmem-run".into(),
+            token_file: Some("/tmp/token".into()),
+            fallback: Fallback::Local,
+            replicas: Some(2),
+            redundancy: None,
+            lease_ms: 0,
+        };
+        let vars: HashMap<String, String> = written
+            .vars()
+            .into_iter()
+            .filter_map(|(k, v)| Some((k.to_string(), v?.into_string().ok()?)))
+            .collect();
+        assert!(!vars.contains_key("FARMEM_REDUNDANCY"));
+        assert_eq!(read(&vars).unwrap(), written);
+        let cfg = written.config().unwrap();
+        assert_eq!(cfg.local_bytes, 64 << 20);
+        assert_eq!(
+            (cfg.dirty, cfg.fault_path),
+            (DirtyMode::Page, FaultPath::Signal)
+        );
+        assert_eq!(cfg.fault_around.max_blocks, 0);
+    }
+
+    #[test]
+    fn unset_variables_take_their_defaults() {
+        let e = read(&env(&[("FARMEM_CONTROLLER", "c:1")])).unwrap();
+        assert_eq!(e.local_bytes, DEFAULT_LOCAL_BYTES);
+        assert_eq!(e.far_bytes, DEFAULT_FAR_BYTES);
+        assert_eq!(e.threshold, DEFAULT_THRESHOLD);
+        assert_eq!(e.lease_ms, DEFAULT_LEASE_MS);
+        assert_eq!(e.name, DEFAULT_NAME);
+        assert_eq!(e.fallback, Fallback::Fail);
+        assert_eq!((e.replicas, e.redundancy, e.policy), (None, None, None));
+        assert_eq!(e.fault_around, Config::default().fault_around.max_blocks);
+    }
+
+    #[test]
+    fn a_bad_variable_is_named_in_the_error() {
+        assert_eq!(read(&env(&[])).unwrap_err(), "FARMEM_CONTROLLER is not set");
+        let bad =
+            |k: &str, v: &str| read(&env(&[("FARMEM_CONTROLLER", "c:1"), (k, v)])).unwrap_err();
+        assert!(bad("FARMEM_LOCAL_MEM", "lots").starts_with("FARMEM_LOCAL_MEM=\"lots\""));
+        assert!(bad("FARMEM_FALLBACK", "maybe").contains("expected `local` or `fail`"));
+        assert!(bad("FARMEM_DIRTY", "word").starts_with("FARMEM_DIRTY: "));
+        assert!(bad("FARMEM_POLICY", "mru").contains("mru"));
+        assert!(bad("FARMEM_REPLICAS", "0").contains("from 1 to 255"));
+        assert!(bad("FARMEM_LEASE_MS", "-1").starts_with("FARMEM_LEASE_MS `-1`"));
+        assert!(bad("FARMEM_REDUNDANCY", "rs:3").starts_with("FARMEM_REDUNDANCY: "));
+    }
+}

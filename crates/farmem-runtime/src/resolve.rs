@@ -1,0 +1,552 @@
+//! The fault state machine, one for both fault paths: [`Shared::resolve`]
+//! moves a faulting page's state under its lock and says what is left to
+//! do; [`Shared::fetch`] does it for an absent page (slot, contents,
+//! install, the pages around). The thread path (`handler.rs`) and the
+//! signal path (`signal.rs`) only find the region, count, and act on the
+//! answer; where the two differ ([`Ctx`]), it is because a signal handler
+//! may not allocate, park or wait for the store, so it takes only what it
+//! can have at once and hands the rest to a filler thread.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use crate::cache::{Ctx, PolicyUpdate};
+use crate::page::{FetchBufs, FetchJob, PAGE, PageBuf, PageMeta, RegionInner, RunBuf, State};
+use crate::shared::{Handoff, Shared};
+
+/// A fault on a far page, as either path saw it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct FaultAt {
+    /// The page's address.
+    pub page: u64,
+    /// The access is known to be a write: a fetched page is installed
+    /// writable (with `writable_on_write_fault`).
+    pub write: bool,
+    /// On a mapped, write-protected (Clean) page, the access is a write.
+    pub wp: bool,
+    /// When the fault was seen, for its latency.
+    pub t0: Instant,
+}
+
+/// What [`Shared::resolve`] came to.
+pub(crate) enum Step {
+    /// The page was Absent and is now this job's (Fetching): fetch it.
+    Fetch(FetchJob),
+    /// Someone else has the page (a fetch, a write-back); on the thread
+    /// path it wakes the fault when done, a signal handler retries.
+    Wait,
+    /// A first write to a clean page: diff base kept, page Dirty and
+    /// writable.
+    Written,
+    /// Resolved between the fault and now: the access may go on.
+    Spurious,
+    /// Fault path `signal`: no cache slot free now; the access retries.
+    Full,
+}
+
+/// Who fetches a page, with what buffers.
+pub(crate) enum By<'a> {
+    /// A thread that may block: it waits for room, retries the store and
+    /// reads ahead itself.
+    Thread(&'a mut FetchBufs),
+    /// A signal handler, with a zeroed page on its stack: it tries the
+    /// store once and hands what it cannot do to a filler.
+    Signal(&'a mut PageBuf),
+}
+
+impl Shared {
+    /// The state machine: under the page's lock, decides what the fault at
+    /// `f` in region `r` needs and moves the page's state.
+    pub(crate) fn resolve(&self, r: Arc<RegionInner>, f: FaultAt, ctx: Ctx) -> Step {
+        let idx = r.page_index(f.page);
+        let mut m = ctx.lock(&r.pages[idx]);
+        match m.state {
+            State::Absent => {
+                // A signal handler cannot wait for room: a slot now, or retry.
+                let reserved = ctx == Ctx::Signal;
+                if reserved && !self.cache.try_reserve(&self.m) {
+                    return Step::Full;
+                }
+                m.state = State::Fetching;
+                let zero = !(m.stored || r.all_stored);
+                drop(m);
+                Step::Fetch(FetchJob {
+                    region: r,
+                    idx,
+                    write: f.write && self.cfg.writable_on_write_fault,
+                    zero,
+                    reserved,
+                    t0: f.t0,
+                })
+            }
+            State::Fetching | State::Busy => {
+                if ctx == Ctx::Thread {
+                    // Asleep in the kernel: the owner wakes it when done.
+                    m.waiters = true;
+                    self.m.faults_waited.inc();
+                }
+                Step::Wait
+            }
+            State::Clean if f.wp => {
+                self.first_write(&r, &mut m, f.page, ctx);
+                drop(m);
+                self.m.st_snapshot.since(f.t0);
+                Step::Written
+            }
+            State::Clean | State::Dirty => {
+                drop(m);
+                self.m.faults_spurious.inc();
+                Step::Spurious
+            }
+        }
+    }
+
+    /// A first write to a clean page: keeps its current (= stored) contents
+    /// as the diff base (line mode), marks it dirty and lets the write
+    /// through.
+    fn first_write(&self, r: &RegionInner, m: &mut PageMeta, page: u64, ctx: Ctx) {
+        // SAFETY: the page is mapped and write-protected, so nothing
+        // writes it while it is read.
+        let current = unsafe { std::slice::from_raw_parts(page as *const u8, PAGE as usize) };
+        let store_zero = !(m.stored || r.all_stored);
+        self.cache
+            .keep_diff_base(m, store_zero, current, ctx, &self.m);
+        m.state = State::Dirty;
+        let touch = PolicyUpdate::Touch(page / PAGE, self.now());
+        if let Some(v) = self.cache.update_policy(touch, ctx) {
+            self.cache.force_out(v);
+        }
+        if let Err(e) = self.uffd.writeprotect(page, PAGE, false)
+            && ctx == Ctx::Thread
+        {
+            self.report(format!("lifting protection of {page:#x}: {e}"));
+        }
+    }
+
+    /// Brings `job`'s page in: a cache slot, its contents (zeros, or the
+    /// store's), the install, and the pages fault-around takes after it.
+    /// True when the page is installed. Else a thread has given the page
+    /// back (Absent) or reported a failed install; a signal handler has
+    /// handed the page to a filler, and the access retries.
+    pub(crate) fn fetch(&self, job: FetchJob, by: By<'_>) -> bool {
+        let (buf, run, ctx) = match by {
+            By::Thread(FetchBufs { page, run }) => (&mut **page, Some(run), Ctx::Thread),
+            By::Signal(page) => (page, None, Ctx::Signal),
+        };
+        if !job.reserved && !self.cache.reserve(&self.m, &self.shutdown) {
+            job.region.pages[job.idx].lock().state = State::Absent;
+            return false;
+        }
+        let t = Instant::now();
+        if !self.fill(&job, buf, ctx) {
+            self.not_served(job, ctx);
+            return false;
+        }
+        self.m.st_fetch.since(t);
+        let around = self.reserve_around(&job, ctx);
+        let installed = match self.install(&job, buf, ctx) {
+            Ok(()) => true,
+            Err(e) => {
+                if ctx == Ctx::Thread {
+                    let page = job.region.page_addr(job.idx);
+                    self.report(format!("installing {page:#x}: {e}"));
+                }
+                false
+            }
+        };
+        let Some(job) = self.fill_around(job, around, installed, run, ctx) else {
+            return true;
+        };
+        if installed || ctx == Ctx::Thread {
+            // A thread's failed install leaves the page as `install` set it.
+            return installed;
+        }
+        self.not_served(job, ctx);
+        false
+    }
+
+    /// Fills the `around` pages [`Shared::reserve_around`] took after
+    /// `job`'s: zeros at once; stored pages read here on a thread (`run`),
+    /// by a filler from a signal handler (one read of a window is more
+    /// than a handler can hold), or given back if the page itself is not
+    /// installed. Returns `job` unless it went to a filler.
+    fn fill_around(
+        &self,
+        job: FetchJob,
+        around: usize,
+        installed: bool,
+        run: Option<&mut RunBuf>,
+        ctx: Ctx,
+    ) -> Option<FetchJob> {
+        if job.zero {
+            // Installed or not, the pages around are ours to finish.
+            self.install_around(&job, around, ctx);
+            return Some(job);
+        }
+        match run {
+            Some(run) => self.read_around(&job, around, run),
+            None if installed && around > 0 => {
+                self.hand_off(Handoff::ReadAhead { job, pages: around });
+                return None;
+            }
+            None => self.finish_around(&job, around, 0, false, ctx),
+        }
+        Some(job)
+    }
+
+    /// A page a fetch could not fill or install: a thread gives it back
+    /// (Absent, slot released) for its fault to take again; a signal
+    /// handler hands it to a filler.
+    fn not_served(&self, job: FetchJob, ctx: Ctx) {
+        match ctx {
+            Ctx::Thread => self.give_back(&job, ctx),
+            Ctx::Signal => {
+                self.m.faults_handed_off.inc();
+                self.hand_off(Handoff::Fetch(job));
+            }
+        }
+    }
+
+    /// A page's contents into `buf`: zeros for a never-written page, else
+    /// the store's (a thread retries until it has them, a signal handler
+    /// tries once).
+    fn fill(&self, job: &FetchJob, buf: &mut PageBuf, ctx: Ctx) -> bool {
+        if job.zero {
+            // A signal handler's buffer is fresh zeros already.
+            if ctx == Ctx::Thread {
+                buf.0.fill(0);
+            }
+            self.m.pages_zero_filled.inc();
+            return true;
+        }
+        match (job.region.remote(job.idx), ctx) {
+            (Some(remote), Ctx::Thread) => self.read_page(remote, buf),
+            (Some(remote), Ctx::Signal) => self.store.read_in_signal(remote, &mut buf.0),
+            (None, Ctx::Thread) => {
+                // A page with data on the store was backed when it was
+                // written back: none here is a bug, reported, not guessed.
+                let page = job.region.page_addr(job.idx);
+                self.report(format!("page {page:#x} has no remote address"));
+                false
+            }
+            (None, Ctx::Signal) => false,
+        }
+    }
+
+    /// Reads a page from the store, retrying until it works: the faulting
+    /// thread cannot proceed without its page, and guessing would corrupt
+    /// it. False at shutdown, or when the page is lost (the store says so,
+    /// for instance once its memory node missed its deadline).
+    fn read_page(&self, remote: u64, buf: &mut PageBuf) -> bool {
+        let mut backoff = Duration::from_micros(100);
+        loop {
+            match self.store.read(remote, &mut buf.0) {
+                Ok(()) => return true,
+                Err(e) if e.is_lost() => {
+                    self.m.fetch_errors.inc();
+                    self.lost(format!("the far page at {remote:#x} cannot be read: {e}"));
+                    return false;
+                }
+                Err(e) => {
+                    self.m.fetch_errors.inc();
+                    self.report(format!("fetching {remote:#x}: {e}; retrying"));
+                    if self.is_shutdown() {
+                        return false;
+                    }
+                    std::thread::sleep(backoff);
+                    backoff = (backoff * 2).min(Duration::from_millis(100));
+                }
+            }
+        }
+    }
+
+    /// Installs a page whose contents are in `buf` and makes it resident:
+    /// state, snapshot, replacement order. Err only if UFFDIO_COPY failed
+    /// (the page stays Fetching in a signal handler, to be handed over;
+    /// on a thread it is settled as if installed, as it always was).
+    fn install(&self, job: &FetchJob, buf: &PageBuf, ctx: Ctx) -> std::io::Result<()> {
+        let r = &job.region;
+        let page = r.page_addr(job.idx);
+        // Counted before the install wakes the program, so a program that
+        // checks stats after its accesses sees every fetch.
+        if !job.zero {
+            self.m.pages_fetched.inc();
+            self.m.bytes_fetched.add(PAGE);
+        }
+        let t = Instant::now();
+        // A write fault gets the page writable at once: it would take a
+        // write-protect fault right after anyway.
+        // SAFETY: buf is a live, aligned page.
+        let installed = unsafe { self.uffd.copy(page, buf.0.as_ptr(), PAGE, !job.write) };
+        self.m.st_install.since(t);
+        if ctx == Ctx::Signal && installed.is_err() {
+            return installed;
+        }
+        let mut m = ctx.lock(&r.pages[job.idx]);
+        if r.dead.load(Ordering::SeqCst) {
+            m.state = State::Absent;
+            drop(m);
+            self.cache.release_page();
+            return installed;
+        }
+        if job.write {
+            m.state = State::Dirty;
+            // The fetched bytes are the diff base.
+            self.cache
+                .keep_diff_base(&mut m, job.zero, &buf.0, ctx, &self.m);
+        } else {
+            m.state = State::Clean;
+        }
+        // COPY woke the faults queued before it; one that arrived between
+        // COPY and this lock (a write right after a read install, say)
+        // found Fetching and waits for us.
+        let waiters = std::mem::take(&mut m.waiters);
+        let insert = PolicyUpdate::Insert(page / PAGE, self.now());
+        let victim = self.cache.update_policy(insert, ctx);
+        drop(m);
+        if waiters {
+            let _ = self.uffd.wake(page, PAGE);
+        }
+        if let Some(v) = victim {
+            self.cache.force_out(v);
+        }
+        match ctx {
+            Ctx::Thread => self.m.fault_latency.record(job.t0.elapsed()),
+            Ctx::Signal => {
+                self.m.fault_latency.try_record(job.t0.elapsed());
+            }
+        }
+        installed
+    }
+
+    /// Passes work to the filler threads; if their queue is full, gives
+    /// the pages it holds back (Absent, slots released) for their faults
+    /// to take again.
+    fn hand_off(&self, h: Handoff) {
+        let refused = match &self.handoff {
+            Some((tx, _)) => tx.try_send(h).err().map(|e| e.into_inner()),
+            None => Some(h),
+        };
+        match refused {
+            None => {}
+            Some(Handoff::Fetch(job)) => self.give_back(&job, Ctx::Signal),
+            Some(Handoff::ReadAhead { job, pages }) => {
+                self.finish_around(&job, pages, 0, false, Ctx::Signal)
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{Config, DirtyMode, FaultPath};
+    use crate::slab::{Backing, LazyTable, SlabTable};
+    use crate::store::{FaultOp, MemStore, RemoteStore};
+    use farmem_policy::readahead::ReadaheadConfig;
+
+    /// A runtime's shared state with no thread started, over an in-memory
+    /// store, and one region of 8 pages: stored (eager) or never written.
+    fn setup(path: FaultPath, stored: bool) -> Option<(Shared, Arc<MemStore>, Arc<RegionInner>)> {
+        if let Err(why) = crate::uffd::available() {
+            eprintln!("skipping: {why}");
+            return None;
+        }
+        let store = Arc::new(MemStore::new(1 << 30));
+        let cfg = Config {
+            local_bytes: 64 * PAGE,
+            fault_path: path,
+            dirty: DirtyMode::Line,
+            zeroed_slabs: !stored,
+            slab_batch: 1 << 20,
+            // Off: each fetch is of its own page only.
+            fault_around: ReadaheadConfig { max_blocks: 1 },
+            ..Config::default()
+        };
+        let sh = Shared::new(cfg, store.clone(), store.clone()).unwrap();
+        let backing = if stored {
+            Backing::Eager(SlabTable::new(&sh.rm.take(8 * PAGE).unwrap()))
+        } else {
+            Backing::Lazy(LazyTable::new(8 * PAGE))
+        };
+        let r = sh.map_region(backing, stored).unwrap();
+        Some((sh, store, r))
+    }
+
+    fn fault(r: &RegionInner, idx: usize, write: bool, wp: bool) -> FaultAt {
+        FaultAt {
+            page: r.page_addr(idx),
+            write,
+            wp,
+            t0: Instant::now(),
+        }
+    }
+
+    fn state(r: &RegionInner, idx: usize) -> State {
+        r.pages[idx].lock().state
+    }
+
+    /// The bytes of an installed page (reading one not installed would
+    /// fault with no handler to serve it).
+    fn bytes(r: &RegionInner, idx: usize) -> Vec<u8> {
+        // SAFETY: the page is installed, and nothing writes it meanwhile.
+        unsafe { std::slice::from_raw_parts(r.page_addr(idx) as *const u8, PAGE as usize) }.to_vec()
+    }
+
+    #[test]
+    fn a_read_fault_fetches_then_a_write_takes_the_diff_base() {
+        let Some((sh, store, r)) = setup(FaultPath::Thread, true) else {
+            return;
+        };
+        store
+            .write(r.remote(3).unwrap(), &[7; PAGE as usize])
+            .unwrap();
+        let Step::Fetch(job) = sh.resolve(r.clone(), fault(&r, 3, false, false), Ctx::Thread)
+        else {
+            panic!("an absent page is fetched");
+        };
+        assert!(!job.reserved && !job.zero && !job.write);
+        assert_eq!(state(&r, 3), State::Fetching);
+        assert_eq!(sh.cache.resident(), 0, "a thread takes its slot in fetch");
+        assert!(sh.fetch(job, By::Thread(&mut FetchBufs::new())));
+        assert_eq!(state(&r, 3), State::Clean);
+        assert_eq!(sh.cache.resident(), 1);
+        assert_eq!(store.stats().reads, 1);
+        assert_eq!(bytes(&r, 3), vec![7; PAGE as usize]);
+
+        // A read fault on it now raced with the install.
+        let step = sh.resolve(r.clone(), fault(&r, 3, false, false), Ctx::Thread);
+        assert!(matches!(step, Step::Spurious));
+        assert_eq!(sh.m.faults_spurious.get(), 1);
+
+        // A first write keeps the stored bytes as its diff base.
+        let step = sh.resolve(r.clone(), fault(&r, 3, true, true), Ctx::Thread);
+        assert!(matches!(step, Step::Written));
+        let m = r.pages[3].lock();
+        assert_eq!(m.state, State::Dirty);
+        assert_eq!(m.snapshot.as_ref().unwrap().0, [7; PAGE as usize]);
+        assert_eq!(sh.m.snapshots.get(), 1);
+        assert_eq!(store.stats().reads, 1, "no second fetch");
+    }
+
+    #[test]
+    fn a_write_fault_on_a_never_written_page_installs_zeros_writable() {
+        let Some((sh, store, r)) = setup(FaultPath::Thread, false) else {
+            return;
+        };
+        let Step::Fetch(job) = sh.resolve(r.clone(), fault(&r, 0, true, false), Ctx::Thread) else {
+            panic!("an absent page is fetched");
+        };
+        assert!(job.zero && job.write);
+        let mut bufs = FetchBufs::new();
+        bufs.page.0.fill(9);
+        assert!(sh.fetch(job, By::Thread(&mut bufs)));
+        let m = r.pages[0].lock();
+        assert_eq!(m.state, State::Dirty);
+        assert!(m.zero_base && m.snapshot.is_none(), "zeros need no copy");
+        drop(m);
+        assert_eq!(
+            bytes(&r, 0),
+            vec![0; PAGE as usize],
+            "the buffer was reused"
+        );
+        assert_eq!(store.stats().reads, 0);
+        assert_eq!(sh.m.pages_zero_filled.get(), 1);
+    }
+
+    #[test]
+    fn a_page_in_transition_is_waited_for_on_a_thread_and_retried_in_a_handler() {
+        let Some((sh, _store, r)) = setup(FaultPath::Thread, true) else {
+            return;
+        };
+        for busy in [State::Fetching, State::Busy] {
+            r.pages[1].lock().state = busy;
+            let step = sh.resolve(r.clone(), fault(&r, 1, false, false), Ctx::Signal);
+            assert!(matches!(step, Step::Wait));
+            assert!(
+                !r.pages[1].lock().waiters,
+                "a handler retries, nobody wakes it"
+            );
+            let step = sh.resolve(r.clone(), fault(&r, 1, false, false), Ctx::Thread);
+            assert!(matches!(step, Step::Wait));
+            let mut m = r.pages[1].lock();
+            assert!(m.waiters && m.state == busy);
+            m.waiters = false;
+        }
+        assert_eq!(sh.m.faults_waited.get(), 2);
+    }
+
+    #[test]
+    fn a_handler_takes_a_slot_at_once_or_retries() {
+        let Some((sh, _store, r)) = setup(FaultPath::Signal, true) else {
+            return;
+        };
+        let Step::Fetch(job) = sh.resolve(r.clone(), fault(&r, 0, false, true), Ctx::Signal) else {
+            panic!("an absent page is fetched");
+        };
+        assert!(job.reserved);
+        assert_eq!(sh.cache.resident(), 1);
+        while sh.cache.try_reserve(&sh.m) {}
+        let step = sh.resolve(r.clone(), fault(&r, 2, false, true), Ctx::Signal);
+        assert!(matches!(step, Step::Full));
+        assert_eq!(state(&r, 2), State::Absent);
+    }
+
+    #[test]
+    fn a_handler_hands_over_a_page_it_cannot_read_and_a_filler_fetches_it() {
+        let Some((sh, store, r)) = setup(FaultPath::Signal, true) else {
+            return;
+        };
+        store
+            .write(r.remote(5).unwrap(), &[5; PAGE as usize])
+            .unwrap();
+        // Armed, the failure makes the handler's one try give up.
+        store.fail_nth(0, FaultOp::Read);
+        let Step::Fetch(job) = sh.resolve(r.clone(), fault(&r, 5, false, false), Ctx::Signal)
+        else {
+            panic!("an absent page is fetched");
+        };
+        let mut buf = PageBuf([0; PAGE as usize]);
+        assert!(!sh.fetch(job, By::Signal(&mut buf)));
+        assert_eq!(state(&r, 5), State::Fetching, "the filler owns it now");
+        assert_eq!(sh.m.faults_handed_off.get(), 1);
+        let Some((_, rx)) = &sh.handoff else {
+            panic!("fault path signal has a hand-off queue");
+        };
+        let Ok(Handoff::Fetch(job)) = rx.try_recv() else {
+            panic!("the page was handed over");
+        };
+        assert!(job.reserved && job.idx == 5);
+        // The filler's fetch retries past the failure.
+        assert!(sh.fetch(job, By::Thread(&mut FetchBufs::new())));
+        assert_eq!(state(&r, 5), State::Clean);
+        assert_eq!(sh.m.fetch_errors.get(), 1);
+        assert_eq!(sh.cache.resident(), 1, "one slot, taken once");
+        assert_eq!(bytes(&r, 5), vec![5; PAGE as usize]);
+    }
+
+    #[test]
+    fn a_handler_serves_a_page_it_can_read_and_its_first_write() {
+        let Some((sh, store, r)) = setup(FaultPath::Signal, true) else {
+            return;
+        };
+        store
+            .write(r.remote(6).unwrap(), &[6; PAGE as usize])
+            .unwrap();
+        let Step::Fetch(job) = sh.resolve(r.clone(), fault(&r, 6, false, true), Ctx::Signal) else {
+            panic!("an absent page is fetched");
+        };
+        let mut buf = PageBuf([0; PAGE as usize]);
+        assert!(sh.fetch(job, By::Signal(&mut buf)));
+        assert_eq!(state(&r, 6), State::Clean);
+        assert_eq!(bytes(&r, 6), vec![6; PAGE as usize]);
+        // Handlers take snapshots only from the pool.
+        sh.cache.refill_pool();
+        let step = sh.resolve(r.clone(), fault(&r, 6, true, true), Ctx::Signal);
+        assert!(matches!(step, Step::Written));
+        let m = r.pages[6].lock();
+        assert_eq!(m.state, State::Dirty);
+        assert_eq!(m.snapshot.as_ref().unwrap().0, [6; PAGE as usize]);
+    }
+}

@@ -1,0 +1,185 @@
+//! What every runtime thread and fault handler shares: the configuration,
+//! the store, the userfaultfd, the regions, the local cache and the
+//! metrics, and the few things anyone may do with them (find a region,
+//! report an error, give up on lost data).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+use crossbeam_channel::{Receiver, Sender};
+use parking_lot::{Mutex, RwLock};
+
+use farmem_policy::readahead::Readahead;
+
+use crate::cache::Cache;
+use crate::config::{Config, FaultPath};
+use crate::error::RuntimeError;
+use crate::page::{FetchJob, MAX_FAULT_AROUND, PAGE, RegionInner, Zeros, map_pages, page_table};
+use crate::slab::{Backing, ResourceManager};
+use crate::stats::Metrics;
+use crate::store::{RemoteStore, SlabSource};
+use crate::uffd::Uffd;
+
+/// What a signal handler passes to a filler thread.
+pub(crate) enum Handoff {
+    /// A fault it could not serve: fetch the page.
+    Fetch(FetchJob),
+    /// Its page is installed; read ahead the `pages` stored pages after it,
+    /// which it took (`Shared::reserve_around`).
+    ReadAhead { job: FetchJob, pages: usize },
+}
+
+/// Faults a signal handler can hand to the fillers at once.
+const HANDOFF_QUEUE: usize = 1024;
+
+/// Exit status of a process whose far data was lost (EX_IOERR): see
+/// `Runtime::on_lost`.
+pub const LOST_EXIT_CODE: i32 = 74;
+
+/// What to do when far data is lost.
+pub(crate) type OnLost = Arc<dyn Fn(&str) + Send + Sync>;
+
+/// The default `Runtime::on_lost`: one line on stderr and `_exit`,
+/// which runs no exit handler (they could touch far memory and wait forever).
+fn stop_process(what: &str) {
+    let line = format!(
+        "farmem: far memory lost: {what}; stopping the program (exit {LOST_EXIT_CODE}) rather than let it go on without that data\n"
+    );
+    // SAFETY: writes our own buffer to fd 2, then ends the process.
+    unsafe {
+        libc::write(2, line.as_ptr().cast(), line.len());
+        libc::_exit(LOST_EXIT_CODE);
+    }
+}
+
+pub(crate) struct Shared {
+    pub cfg: Config,
+    pub store: Arc<dyn RemoteStore>,
+    pub rm: Arc<ResourceManager>,
+    pub uffd: Uffd,
+    pub regions: RwLock<BTreeMap<u64, Arc<RegionInner>>>,
+    pub cache: Cache,
+    pub shutdown: AtomicBool,
+    /// Zeros for fault-around to install from (None: fault-around is off).
+    pub zeros: Option<Zeros>,
+    pub m: Metrics,
+    pub epoch: Instant,
+    pub last_error: Mutex<Option<String>>,
+    /// Called when far data cannot be had at all (`Runtime::on_lost`).
+    pub on_lost: RwLock<OnLost>,
+    /// Fault path `signal`: where handlers pass what they cannot do at once.
+    pub handoff: Option<(Sender<Handoff>, Receiver<Handoff>)>,
+}
+
+impl Shared {
+    /// Opens the userfaultfd and sets up the cache; starts no thread.
+    pub(crate) fn new(
+        cfg: Config,
+        store: Arc<dyn RemoteStore>,
+        slabs: Arc<dyn SlabSource>,
+    ) -> Result<Self, RuntimeError> {
+        cfg.validate()?;
+        let uffd = match cfg.fault_path {
+            FaultPath::Thread => Uffd::open(),
+            FaultPath::Signal => {
+                if !store.prepare_read_in_signal()? {
+                    return Err(RuntimeError::Config(
+                        "fault path `signal` needs a store that can be read from a signal handler"
+                            .into(),
+                    ));
+                }
+                Uffd::open_signalling()
+            }
+        }
+        .map_err(RuntimeError::Uffd)?;
+        if uffd.features & crate::uffd::UFFD_FEATURE_PAGEFAULT_FLAG_WP == 0 {
+            return Err(RuntimeError::Config(
+                "kernel userfaultfd lacks write-protect support".into(),
+            ));
+        }
+        let zeros = if cfg.fault_around.max_blocks > 1 {
+            Some(Zeros::map(MAX_FAULT_AROUND as u64 * PAGE).map_err(RuntimeError::Mmap)?)
+        } else {
+            None
+        };
+        Ok(Self {
+            cache: Cache::new(&cfg)?,
+            rm: Arc::new(ResourceManager::new(slabs, cfg.slab_batch)),
+            store,
+            uffd,
+            regions: RwLock::new(BTreeMap::new()),
+            shutdown: AtomicBool::new(false),
+            zeros,
+            m: Metrics::default(),
+            epoch: Instant::now(),
+            last_error: Mutex::new(None),
+            on_lost: RwLock::new(Arc::new(stop_process)),
+            handoff: (cfg.fault_path == FaultPath::Signal)
+                .then(|| crossbeam_channel::bounded(HANDOFF_QUEUE)),
+            cfg,
+        })
+    }
+
+    /// Maps a region over `backing` and registers it with the userfaultfd;
+    /// `stored`: the store may hold data for every page.
+    pub(crate) fn map_region(
+        &self,
+        backing: Backing,
+        stored: bool,
+    ) -> Result<Arc<RegionInner>, RuntimeError> {
+        let len = match &backing {
+            Backing::Eager(t) => t.len(),
+            Backing::Lazy(t) => t.len(),
+        };
+        let start = map_pages(len)?;
+        let inner = Arc::new(RegionInner {
+            start,
+            len,
+            pages: page_table((len / PAGE) as usize),
+            all_stored: stored,
+            backing,
+            dead: AtomicBool::new(false),
+            readahead: Mutex::new(Readahead::new(self.cfg.fault_around)),
+        });
+        self.uffd.register(start, len).map_err(RuntimeError::Uffd)?;
+        self.regions.write().insert(start, inner.clone());
+        Ok(inner)
+    }
+
+    pub(crate) fn now(&self) -> u64 {
+        self.epoch.elapsed().as_nanos() as u64
+    }
+
+    pub(crate) fn lookup(&self, addr: u64) -> Option<Arc<RegionInner>> {
+        let regions = self.regions.read();
+        let (_, r) = regions.range(..=addr).next_back()?;
+        r.contains(addr).then(|| r.clone())
+    }
+
+    pub(crate) fn report(&self, msg: String) {
+        tracing::warn!("{msg}");
+        *self.last_error.lock() = Some(msg);
+    }
+
+    /// Far data cannot be had (see [`StoreError::Lost`](crate::store::StoreError::Lost)): reported,
+    /// then the `on_lost` hook, which by default ends the process.
+    pub(crate) fn lost(&self, what: String) {
+        self.m.data_lost.inc();
+        self.report(what.clone());
+        let hook = self.on_lost.read().clone();
+        hook(&what);
+    }
+
+    /// The page `job` took goes back to Absent and its cache slot is freed
+    /// (its fetch failed, or nobody is left to do it).
+    pub(crate) fn give_back(&self, job: &FetchJob, ctx: crate::cache::Ctx) {
+        ctx.lock(&job.region.pages[job.idx]).state = crate::page::State::Absent;
+        self.cache.release_page();
+    }
+
+    pub(crate) fn is_shutdown(&self) -> bool {
+        self.shutdown.load(Ordering::SeqCst)
+    }
+}
