@@ -139,16 +139,21 @@ fn connect(env: &PreloadEnv) -> Result<Arc<RackStore>, String> {
     };
     if let Some(n) = env.replicas {
         store.cluster().set_replicas(n);
-        if n > 1 {
-            // Copies lost with a memory node are made again from the rest.
-            store
-                .start_repair(REPAIR_BYTES_PER_SEC)
-                .map_err(|e| format!("starting the copy repair thread: {e}"))?;
-        }
     }
     if let Some(r) = env.redundancy {
         // Erasure-coded stripes: pages survive any M lost memory nodes.
         store.cluster().set_redundancy(r);
+    }
+    let coded = matches!(
+        env.redundancy,
+        Some(farmem_net::Redundancy::ReedSolomon { .. })
+    );
+    if env.replicas.is_some_and(|n| n > 1) || coded {
+        // Copies, or shards, lost with a memory node are made again from
+        // the rest.
+        store
+            .start_repair(REPAIR_BYTES_PER_SEC)
+            .map_err(|e| format!("starting the repair thread: {e}"))?;
     }
     Ok(store)
 }
