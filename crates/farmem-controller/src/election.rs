@@ -208,8 +208,8 @@ pub(crate) fn election_loop(shared: &Shared, stop: &AtomicBool) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::local_etcd::EtcdProcess;
     use crate::state::{Backend, EtcdBackend, SaveError};
-    use crate::testing::EtcdProcess;
     use crate::{Controller, ControllerConfig, StateSpec};
 
     fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {

@@ -140,10 +140,7 @@ impl Etcd {
         };
         let mut resp = self.agent.post(&url).send_json(body).map_err(unreachable)?;
         let status = resp.status().as_u16();
-        let text = resp
-            .body_mut()
-            .read_to_string()
-            .map_err(|e| unreachable(e))?;
+        let text = resp.body_mut().read_to_string().map_err(unreachable)?;
         if status != 200 {
             return Err(EtcdError::Refused {
                 endpoint: self.endpoint.clone(),

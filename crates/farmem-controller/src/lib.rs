@@ -35,12 +35,12 @@ mod election;
 pub mod etcd;
 pub mod extent;
 mod leases;
+#[doc(hidden)]
+pub mod local_etcd;
 pub mod lost;
 mod names;
 mod quota;
 mod state;
-#[doc(hidden)]
-pub mod testing;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;

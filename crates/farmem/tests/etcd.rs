@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use farmem_controller::testing::EtcdProcess;
+use farmem_controller::local_etcd::EtcdProcess;
 use farmem_net::{ClientConfig, ControllerClient, NetError};
 use farmem_wire::{ErrorCode, Placement, Role};
 

@@ -1,5 +1,8 @@
-//! The soak's memory nodes and faults: SIGKILL and restart on the same
-//! address, or SIGSTOP and SIGCONT, at random (seeded).
+//! The soak's faults, at random (seeded): a memory node SIGKILLed and
+//! restarted on the same address, or SIGSTOPped and SIGCONTed; with
+//! several controllers, the leader SIGKILLed and restarted on its address.
+//! At a leader kill a short program (a probe) starts: when its first
+//! progress arrives tells how soon new runs start during the takeover.
 
 use std::process::Child;
 use std::time::{Duration, Instant};
@@ -32,6 +35,8 @@ pub(super) enum NodeState {
 pub(super) enum Kind {
     KillRestart,
     StopCont,
+    /// The leading controller SIGKILLed (`Fault::node` is its index).
+    LeaderKill,
 }
 
 impl Kind {
@@ -39,6 +44,7 @@ impl Kind {
         match self {
             Kind::KillRestart => "kill_restart",
             Kind::StopCont => "stop_cont",
+            Kind::LeaderKill => "leader_kill",
         }
     }
 }
@@ -50,10 +56,83 @@ pub(super) struct Fault {
     pub(super) at: Instant,
     /// When the node was back (SIGCONT, or the restarted node serving).
     pub(super) back: Option<Instant>,
+    /// A leader kill: when another controller was seen leading.
+    pub(super) takeover: Option<Instant>,
+    /// A leader kill: the program started at it.
+    pub(super) probe: Option<u64>,
 }
 
+/// Chance that a fault after the first is a leader kill, with several
+/// controllers.
+const LEADER_KILL_CHANCE: f64 = 0.25;
+
 impl Soak<'_> {
-    pub(super) fn inject(&mut self, now: Instant) {
+    /// True when a leader may be killed now: several controllers, all up.
+    pub(super) fn can_kill_leader(&mut self) -> bool {
+        self.ctl_down.is_none() && self.awaiting_takeover.is_none() && self.rack.elected().is_some()
+    }
+
+    /// Injects one fault: the leader's kill now and then, when it may be
+    /// killed, else one on a memory node if `node_may_fail`.
+    pub(super) fn inject(
+        &mut self,
+        now: Instant,
+        node_may_fail: bool,
+        deadline: Instant,
+    ) -> anyhow::Result<()> {
+        // The first fault kills the leader, so even a short soak has one.
+        let first = !self.faults.iter().any(|x| x.kind == Kind::LeaderKill);
+        let leader = !node_may_fail || first || self.rng.gen_bool(LEADER_KILL_CHANCE);
+        if self.can_kill_leader() && leader {
+            return self.kill_leader(now, deadline);
+        }
+        if node_may_fail {
+            self.inject_node(now);
+        }
+        Ok(())
+    }
+
+    fn kill_leader(&mut self, now: Instant, deadline: Instant) -> anyhow::Result<()> {
+        let Some(rack) = self.rack.elected() else {
+            return Ok(());
+        };
+        let Some(leader) = rack.leader() else {
+            return Ok(());
+        };
+        rack.kill(leader);
+        let at = Instant::now();
+        let after = self.rng.gen_range(2000..=5000);
+        self.ctl_down = Some((leader, now + Duration::from_millis(after)));
+        let probe = self.next_id;
+        self.spawn_program(deadline.max(at + Duration::from_secs(10)), true)?;
+        self.awaiting_takeover = Some(self.faults.len());
+        self.faults.push(Fault {
+            kind: Kind::LeaderKill,
+            node: leader,
+            at,
+            back: None,
+            takeover: None,
+            probe: Some(probe),
+        });
+        Ok(())
+    }
+
+    /// Notes when a controller leads again after a leader kill (another
+    /// one, or the killed one if restarted first and elected).
+    pub(super) fn watch_takeover(&mut self, now: Instant) {
+        let Some(i) = self.awaiting_takeover else {
+            return;
+        };
+        let Some(rack) = self.rack.elected() else {
+            return;
+        };
+        if rack.leader().is_some() {
+            self.faults[i].takeover = Some(now);
+            self.awaiting_takeover = None;
+        }
+    }
+
+    fn inject_node(&mut self, now: Instant) {
         let up: Vec<usize> = (0..self.nodes.len())
             .filter(|&i| self.nodes[i].state == NodeState::Up)
             .collect();
@@ -75,7 +154,7 @@ impl Soak<'_> {
                 let after = self.rng.gen_range(2000..=5000);
                 n.state = NodeState::Killed(now + Duration::from_millis(after));
             }
-            Kind::StopCont => {
+            Kind::StopCont | Kind::LeaderKill => {
                 // SAFETY: kill(2) on our own child.
                 unsafe { libc::kill(pid, libc::SIGSTOP) };
                 let after = self.rng.gen_range(1000..=5000);
@@ -87,11 +166,48 @@ impl Soak<'_> {
             node,
             at: now,
             back: None,
+            takeover: None,
+            probe: None,
         });
+    }
+
+    /// Restarts the killed controller once due (at once with `all`).
+    fn recover_controller(&mut self, now: Instant, all: bool) -> anyhow::Result<()> {
+        let Some((i, t)) = self.ctl_down else {
+            return Ok(());
+        };
+        if !all && now < t {
+            return Ok(());
+        }
+        let Some(rack) = self.rack.elected() else {
+            return Ok(());
+        };
+        // The old socket may linger a moment: try for a while.
+        let mut tries = 0;
+        while let Err(e) = rack.spawn(i) {
+            if tries >= 20 {
+                return Err(e);
+            }
+            tries += 1;
+            std::thread::sleep(Duration::from_millis(250));
+        }
+        debug_assert!(rack.running(i));
+        self.ctl_down = None;
+        let back = Instant::now();
+        if let Some(f) = self
+            .faults
+            .iter_mut()
+            .rev()
+            .find(|f| f.kind == Kind::LeaderKill && f.node == i && f.back.is_none())
+        {
+            f.back = Some(back);
+        }
+        Ok(())
     }
 
     /// Brings back the nodes whose fault is over (all of them with `all`).
     pub(super) fn recover(&mut self, now: Instant, all: bool) -> anyhow::Result<()> {
+        self.recover_controller(now, all)?;
         for i in 0..self.nodes.len() {
             match self.nodes[i].state {
                 NodeState::Stopped(t) if all || now >= t => {
@@ -128,7 +244,7 @@ impl Soak<'_> {
                 .faults
                 .iter_mut()
                 .rev()
-                .find(|f| f.node == i && f.back.is_none())
+                .find(|f| f.kind != Kind::LeaderKill && f.node == i && f.back.is_none())
             {
                 f.back = Some(back);
             }

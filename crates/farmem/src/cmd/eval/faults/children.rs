@@ -12,7 +12,12 @@ use serde_json::Value;
 
 use super::{NO_FAR_MEMORY_EXIT, Program, Soak};
 
+/// Far memory of a program started at a leader kill.
+const PROBE_BYTES: u64 = 8 << 20;
+
 impl Soak<'_> {
+    /// Starts memory node `i` listening on `listen`; its stderr goes to
+    /// its log. Returns it and the address it serves.
     pub(super) fn spawn_memnode(
         &self,
         i: usize,
@@ -25,7 +30,7 @@ impl Soak<'_> {
         let mut cmd = Command::new(&self.exe);
         cmd.args(["memnode", "--listen", listen, "--capacity", "4GiB"])
             .arg("--controller")
-            .arg(&self.rack.controller)
+            .arg(self.rack.controller())
             .arg("--token-file")
             .arg(self.rack.token_file())
             .arg("--json")
@@ -57,7 +62,8 @@ impl Soak<'_> {
     }
 
     /// Starts a soak program under `farmem run`, told to end by `deadline`.
-    pub(super) fn spawn_program(&mut self, deadline: Instant) -> anyhow::Result<()> {
+    /// A `probe` is small and makes one pass (see [`super::chaos`]).
+    pub(super) fn spawn_program(&mut self, deadline: Instant, probe: bool) -> anyhow::Result<()> {
         let args = self.args;
         let f = &args.faults;
         let id = self.next_id;
@@ -67,10 +73,15 @@ impl Soak<'_> {
         let ms = deadline
             .saturating_duration_since(Instant::now())
             .as_millis() as u64;
+        let (size, passes) = if probe {
+            (f.size.bytes().min(PROBE_BYTES), 1)
+        } else {
+            (f.size.bytes(), f.passes)
+        };
         let mut cmd = Command::new(&self.exe);
         cmd.arg("run")
             .arg("--controller")
-            .arg(&self.rack.controller)
+            .arg(self.rack.controller())
             .arg("--token-file")
             .arg(self.rack.token_file())
             .arg(format!("--replicas={}", f.replicas))
@@ -78,8 +89,8 @@ impl Soak<'_> {
             .arg("--")
             .arg(&self.exe)
             .args(["eval", "faults", "--worker"])
-            .arg(format!("--size={}", f.size.bytes()))
-            .arg(format!("--passes={}", f.passes))
+            .arg(format!("--size={size}"))
+            .arg(format!("--passes={passes}"))
             .arg(format!("--seed={}", program_seed(f.seed, id)))
             .arg(format!("--worker-ms={}", ms.max(1)))
             .stdin(Stdio::null())
@@ -108,6 +119,7 @@ impl Soak<'_> {
             verified: 0,
             mismatched: 0,
             progress: Vec::new(),
+            probe,
         });
         Ok(())
     }

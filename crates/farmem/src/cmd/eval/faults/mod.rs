@@ -1,6 +1,7 @@
 //! `farmem eval faults`: a chaos soak of the real system on loopback.
 //!
-//! A controller and `--memnodes` memory nodes start as children of this
+//! A controller (or `--controllers N` on an etcd the soak starts, one of
+//! them leading) and `--memnodes` memory nodes start as children of this
 //! binary; `--programs` programs run at once under `farmem run --replicas R
 //! --local-mem L`, each this binary's hidden worker (`farmem eval faults
 //! --worker`) writing a seeded pattern over `--size` of far memory in a
@@ -10,16 +11,19 @@
 //! memory nodes are, at random (seeded), SIGKILLed and restarted on the same
 //! address a few seconds later (empty: a new incarnation), or SIGSTOPped
 //! and SIGCONTed a few seconds later, never more than max(R-1, 1) at once.
-//! The controller is never touched (there is no leader election yet).
+//! With several controllers the leader is SIGKILLed too, now and then, and
+//! restarted on its address a few seconds later (see [`controllers`]); at
+//! each such kill one more short program starts, to show that new runs
+//! start while the standby takes over.
 //!
-//! The controller does not re-create lost copies yet, so a program that
-//! lived through a node's loss holds one copy fewer from then on, and a
-//! later loss can take its last one: it then stops with exit 74, counted as
-//! stopped with data lost. A byte read back different from the one written
-//! is counted apart: that number must be 0.
+//! A program whose every copy of some data was lost before a copy could be
+//! made again stops with exit 74, counted as stopped with data lost. A byte
+//! read back different from the one written is counted apart: that number
+//! must be 0.
 
 mod chaos;
 mod children;
+mod controllers;
 mod report;
 mod worker;
 
@@ -40,6 +44,7 @@ use super::Args;
 use crate::cmd::Outcome;
 use crate::cmd::local::LocalRack;
 use chaos::{Fault, Node, NodeState};
+use controllers::{Elected, Rack};
 
 /// Flags of `farmem eval faults` (ignored by the other evaluations).
 #[derive(clap::Args)]
@@ -75,6 +80,11 @@ pub struct Flags {
     /// about every 0.1 s, and a lost node is given up on after 3 s).
     #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub hang_secs: u64,
+    /// faults: controllers; 2 or more share their state in an etcd the
+    /// soak starts (`etcd` must be on PATH), and the leader is killed
+    /// (SIGKILL) and restarted now and then.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=5))]
+    pub controllers: u64,
     /// Run one soak program in this process (what `farmem run` executes).
     #[arg(long, hide = true)]
     pub worker: bool,
@@ -145,6 +155,8 @@ struct Program {
     mismatched: u64,
     /// When each progress line arrived.
     progress: Vec<Instant>,
+    /// Started at a leader kill, to time new runs during the takeover.
+    probe: bool,
 }
 
 struct Soak<'a> {
@@ -155,7 +167,11 @@ struct Soak<'a> {
     // Declared in drop order: programs, memory nodes, then the controller.
     programs: Vec<Program>,
     nodes: Vec<Node>,
-    rack: LocalRack,
+    rack: Rack,
+    /// A controller killed, restarted at the instant.
+    ctl_down: Option<(usize, Instant)>,
+    /// The leader kill (index in `faults`) whose takeover is awaited.
+    awaiting_takeover: Option<usize>,
     tx: mpsc::Sender<(u64, Instant, String)>,
     rx: mpsc::Receiver<(u64, Instant, String)>,
     rng: SmallRng,
@@ -176,16 +192,26 @@ impl<'a> Soak<'a> {
         let logs = std::env::temp_dir().join(format!("farmem-faults-{}", std::process::id()));
         std::fs::create_dir_all(&logs)
             .with_context(|| format!("creating the log directory {}", logs.display()))?;
-        let rack = LocalRack::start(0, 0, 128 << 20).context("starting the controller")?;
+        let exe = std::env::current_exe().context("finding the farmem binary")?;
+        let granularity = 128 << 20;
+        let rack = match f.controllers {
+            1 => Rack::One(LocalRack::start(0, 0, granularity).context("starting the controller")?),
+            n => Rack::Elected(
+                Elected::start(n as usize, &exe, &logs, granularity)
+                    .context("starting the controllers")?,
+            ),
+        };
         let (tx, rx) = mpsc::channel();
         let mut soak = Self {
             args,
             minutes,
-            exe: std::env::current_exe().context("finding the farmem binary")?,
+            exe,
             logs,
             programs: Vec::new(),
             nodes: Vec::new(),
             rack,
+            ctl_down: None,
+            awaiting_takeover: None,
             tx,
             rx,
             rng: SmallRng::seed_from_u64(f.seed),
@@ -204,8 +230,6 @@ impl<'a> Soak<'a> {
         }
         Ok(soak)
     }
-
-    /// Starts memory node `i` listening on `listen`; its stderr goes to
 
     fn run(mut self) -> Outcome {
         let args = self.args;
@@ -239,8 +263,9 @@ impl<'a> Soak<'a> {
                 .iter()
                 .filter(|n| n.state != NodeState::Up)
                 .count();
-            if now >= next_fault && down < max_down {
-                self.inject(now);
+            self.watch_takeover(now);
+            if now >= next_fault && (down < max_down || self.can_kill_leader()) {
+                self.inject(now, down < max_down, deadline)?;
                 next_fault = now + Duration::from_millis(self.rng.gen_range(4000..=10000));
             }
             let refused = self.refused();
@@ -256,7 +281,7 @@ impl<'a> Soak<'a> {
                 && self.running() < f.programs
                 && deadline.saturating_duration_since(now).as_secs() >= 2
             {
-                self.spawn_program(deadline)?;
+                self.spawn_program(deadline, false)?;
             }
             if let Ok((id, at, line)) = self.rx.recv_timeout(Duration::from_millis(50)) {
                 self.handle_line(id, at, &line);
@@ -276,6 +301,7 @@ impl<'a> Soak<'a> {
             }
             self.reap();
             self.kill_hung(Instant::now());
+            self.watch_takeover(Instant::now());
             if let Ok((id, at, line)) = self.rx.recv_timeout(Duration::from_millis(50)) {
                 self.handle_line(id, at, &line);
             }

@@ -86,7 +86,11 @@ impl Soak<'_> {
                 }
             }
         }
-        let node = |i: usize| self.nodes[i].id;
+        // The controller's number of a fault's memory node.
+        let node = |x: &Fault| match x.kind {
+            Kind::LeaderKill => None,
+            _ => self.nodes[x.node].id,
+        };
         // A program stopped for lost data: the last fault before its exit,
         // and the last one on the node its message names.
         let stops: Vec<Value> = stopped
@@ -99,7 +103,7 @@ impl Soak<'_> {
                 let fault = |x: &Fault| {
                     json!({
                         "kind": x.kind.name(),
-                        "node": node(x.node),
+                        "node": node(x),
                         "ms_before_exit": ms(end - x.at).round(),
                     })
                 };
@@ -109,7 +113,7 @@ impl Soak<'_> {
                     .iter()
                     .rev()
                     .filter(before)
-                    .find(|x| named.is_some() && node(x.node) == named);
+                    .find(|x| named.is_some() && node(x) == named);
                 Some(json!({
                     "program": p.id,
                     "exit_s": (ms(end - t0) / 1e3 * 10.0).round() / 10.0,
@@ -135,7 +139,7 @@ impl Soak<'_> {
                     "verified_bytes": p.verified,
                     "last_fault_before": fault.map(|x| json!({
                         "kind": x.kind.name(),
-                        "node": node(x.node),
+                        "node": node(x),
                         "ms_before_last_progress": ms(last - x.at).round(),
                     })),
                     "log": p.log.display().to_string(),
@@ -145,7 +149,7 @@ impl Soak<'_> {
         let verified: u64 = self.programs.iter().map(|p| p.verified).sum();
         let mismatched: u64 = self.programs.iter().map(|p| p.mismatched).sum();
         let mut pause_stats = serde_json::Map::new();
-        for kind in [Kind::KillRestart, Kind::StopCont] {
+        for kind in [Kind::KillRestart, Kind::StopCont, Kind::LeaderKill] {
             let v = pauses.remove(kind.name()).unwrap_or_default();
             pause_stats.insert(kind.name().into(), summary(v));
         }
@@ -163,6 +167,7 @@ impl Soak<'_> {
                 "local_mem_bytes": f.local_mem.bytes(),
                 "passes_per_program": f.passes,
                 "hang_secs": f.hang_secs,
+                "controllers": f.controllers,
                 "quick": self.args.quick,
                 "network": "loopback 127.0.0.1, all processes on this machine",
             },
@@ -172,11 +177,12 @@ impl Soak<'_> {
                 "total": self.faults.len(),
                 "kill_restart": by_kind.get("kill_restart").copied().unwrap_or(0),
                 "stop_cont": by_kind.get("stop_cont").copied().unwrap_or(0),
+                "leader_kill": by_kind.get("leader_kill").copied().unwrap_or(0),
                 "log": self.faults.iter().map(|x| json!({
                     "t_s": (ms(x.at - t0) / 1e3 * 10.0).round() / 10.0,
                     "kind": x.kind.name(),
-                    "node": node(x.node),
-                    "addr": self.nodes[x.node].addr,
+                    "node": node(x),
+                    "addr": self.fault_addr(x),
                     "down_ms": x.back.map(|b| ms(b - x.at).round()),
                 })).collect::<Vec<_>>(),
             },
@@ -198,10 +204,75 @@ impl Soak<'_> {
             "stopped_after_fault": stops,
             "failures": failures,
             "memnode_starts": self.nodes.iter().map(|n| n.starts).collect::<Vec<_>>(),
+            "controllers": self.controllers_report(),
             "logs": self.logs.display().to_string(),
         })
     }
 }
+
+impl Soak<'_> {
+    fn fault_addr(&self, x: &Fault) -> String {
+        match x.kind {
+            Kind::LeaderKill => self
+                .rack
+                .controller()
+                .split(',')
+                .nth(x.node)
+                .unwrap_or_default()
+                .to_string(),
+            _ => self.nodes[x.node].addr.clone(),
+        }
+    }
+
+    /// The leader kills: how soon another controller led, and how soon the
+    /// program started at each kill made progress (allocated far memory
+    /// from the new leader and wrote 2 MiB to it).
+    fn controllers_report(&self) -> Value {
+        let ms = |d: Duration| (d.as_secs_f64() * 1e3).round();
+        let kills: Vec<&Fault> = self
+            .faults
+            .iter()
+            .filter(|x| x.kind == Kind::LeaderKill)
+            .collect();
+        let mut takeovers = Vec::new();
+        let mut first_progress = Vec::new();
+        let mut within = 0;
+        let log: Vec<Value> = kills
+            .iter()
+            .map(|x| {
+                let takeover = x.takeover.map(|t| ms(t - x.at));
+                takeovers.extend(takeover);
+                let probe = x
+                    .probe
+                    .and_then(|id| self.programs.iter().find(|p| p.id == id && p.probe));
+                let progress = probe
+                    .and_then(|p| p.progress.first())
+                    .map(|&t| ms(t.saturating_duration_since(x.at)));
+                first_progress.extend(progress);
+                let in_time = progress.is_some_and(|p| p <= NEW_RUN_WITHIN.as_millis() as f64);
+                within += usize::from(in_time);
+                json!({
+                    "controller": x.node,
+                    "takeover_ms": takeover,
+                    "new_run_first_progress_ms": progress,
+                    "new_run_within_5s": in_time,
+                    "new_run_exit": probe.and_then(|p| p.code),
+                })
+            })
+            .collect();
+        json!({
+            "count": self.args.faults.controllers,
+            "leader_kills": kills.len(),
+            "takeover_ms": summary(takeovers),
+            "new_run_first_progress_ms": summary(first_progress),
+            "new_runs_within_5s": within,
+            "kills": log,
+        })
+    }
+}
+
+/// A run started at a leader kill should make progress within this.
+const NEW_RUN_WITHIN: Duration = Duration::from_secs(5);
 
 /// The longest gap between consecutive instants of `times` that overlaps
 /// `[from, to]`; None without an instant after `from`.
