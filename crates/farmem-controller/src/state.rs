@@ -354,6 +354,20 @@ mod tests {
     }
 
     #[test]
+    fn a_state_spec_is_a_file_or_an_etcd_url() {
+        let file: StateSpec = "/var/lib/farmem/c.json".parse().unwrap();
+        assert_eq!(file, StateSpec::File("/var/lib/farmem/c.json".into()));
+        let etcd: StateSpec = "etcd://127.0.0.1:2379/rack1".parse().unwrap();
+        let StateSpec::Etcd(url) = &etcd else {
+            panic!("{etcd:?}")
+        };
+        assert_eq!(url.prefix, "rack1");
+        assert_eq!(etcd.to_string(), "etcd://127.0.0.1:2379/rack1");
+        assert!("http://127.0.0.1:2379/x".parse::<StateSpec>().is_err());
+        assert!("etcd://no-port/x".parse::<StateSpec>().is_err());
+    }
+
+    #[test]
     fn failed_saves_are_counted_and_a_later_one_recovers() {
         let dir = scratch("failing");
         let path = dir.join("state.json");
