@@ -144,10 +144,28 @@ impl LeaderConn {
     /// Sends `msg` to the leader; with several controllers, one that died
     /// or stands by is replaced by the new leader and `msg` sent there.
     pub(super) fn call(&self, msg: &Msg<'_>) -> Result<Reply, NetError> {
+        if self.addrs.len() < 2 {
+            return self.conn.lock().clone().call(msg);
+        }
+        // On a thread of its own: this may be a process's exit path (the
+        // shim gives its memory back there), whose thread-locals, which
+        // reopening a connection draws on, are already gone. Named as the
+        // runtime's threads are, so the shim keeps its memory local.
+        std::thread::scope(|s| {
+            std::thread::Builder::new()
+                .name("farmem-ctl".into())
+                .spawn_scoped(s, || self.call_leader(msg))
+                .map_err(NetError::Io)?
+                .join()
+                .map_err(|_| NetError::Routing("the controller call panicked".into()))?
+        })
+    }
+
+    fn call_leader(&self, msg: &Msg<'_>) -> Result<Reply, NetError> {
         let conn = self.conn.lock().clone();
         let reply = conn.call(msg);
         let lost = is_not_leader(&reply) || reply.as_ref().is_err_and(NetError::is_transient);
-        if self.addrs.len() < 2 || !lost {
+        if !lost {
             return reply;
         }
         let at = self
@@ -155,22 +173,14 @@ impl LeaderConn {
             .iter()
             .position(|a| *a == conn.peer())
             .unwrap_or(0);
-        let find = || {
-            find_leader(
-                &self.addrs,
-                at + 1,
-                &self.cfg,
-                &self.proof,
-                msg,
-                FIND_LEADER_FOR,
-            )
-        };
-        // On a thread of its own: this may be a process's exit path (the
-        // shim ends its lease there), whose thread-locals, which opening a
-        // connection draws on, are already gone.
-        let found = std::thread::scope(|s| s.spawn(find).join());
-        let (conn, reply) =
-            found.map_err(|_| NetError::Routing("finding the leader failed".into()))??;
+        let (conn, reply) = find_leader(
+            &self.addrs,
+            at + 1,
+            &self.cfg,
+            &self.proof,
+            msg,
+            FIND_LEADER_FOR,
+        )?;
         tracing::info!("the controller at {} leads now", conn.peer());
         *self.conn.lock() = conn;
         Ok(reply)
