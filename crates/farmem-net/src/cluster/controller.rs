@@ -154,7 +154,10 @@ impl LeaderConn {
         std::thread::scope(|s| {
             std::thread::Builder::new()
                 .name("farmem-ctl".into())
-                .spawn_scoped(s, || self.call_leader(msg))
+                .spawn_scoped(s, || {
+                    crate::block_async_signals();
+                    self.call_leader(msg)
+                })
                 .map_err(NetError::Io)?
                 .join()
                 .map_err(|_| NetError::Routing("the controller call panicked".into()))?
