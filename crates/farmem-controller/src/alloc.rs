@@ -119,7 +119,9 @@ impl Shared {
             let sets = t
                 .allocate(owner, size, placement, replicas)
                 .map_err(|e| Refusal::new(ErrorCode::NoCapacity, e))?;
-            self.save(&t);
+            // Saved (fenced) before any memory node hears of it: a leader
+            // that lost the election must not zero what another granted.
+            self.save(&t)?;
             sets
         };
         let all: Vec<Grant> = sets
@@ -134,7 +136,7 @@ impl Shared {
             for g in &all {
                 let _ = t.tree.release(&g.owner, g.base, g.len);
             }
-            self.save(&t);
+            self.save(&t)?;
             return Err(Refusal::new(
                 ErrorCode::Internal,
                 format!("memory node {node} did not take the grant: {e}"),
@@ -203,14 +205,14 @@ impl Shared {
                     format!("no memory node up outside {avoid:?} has room for another copy"),
                 ));
             };
-            self.save(&t);
+            self.save(&t)?;
             grant
         };
         let stamp = rand::random::<u64>() | 1;
         if let Err((node, e)) = self.push_fresh(std::slice::from_ref(&grant), &[stamp]) {
             let mut t = self.table.lock();
             let _ = t.tree.release(owner, grant.base, grant.len);
-            self.save(&t);
+            self.save(&t)?;
             return Err(Refusal::new(
                 ErrorCode::Internal,
                 format!("memory node {node} did not take the copy's grant: {e}"),

@@ -121,7 +121,7 @@ impl Shared {
         };
         if changed {
             *self.lease_book.lock() = leases.book();
-            self.save(&self.table.lock());
+            self.save(&self.table.lock())?;
         }
         Ok(())
     }
@@ -161,7 +161,11 @@ impl Shared {
                 })
                 .collect();
             *self.lease_book.lock() = leases.book();
-            self.save(&t);
+            if self.save(&t).is_err() {
+                // Another controller leads: its memory nodes are not ours
+                // to revoke on.
+                return;
+            }
             released
         };
         for (owner, length, grants) in released {

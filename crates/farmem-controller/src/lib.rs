@@ -24,17 +24,25 @@
 //! the controller signs with a key derived from the cluster secret; memory
 //! nodes serve a session only ranges it presented one for. Which sessions
 //! may speak for a client name here is [`names`]' business.
+//!
+//! With `--state etcd://HOST:PORT/PREFIX` the state lives in etcd and
+//! several controllers share it: one leads, the others stand by and refuse
+//! with `NotLeader`, naming the leader, until its etcd lease runs out and
+//! one of them takes over ([`election`]).
 
 mod alloc;
+mod election;
+pub mod etcd;
 pub mod extent;
 mod leases;
+#[doc(hidden)]
+pub mod local_etcd;
 pub mod lost;
 mod names;
 mod quota;
 mod state;
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::{self, JoinHandle};
@@ -46,16 +54,20 @@ use farmem_wire::{Cap, ErrorCode, GrantKind, Msg, NodeInfo, Role, auth};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
+pub use election::LEASE_TTL_S;
+pub use etcd::EtcdUrl;
 use extent::{ExtentTree, Grant, Placement};
 use leases::{LeaseBook, Leases};
 use lost::LostRanges;
+pub use state::StateSpec;
 
 /// How to run a controller.
 #[derive(Debug, Clone)]
 pub struct ControllerConfig {
     pub listen: String,
-    /// Where the node and extent table is kept across restarts.
-    pub state: Option<PathBuf>,
+    /// Where the node and extent table is kept across restarts: a file,
+    /// or etcd (shared with standby controllers).
+    pub state: Option<StateSpec>,
     pub token: Vec<u8>,
     /// Grants are multiples of this (UniMem: the hot-plug granularity).
     pub granularity: u64,
@@ -86,21 +98,19 @@ impl ControllerConfig {
 pub enum ControllerError {
     #[error("cannot listen: {0}")]
     Listen(NetError),
-    #[error("cannot read state file {path}: {error}")]
-    StateRead {
-        path: PathBuf,
-        error: std::io::Error,
-    },
-    #[error("cannot write state file {path}: {error}")]
-    StateWrite {
-        path: PathBuf,
-        error: std::io::Error,
-    },
-    #[error("state file {path} is corrupt: {error}")]
+    #[error("{0}")]
+    Etcd(String),
+    #[error("cannot read the state at {place}: {error}")]
+    StateRead { place: String, error: String },
+    #[error("cannot write the state at {place}: {error}")]
+    StateWrite { place: String, error: String },
+    #[error("the state at {place} is corrupt: {error}")]
     StateCorrupt {
-        path: PathBuf,
+        place: String,
         error: serde_json::Error,
     },
+    #[error("another controller took the leadership")]
+    NotLeader,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -129,6 +139,10 @@ struct Table {
 
 struct Shared {
     cfg: ControllerConfig,
+    /// Where the state is saved, if anywhere.
+    backend: Option<Arc<dyn state::Backend>>,
+    /// Our part in the election, with the state in etcd; `None`: we lead.
+    leadership: Option<Arc<election::Leadership>>,
     table: Mutex<Table>,
     /// Our connections to memory nodes, for pushing grants.
     links: Mutex<HashMap<u32, Connection>>,
@@ -186,6 +200,13 @@ pub struct ControllerStats {
     /// Saves of the state file that failed (see [`state`]).
     #[serde(default)]
     pub state_save_errors: u64,
+    /// A standby controller (another leads, see [`election`]): it serves
+    /// nothing but these statistics, whose table fields are then empty.
+    #[serde(default)]
+    pub standby: bool,
+    /// Times this controller won the election and loaded the state.
+    #[serde(default)]
+    pub takeovers: u64,
 }
 
 impl Shared {
@@ -194,7 +215,21 @@ impl Shared {
     }
 
     fn with_leases(cfg: ControllerConfig, table: Table, leases: Leases) -> Self {
+        let fence = Arc::new(Mutex::new(None));
+        let backend = cfg
+            .state
+            .as_ref()
+            .map(|spec| state::backend(spec, fence.clone()));
+        let leadership = match &cfg.state {
+            Some(StateSpec::Etcd(url)) => Some(Arc::new(election::Leadership::new(
+                etcd::Etcd::new(url, election::ETCD_TIMEOUT),
+                fence,
+            ))),
+            _ => None,
+        };
         Self {
+            backend,
+            leadership,
             cfg,
             table: Mutex::new(table),
             links: Mutex::new(HashMap::new()),
@@ -411,13 +446,21 @@ impl Shared {
             n.incarnation = incarnation;
             n.last_seen = Some(Instant::now());
         }
-        self.save(&t);
+        self.save(&t)?;
         Ok((id, base))
     }
 
     fn stats(&self) -> ControllerStats {
-        let leases = self.leases.lock().held.len() as u64;
-        let t = self.table.lock();
+        let standby = !self.leading();
+        let leases = if standby {
+            0
+        } else {
+            self.leases.lock().held.len() as u64
+        };
+        let table = self.table.lock();
+        // A standby's table is the one it had when it last led, if ever.
+        let empty = standby.then(|| Table::new(self.cfg.granularity));
+        let t = empty.as_ref().unwrap_or(&table);
         let free: u64 = t.nodes.keys().map(|&id| t.tree.free_bytes(id)).sum();
         let granted: u64 = t.nodes.keys().map(|&id| t.tree.granted_bytes(id)).sum();
         ControllerStats {
@@ -442,6 +485,11 @@ impl Shared {
                 .map_or(0, |s| s.refused_role.get()),
             refused_quota: self.refused_quota.load(Ordering::Relaxed),
             state_save_errors: self.state_save_errors.load(Ordering::Relaxed),
+            standby,
+            takeovers: self
+                .leadership
+                .as_ref()
+                .map_or(0, |l| l.takeovers.load(Ordering::Relaxed)),
         }
     }
 
@@ -520,6 +568,9 @@ impl Shared {
         out: &mut Vec<u8>,
         me: &Arc<Shared>,
     ) -> Result<(), Refusal> {
+        if !matches!(msg, Msg::Stats) && !self.leading() {
+            return Err(self.not_leader());
+        }
         if peer.role == Role::Compute
             && matches!(
                 msg,
@@ -586,7 +637,7 @@ impl Shared {
                     n.up = true;
                     t.tree.set_up(node, true);
                     tracing::info!("memory node {node} is back up");
-                    self.save(&t);
+                    self.save(&t)?;
                 }
                 Msg::Done.encode(id, out);
             }
@@ -650,7 +701,7 @@ impl Shared {
                         .release(&peer.name, base, len)
                         .map_err(|e| Refusal::new(ErrorCode::NotOwner, e.to_string()))?;
                     t.forget_lost(&released);
-                    self.save(&t);
+                    self.save(&t)?;
                     released
                 };
                 self.revoke(&released);
@@ -681,12 +732,28 @@ pub struct Controller {
     shared: Arc<Shared>,
     stop: Arc<AtomicBool>,
     monitor: Option<JoinHandle<()>>,
+    election: Option<JoinHandle<()>>,
 }
 
 impl Controller {
+    /// Starts serving: at once with a state file or none, which it loads
+    /// and writes back first; with etcd, as a standby that leads once
+    /// elected (see [`election`]), after checking etcd answers.
     pub fn start(cfg: ControllerConfig) -> Result<Self, ControllerError> {
-        let (table, leases) = state::open(&cfg)?;
-        let shared = Arc::new(Shared::with_leases(cfg.clone(), table, leases));
+        let mut shared = Shared::new(cfg.clone(), Table::new(cfg.granularity));
+        match (&shared.backend, &shared.leadership) {
+            (_, Some(l)) => {
+                l.etcd
+                    .get(&l.etcd.key("leader"))
+                    .map_err(|e| ControllerError::Etcd(e.to_string()))?;
+            }
+            (Some(backend), None) => {
+                let (table, leases) = state::open(backend.as_ref(), cfg.granularity)?;
+                shared = Shared::with_leases(cfg.clone(), table, leases);
+            }
+            (None, None) => {}
+        }
+        let shared = Arc::new(shared);
         let server_cfg = ServerConfig {
             token: cfg.token.clone(),
             // A client's sessions are bound to its name (see `names`): one
@@ -709,11 +776,20 @@ impl Controller {
                 .spawn(move || liveness_loop(&shared, &stop))
                 .expect("spawning the liveness thread")
         };
+        let election = shared.leadership.as_ref().map(|l| {
+            *l.me.lock() = server.local_addr().to_string();
+            let (shared, stop) = (shared.clone(), stop.clone());
+            thread::Builder::new()
+                .name("farmem-election".into())
+                .spawn(move || election::election_loop(&shared, &stop))
+                .expect("spawning the election thread")
+        });
         Ok(Self {
             server,
             shared,
             stop,
             monitor: Some(monitor),
+            election,
         })
     }
 
@@ -729,11 +805,22 @@ impl Controller {
         self.shared.nodes()
     }
 
+    /// True while this controller serves (always, without etcd).
+    pub fn leading(&self) -> bool {
+        self.shared.leading()
+    }
+
     pub fn shutdown(&mut self) {
         self.stop.store(true, Ordering::SeqCst);
         self.server.shutdown();
-        if let Some(h) = self.monitor.take() {
+        for h in [self.monitor.take(), self.election.take()]
+            .into_iter()
+            .flatten()
+        {
             let _ = h.join();
+        }
+        if let Some(l) = &self.shared.leadership {
+            l.resign();
         }
     }
 }
@@ -750,6 +837,10 @@ fn liveness_loop(shared: &Shared, stop: &AtomicBool) {
     let mut last_tick = Instant::now();
     while !stop.load(Ordering::SeqCst) {
         thread::sleep(tick);
+        if !shared.leading() {
+            last_tick = Instant::now();
+            continue;
+        }
         let mut t = shared.table.lock();
         let late: Vec<u32> = t
             .nodes
@@ -765,7 +856,8 @@ fn liveness_loop(shared: &Shared, stop: &AtomicBool) {
             t.tree.set_up(*id, false);
         }
         if !late.is_empty() {
-            shared.save(&t);
+            // Refused only once another leads: we stood down.
+            let _ = shared.save(&t);
         }
         drop(t);
         // A tick far later than due: the controller itself was stalled.

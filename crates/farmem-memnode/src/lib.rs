@@ -35,7 +35,9 @@ pub struct MemNodeConfig {
     /// bound address.
     pub advertise: Option<String>,
     pub capacity: u64,
-    /// The controller to register with. Without one the node is standalone:
+    /// The controller to register with (`A,B,...`: several sharing their
+    /// state in etcd, of which it registers with the leader and, when that
+    /// one dies, with the next). Without one the node is standalone:
     /// its range starts at global address 0 and every authenticated compute
     /// node may touch all of it (for benchmarks and single-node tests).
     pub controller: Option<String>,
@@ -556,12 +558,19 @@ impl MemNode {
         let heartbeat = match &cfg.controller {
             None => None,
             Some(ctl) => {
-                let link = register(ctl, &advertise, &cfg, &shared).map_err(|source| {
-                    MemNodeError::Register {
-                        addr: ctl.clone(),
-                        source,
-                    }
-                })?;
+                let several = controller_addrs(ctl).len() > 1;
+                let patience = if several {
+                    FIND_LEADER_FOR
+                } else {
+                    Duration::ZERO
+                };
+                let link =
+                    register(ctl, &advertise, &cfg, &shared, patience).map_err(|source| {
+                        MemNodeError::Register {
+                            addr: ctl.clone(),
+                            source,
+                        }
+                    })?;
                 let (shared, stop, cfg, ctl, advertise) = (
                     shared.clone(),
                     stop.clone(),
@@ -619,7 +628,47 @@ impl Drop for MemNode {
     }
 }
 
+/// The controllers of `list` (`A,B,...`), blanks dropped.
+fn controller_addrs(list: &str) -> Vec<&str> {
+    list.split(',')
+        .map(str::trim)
+        .filter(|a| !a.is_empty())
+        .collect()
+}
+
+/// How long a memory node given several controllers waits at start for
+/// one of them to be elected leader.
+const FIND_LEADER_FOR: Duration = Duration::from_secs(15);
+
+/// Registers with the controller of `ctls`, or with whichever of several
+/// leads (a standby refuses with `NotLeader`); with several, tries again
+/// for `patience` while none answers.
 fn register(
+    ctls: &str,
+    advertise: &str,
+    cfg: &MemNodeConfig,
+    shared: &Shared,
+    patience: Duration,
+) -> Result<Connection, NetError> {
+    let addrs = controller_addrs(ctls);
+    let deadline = std::time::Instant::now() + patience;
+    loop {
+        let mut last = NetError::Routing(format!("no controller address in `{ctls}`"));
+        for ctl in &addrs {
+            match register_with(ctl, advertise, cfg, shared) {
+                Ok(conn) => return Ok(conn),
+                Err(e) if addrs.len() == 1 => return Err(e),
+                Err(e) => last = e,
+            }
+        }
+        if std::time::Instant::now() >= deadline {
+            return Err(last);
+        }
+        thread::sleep(cfg.heartbeat.min(Duration::from_millis(200)));
+    }
+}
+
+fn register_with(
     ctl: &str,
     advertise: &str,
     cfg: &MemNodeConfig,
@@ -669,7 +718,7 @@ fn heartbeat_loop(
                 if stop.load(Ordering::SeqCst) {
                     return;
                 }
-                match register(ctl, advertise, cfg, shared) {
+                match register(ctl, advertise, cfg, shared, Duration::ZERO) {
                     Ok(conn) => {
                         link = conn;
                         break;

@@ -330,7 +330,7 @@ fn controller_state_survives_a_restart() {
     let state = dir.join("state.json");
     let _ = std::fs::remove_file(&state);
     let mut cfg = ControllerConfig::new("127.0.0.1:0");
-    cfg.state = Some(state.clone());
+    cfg.state = Some(farmem_controller::StateSpec::File(state.clone()));
     let controller = Controller::start(cfg.clone()).unwrap();
     let ctl = controller.local_addr().to_string();
     let mut m = MemNodeConfig::new("127.0.0.1:0", 4 * GIB);
@@ -940,7 +940,7 @@ fn an_unwritable_state_file_refuses_to_start_naming_it() {
     std::fs::write(&file, b"not a directory").unwrap();
     let state = file.join("state.json");
     let mut cfg = controller_config(Duration::from_secs(5));
-    cfg.state = Some(state.clone());
+    cfg.state = Some(farmem_controller::StateSpec::File(state.clone()));
     let err = match Controller::start(cfg) {
         Ok(_) => panic!("a controller that cannot keep its state must not start"),
         Err(e) => e.to_string(),
@@ -964,7 +964,7 @@ fn is_not_owner<T: std::fmt::Debug>(r: Result<T, NetError>) -> bool {
 fn leases_outlive_a_controller_restart_so_a_client_dead_meanwhile_loses_its_grants() {
     let dir = scratch("lease-state");
     let mut cfg = controller_config(Duration::from_millis(400));
-    cfg.state = Some(dir.join("state.json"));
+    cfg.state = Some(farmem_controller::StateSpec::File(dir.join("state.json")));
     let mut rack = rack_with(cfg.clone(), 1);
     cfg.listen = rack.controller.local_addr().to_string();
     let kept = client(&rack, "cn-kept");

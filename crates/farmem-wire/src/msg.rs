@@ -106,6 +106,9 @@ pub enum ErrorCode {
     /// The session presented no valid capability for the range, or a
     /// forged, tampered or stale one.
     NoCapability = 10,
+    /// A standby controller: another holds the leadership (its address is
+    /// in the message); ask that one.
+    NotLeader = 11,
 }
 
 impl ErrorCode {
@@ -120,6 +123,7 @@ impl ErrorCode {
             7 => Self::VersionMismatch,
             9 => Self::Lost,
             10 => Self::NoCapability,
+            11 => Self::NotLeader,
             _ => Self::Internal,
         }
     }

@@ -72,3 +72,62 @@ fn a_short_soak_reports_faults_and_never_a_wrong_byte() {
         let _ = std::fs::remove_dir_all(dir);
     }
 }
+
+/// True when etcd is on PATH; otherwise a skip (a failure under
+/// FARMEM_TEST_REQUIRE_PROGRAMS, where scripts/test installed it).
+fn etcd_installed() -> bool {
+    let found = std::env::var_os("PATH")
+        .is_some_and(|paths| std::env::split_paths(&paths).any(|d| d.join("etcd").is_file()));
+    if !found {
+        assert!(
+            std::env::var_os("FARMEM_TEST_REQUIRE_PROGRAMS").is_none(),
+            "etcd is not installed (scripts/test installs etcd-server)"
+        );
+        eprintln!("skipping: etcd is not installed");
+    }
+    found
+}
+
+/// Two controllers on an etcd the soak starts: the leader is killed (the
+/// first fault always is), another takes over, and the program started at
+/// the kill finishes; no program fails, hangs or reads a wrong byte.
+#[test]
+fn a_soak_with_two_controllers_kills_the_leader_and_goes_on() {
+    if !can_run() || !etcd_installed() {
+        return;
+    }
+    let out = Command::new(farmem())
+        .args(["eval", "faults", "--json", "--minutes", "0.25"])
+        .args(["--memnodes", "3", "--replicas", "2", "--programs", "1"])
+        .args([
+            "--size",
+            "24MiB",
+            "--local-mem",
+            "4MiB",
+            "--hang-secs",
+            "20",
+        ])
+        .args(["--seed", "5", "--controllers", "2"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    let v: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(v["bytes_mismatched"], 0, "{v}");
+    assert_eq!(v["programs"]["failed"], 0, "{v}");
+    assert_eq!(v["programs"]["hung"], 0, "{v}");
+    let c = &v["controllers"];
+    assert_eq!(c["count"], 2, "{v}");
+    let kills = c["kills"].as_array().unwrap();
+    assert!(!kills.is_empty(), "{v}");
+    assert_eq!(c["leader_kills"], kills.len(), "{v}");
+    assert_eq!(v["faults"]["leader_kill"], kills.len(), "{v}");
+    for k in kills {
+        assert!(k["takeover_ms"].is_number(), "no takeover: {v}");
+        assert_eq!(k["new_run_exit"], 0, "the run started at the kill: {v}");
+    }
+    if let Some(dir) = v["logs"].as_str() {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}

@@ -1,25 +1,220 @@
 //! The rack controller as a compute node sees it: allocation, release,
 //! the node list and statistics, and a lease kept alive by a thread.
+//!
+//! The controller may be several (`A,B`: controllers sharing their state
+//! in etcd, one leading): requests go to the leader, and when it dies or a
+//! standby answers `NotLeader`, the client finds the new leader among the
+//! others, proves its name there with a capability it was issued, and
+//! sends the request again ([`LeaderConn`]).
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use farmem_wire::{Cap, Extent, Msg, NodeInfo, Placement};
+use farmem_wire::{Cap, ErrorCode, Extent, Msg, NodeInfo, Placement};
 use parking_lot::{Condvar, Mutex, RwLock};
 
+use crate::conn::Reply;
 use crate::{ClientConfig, Connection, NetError};
 
-/// A client of the rack controller.
+/// How long a client looks for a new leader before giving up: a killed
+/// leader's etcd lease (2 s) runs out and a standby loads the state well
+/// within this.
+const FIND_LEADER_FOR: Duration = Duration::from_secs(15);
+/// Most capabilities tried, one at a time, to prove a name to a new leader.
+const PROOFS_TRIED: usize = 4;
+
+/// The controllers of `list` (`A,B,...`), blanks dropped.
+pub fn controller_addrs(list: &str) -> Vec<String> {
+    list.split(',')
+        .map(str::trim)
+        .filter(|a| !a.is_empty())
+        .map(String::from)
+        .collect()
+}
+
+/// A connection to whichever controller leads.
+#[derive(Clone, Debug)]
+pub(super) struct LeaderConn {
+    addrs: Arc<[String]>,
+    cfg: ClientConfig,
+    conn: Arc<Mutex<Connection>>,
+    /// Capabilities issued to us, shown to a new leader.
+    proof: Arc<RwLock<Vec<Cap>>>,
+}
+
+fn is_not_leader(reply: &Result<Reply, NetError>) -> bool {
+    match reply {
+        Ok(r) => matches!(
+            r.msg(),
+            Err(NetError::Remote {
+                code: ErrorCode::NotLeader,
+                ..
+            })
+        ),
+        Err(e) => matches!(
+            e,
+            NetError::Remote {
+                code: ErrorCode::NotLeader,
+                ..
+            }
+        ),
+    }
+}
+
+/// Shows the controller on `conn` one capability of ours after another
+/// until one proves our name (a new leader knows no session of ours).
+fn prove_on(conn: &Connection, proof: &[Cap]) {
+    for cap in proof.iter().rev().take(PROOFS_TRIED) {
+        if present_to(conn, std::slice::from_ref(cap)).is_ok() {
+            return;
+        }
+    }
+}
+
+/// Sends `msg` to each of `addrs` in turn, from `first`, until one that is
+/// not a standby answers (an answer that is itself a refusal included);
+/// tries again for `patience` while none does.
+fn find_leader(
+    addrs: &[String],
+    first: usize,
+    cfg: &ClientConfig,
+    proof: &RwLock<Vec<Cap>>,
+    msg: &Msg<'_>,
+    patience: Duration,
+) -> Result<(Connection, Reply), NetError> {
+    let deadline = Instant::now() + patience;
+    loop {
+        let mut last = None;
+        for i in 0..addrs.len() {
+            let addr = &addrs[(first + i) % addrs.len()];
+            let conn = match Connection::connect(addr, cfg) {
+                Ok(c) => c,
+                Err(e) if e.is_transient() => {
+                    last = Some(e);
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            prove_on(&conn, &proof.read());
+            let reply = conn.call(msg);
+            if is_not_leader(&reply) {
+                last = reply.and_then(|r| r.msg().map(drop)).err();
+                continue;
+            }
+            match reply {
+                Ok(r) => return Ok((conn, r)),
+                Err(e) if e.is_transient() => last = Some(e),
+                Err(e) => return Err(e),
+            }
+        }
+        let err = last.unwrap_or_else(|| NetError::Routing("no controller address given".into()));
+        if Instant::now() >= deadline {
+            return Err(err);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+impl LeaderConn {
+    /// Connects to the one controller of `list`, or finds the leader of
+    /// several (asking each for the node list).
+    fn connect(list: &str, cfg: &ClientConfig) -> Result<Self, NetError> {
+        let addrs: Arc<[String]> = controller_addrs(list).into();
+        let conn = match &*addrs {
+            [] => {
+                return Err(NetError::Routing(format!(
+                    "no controller address in `{list}`"
+                )));
+            }
+            [one] => Connection::connect(one, cfg)?,
+            many => {
+                let proof = RwLock::new(Vec::new());
+                let probe = Msg::ListNodes;
+                find_leader(many, 0, cfg, &proof, &probe, FIND_LEADER_FOR)?.0
+            }
+        };
+        Ok(Self {
+            addrs,
+            cfg: cfg.clone(),
+            conn: Arc::new(Mutex::new(conn)),
+            proof: Arc::default(),
+        })
+    }
+
+    /// Sends `msg` to the leader; with several controllers, one that died
+    /// or stands by is replaced by the new leader and `msg` sent there.
+    pub(super) fn call(&self, msg: &Msg<'_>) -> Result<Reply, NetError> {
+        if self.addrs.len() < 2 {
+            return self.conn.lock().clone().call(msg);
+        }
+        // On a thread of its own: this may be a process's exit path (the
+        // shim gives its memory back there), whose thread-locals, which
+        // reopening a connection draws on, are already gone. Named as the
+        // runtime's threads are, so the shim keeps its memory local.
+        std::thread::scope(|s| {
+            std::thread::Builder::new()
+                .name("farmem-ctl".into())
+                .spawn_scoped(s, || {
+                    crate::block_async_signals();
+                    self.call_leader(msg)
+                })
+                .map_err(NetError::Io)?
+                .join()
+                .map_err(|_| NetError::Routing("the controller call panicked".into()))?
+        })
+    }
+
+    fn call_leader(&self, msg: &Msg<'_>) -> Result<Reply, NetError> {
+        let conn = self.conn.lock().clone();
+        let reply = conn.call(msg);
+        let lost = is_not_leader(&reply) || reply.as_ref().is_err_and(NetError::is_transient);
+        if !lost {
+            return reply;
+        }
+        let at = self
+            .addrs
+            .iter()
+            .position(|a| *a == conn.peer())
+            .unwrap_or(0);
+        let (conn, reply) = find_leader(
+            &self.addrs,
+            at + 1,
+            &self.cfg,
+            &self.proof,
+            msg,
+            FIND_LEADER_FOR,
+        )?;
+        tracing::info!("the controller at {} leads now", conn.peer());
+        *self.conn.lock() = conn;
+        Ok(reply)
+    }
+
+    /// Keeps the capabilities of `extents` to prove our name with later.
+    fn remember(&self, extents: &[Extent]) {
+        let caps = extents
+            .iter()
+            .flat_map(|e| e.cap.iter().chain(e.mirrors.iter().flat_map(|m| &m.cap)));
+        let mut proof = self.proof.write();
+        proof.extend(caps.cloned());
+        // A handful is plenty: any one proves the name.
+        let excess = proof.len().saturating_sub(64);
+        proof.drain(..excess);
+    }
+}
+
+/// A client of the rack controller (or of the leader among several).
 #[derive(Clone, Debug)]
 pub struct ControllerClient {
-    pub(super) conn: Connection,
+    pub(super) conn: LeaderConn,
     addr: String,
 }
 
 impl ControllerClient {
+    /// Connects to the controller at `addr`, or to the leader of several
+    /// given as `A,B,...`.
     pub fn connect(addr: &str, cfg: &ClientConfig) -> Result<Self, NetError> {
         Ok(Self {
-            conn: Connection::connect(addr, cfg)?,
+            conn: LeaderConn::connect(addr, cfg)?,
             addr: addr.to_string(),
         })
     }
@@ -27,7 +222,8 @@ impl ControllerClient {
     /// Takes or renews a lease of `length` once (see [`Self::keep_lease`]
     /// for one kept alive); a zero length ends it.
     pub fn lease(&self, length: Duration) -> Result<(), NetError> {
-        lease_on(&self.conn, length)
+        let ms = u32::try_from(length.as_millis()).unwrap_or(u32::MAX);
+        self.conn.call(&Msg::Lease { ms })?.done("lease")
     }
 
     /// Holds this client's grants on a lease of `length`: should the client
@@ -57,10 +253,17 @@ impl ControllerClient {
         // A renewal waits no longer than its period for an answer.
         let mut cfg = cfg.clone();
         cfg.timeout = cfg.timeout.min(period.max(Duration::from_millis(100)));
-        let conn = Connection::connect(&self.addr, &cfg)?;
-        lease_on(&conn, length)?;
+        let addrs = controller_addrs(&self.addr);
+        let ms = u32::try_from(length.as_millis()).unwrap_or(u32::MAX);
+        let patience = if addrs.len() > 1 {
+            FIND_LEADER_FOR
+        } else {
+            Duration::ZERO
+        };
+        let (conn, reply) = find_leader(&addrs, 0, &cfg, &proof, &Msg::Lease { ms }, patience)?;
+        reply.done("lease")?;
         let stop = Arc::new((Mutex::new(false), Condvar::new()));
-        let (addr, flag) = (self.addr.clone(), stop.clone());
+        let flag = stop.clone();
         let thread = std::thread::Builder::new()
             .name("farmem-lease".into())
             .spawn(move || {
@@ -87,12 +290,15 @@ impl ControllerClient {
                     let renew = |c: &Connection| lease_on(c, length);
                     let result = match conn.as_ref().map(renew) {
                         Some(Ok(())) => Ok(()),
-                        _ => Connection::connect(&addr, &cfg).and_then(|c| {
-                            present_to(&c, &proof.read())?;
-                            renew(&c)?;
-                            conn = Some(c);
-                            Ok(())
-                        }),
+                        // A new connection, to the new leader if there
+                        // are several; one patient round only, so a
+                        // lapse is still reported on time.
+                        _ => find_leader(&addrs, 0, &cfg, &proof, &Msg::Lease { ms }, period)
+                            .and_then(|(c, reply)| {
+                                reply.done("lease")?;
+                                conn = Some(c);
+                                Ok(())
+                            }),
                     };
                     match result {
                         Ok(()) => failing = false,
@@ -155,7 +361,10 @@ impl ControllerClient {
             parity,
         };
         match self.conn.call(&alloc)?.msg()? {
-            Msg::AllocOk { extents } => Ok(extents),
+            Msg::AllocOk { extents } => {
+                self.conn.remember(&extents);
+                Ok(extents)
+            }
             other => Err(NetError::Unexpected {
                 request: "alloc",
                 got: other.op(),
@@ -179,7 +388,13 @@ impl ControllerClient {
 
     /// The controller's statistics as a JSON object.
     pub fn stats_json(&self) -> Result<String, NetError> {
-        stats_json(&self.conn)
+        match self.conn.call(&Msg::Stats)?.msg()? {
+            Msg::StatsOk { json } => Ok(json.to_string()),
+            other => Err(NetError::Unexpected {
+                request: "stats",
+                got: other.op(),
+            }),
+        }
     }
 }
 

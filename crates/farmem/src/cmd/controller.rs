@@ -3,6 +3,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use farmem_controller::StateSpec;
+
 use anyhow::Context;
 use farmem_controller::extent::Placement;
 use farmem_controller::{Controller, ControllerConfig};
@@ -19,17 +21,24 @@ use super::Outcome;
 /// lease counting again from the restart); the controller refuses to start
 /// when it cannot write that file. --quota caps what one client may hold.
 ///
+/// With --state etcd://HOST:PORT/PREFIX the state lives in etcd, and
+/// several controllers given the same one elect a leader on an etcd lease:
+/// the others stand by (refusing with "not the leader; the leader is at
+/// X") and one takes over within a few seconds of the leader's death.
+/// Clients and memory nodes take every controller's address: --controller A,B.
+///
 /// Example: farmem controller --listen 127.0.0.1:7000 --state /var/lib/farmem/controller.json
 #[derive(clap::Args)]
 pub struct Args {
     /// Address to listen on (port 0 picks a free port).
     #[arg(long, default_value = "127.0.0.1:7000")]
     listen: String,
-    /// File that keeps the node and extent table and the leases across
-    /// restarts; written at start (refused if it cannot be) and after
-    /// every change, atomically.
-    #[arg(long)]
-    state: Option<PathBuf>,
+    /// Where the node and extent table and the leases are kept across
+    /// restarts: a FILE (written at start, refused if it cannot be, and
+    /// after every change, atomically) or etcd://HOST:PORT/PREFIX (shared
+    /// with standby controllers; see above).
+    #[arg(long, value_name = "FILE|etcd://HOST:PORT/PREFIX")]
+    state: Option<StateSpec>,
     /// The most one client name may hold, every copy counted (default: no
     /// limit); an allocation past it is refused.
     #[arg(long)]

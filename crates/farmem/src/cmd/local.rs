@@ -162,7 +162,7 @@ pub fn connect_target(
 /// bytes as hex, in a file only this user can read. The directory is made
 /// with create-new semantics, so nobody can have planted it (or a link in
 /// it) beforehand.
-fn make_token() -> anyhow::Result<(PathBuf, PathBuf, Vec<u8>)> {
+pub(crate) fn make_token() -> anyhow::Result<(PathBuf, PathBuf, Vec<u8>)> {
     let mut last = None;
     for _ in 0..8 {
         let dir = std::env::temp_dir().join(format!(

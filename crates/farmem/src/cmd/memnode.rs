@@ -26,7 +26,9 @@ pub struct Args {
     /// Memory to offer, e.g. 64GiB.
     #[arg(long)]
     capacity: ByteSize,
-    /// The controller to register with.
+    /// The controller to register with (A,B: controllers sharing their
+    /// state in etcd; the node registers with the leader, and with the
+    /// next one when it dies).
     #[arg(long)]
     controller: Option<String>,
     /// Address peers should dial, when it differs from --listen (e.g. 0.0.0.0).

@@ -60,8 +60,10 @@ pub struct Args {
     /// Local memory that caches far pages (at least 1MiB).
     #[arg(long, default_value_t = ByteSize(preload_env::DEFAULT_LOCAL_BYTES))]
     local_mem: ByteSize,
-    /// Controller of an existing rack (host:port); default: start one
-    /// locally, authenticated by a random token of its own.
+    /// Controller of an existing rack (host:port, or host:port,host:port
+    /// for controllers sharing their state in etcd: the leader is found
+    /// and followed); default: start one locally, authenticated by a
+    /// random token of its own.
     #[arg(long)]
     controller: Option<String>,
     /// File holding the cluster token of --controller's rack (the one its
