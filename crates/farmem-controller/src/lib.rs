@@ -255,6 +255,18 @@ impl Shared {
         let cfg =
             ClientConfig::new("controller", Role::Controller).with_token(self.cfg.token.clone());
         let conn = Connection::connect(addr, &cfg)?;
+        // Only to the incarnation that registered: a node restarted since
+        // would take grants whose capabilities name the old one, and lose
+        // them when it registers (its memory is new).
+        let registered = self.table.lock().nodes.get(&node).map(|n| n.incarnation);
+        if let Some(registered) = registered
+            && registered != conn.incarnation()
+        {
+            return Err(NetError::Routing(format!(
+                "memory node {node} at {addr} answers as incarnation {:#x}, registered as {registered:#x}: it restarted and has not registered again, so nothing is granted on it until it does",
+                conn.incarnation()
+            )));
+        }
         self.links.lock().insert(node, conn.clone());
         Ok(conn)
     }

@@ -844,6 +844,31 @@ fn runs_of_lines_go_as_plain_writes_and_the_last_of_a_line_wins() {
     assert_eq!(checksum(&back), checksum(&expected));
 }
 
+#[test]
+fn nothing_is_granted_on_a_restarted_node_before_it_registers_again() {
+    let mut rack = rack(1, Duration::from_secs(30));
+    let a = client(&rack, "cn-early");
+    a.allocate(64 << 20, Placement::Default).unwrap();
+    // The node restarts on its address but has not registered yet (here:
+    // never), while the controller still counts it up.
+    let addr = rack.memnodes[0].addr().to_string();
+    rack.memnodes.remove(0).shutdown();
+    let mut m = MemNodeConfig::new(addr, 64 * GIB);
+    m.token = TOKEN.to_vec();
+    let _unregistered = MemNode::start(m).unwrap();
+    let granted = rack.controller.stats().granted_bytes;
+    let err = a.allocate(64 << 20, Placement::Default).unwrap_err();
+    assert!(
+        err.to_string().contains("has not registered again"),
+        "{err}"
+    );
+    assert_eq!(
+        rack.controller.stats().granted_bytes,
+        granted,
+        "the refused grant is not kept"
+    );
+}
+
 /// Stops memory node `node` and starts it again on the same address: same
 /// id, new incarnation, empty memory.
 fn restart(rack: &mut Rack, node: u32) {
