@@ -80,6 +80,12 @@ pub struct Flags {
     /// about every 0.1 s, and a lost node is given up on after 3 s).
     #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub hang_secs: u64,
+    /// faults: seconds from one memory node fault to the next at least:
+    /// the window in which a lost copy is found (3 s) and made again, so
+    /// that with R copies no more than R-1 of a byte are lost before it is
+    /// (what R copies promise). 0: faults at the schedule's pace.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(0..=600))]
+    pub repair_window: u64,
     /// faults: controllers; 2 or more share their state in an etcd the
     /// soak starts (`etcd` must be on PATH), and the leader is killed
     /// (SIGKILL) and restarted now and then.
@@ -246,6 +252,8 @@ impl<'a> Soak<'a> {
         );
         bar.enable_steady_tick(Duration::from_millis(500));
         let mut next_fault = t0 + Duration::from_millis(self.rng.gen_range(2000..=6000));
+        let window = Duration::from_secs(f.repair_window);
+        let mut last_node_fault: Option<Instant> = None;
         let mut interrupted = false;
         let mut hold = t0;
         loop {
@@ -264,8 +272,17 @@ impl<'a> Soak<'a> {
                 .filter(|n| n.state != NodeState::Up)
                 .count();
             self.watch_takeover(now);
-            if now >= next_fault && (down < max_down || self.can_kill_leader()) {
-                self.inject(now, down < max_down, deadline)?;
+            let node_may_fail =
+                down < max_down && last_node_fault.is_none_or(|t| now >= t + window);
+            if now >= next_fault && (node_may_fail || self.can_kill_leader()) {
+                let before = self.faults.len();
+                self.inject(now, node_may_fail, deadline)?;
+                if self.faults[before..]
+                    .iter()
+                    .any(|x| x.kind != chaos::Kind::LeaderKill)
+                {
+                    last_node_fault = Some(now);
+                }
                 next_fault = now + Duration::from_millis(self.rng.gen_range(4000..=10000));
             }
             let refused = self.refused();

@@ -167,6 +167,7 @@ impl Soak<'_> {
                 "local_mem_bytes": f.local_mem.bytes(),
                 "passes_per_program": f.passes,
                 "hang_secs": f.hang_secs,
+                "repair_window_secs": f.repair_window,
                 "controllers": f.controllers,
                 "quick": self.args.quick,
                 "network": "loopback 127.0.0.1, all processes on this machine",
