@@ -869,6 +869,51 @@ fn nothing_is_granted_on_a_restarted_node_before_it_registers_again() {
     );
 }
 
+#[test]
+fn with_every_copy_gone_the_error_names_the_last_node_lost() {
+    let mut rack = rack(3, Duration::from_secs(5));
+    let mut cfg = ClientConfig::new("cn-last", Role::Compute).with_token(TOKEN);
+    cfg.fail_after = Duration::from_millis(300);
+    let a = Cluster::connect(&rack.controller.local_addr().to_string(), cfg, 2).unwrap();
+    a.set_replicas(2);
+    let e = a.allocate(64 << 20, Placement::Default).unwrap()[0].clone();
+    a.write(e.base, &[7u8; 4096]).unwrap();
+    let kill = |rack: &mut Rack, node: u32| {
+        let i = rack
+            .memnodes
+            .iter()
+            .position(|m| m.node_id() == node)
+            .unwrap();
+        rack.memnodes.remove(i).shutdown();
+    };
+    // The first copy's node goes, and is found down; no repair is run.
+    kill(&mut rack, e.node);
+    let start = Instant::now();
+    while let Err(err) = a.write(e.base, &[8u8; 4096]) {
+        assert!(err.is_transient(), "{err}");
+        assert!(start.elapsed() < Duration::from_secs(30));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Then the other: a write's error names it, the loss that left no
+    // copy (not the first node, dropped long before).
+    let last = e.mirrors[0].node;
+    kill(&mut rack, last);
+    let start = Instant::now();
+    let err = loop {
+        match a.write_lines(&[(e.base + 64, [9u8; 64])]) {
+            Err(err) if err.is_transient() => {
+                assert!(start.elapsed() < Duration::from_secs(30));
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            other => break other.unwrap_err(),
+        }
+    };
+    match err {
+        NetError::NodeDown { node, .. } => assert_eq!(node, last, "{err}"),
+        other => panic!("expected the last node down, got {other}"),
+    }
+}
+
 /// Stops memory node `node` and starts it again on the same address: same
 /// id, new incarnation, empty memory.
 fn restart(rack: &mut Rack, node: u32) {

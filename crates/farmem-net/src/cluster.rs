@@ -69,6 +69,9 @@ struct NodeConns {
     /// and the last failure, for the error every later request gets.
     down: Mutex<Option<(Duration, String)>>,
     is_down: AtomicBool,
+    /// When the slot was dropped (lost or down): of several dropped copies,
+    /// an error names the last to go, the loss that left none.
+    dropped_at: Mutex<Option<Instant>>,
     /// Capabilities the controller issued us for this node's ranges,
     /// shared with each connection to present again when it reopens.
     caps: Arc<RwLock<Vec<Cap>>>,
@@ -94,7 +97,7 @@ impl NodeConns {
     fn check_incarnation(&self, now: u64) -> Result<(), NetError> {
         if now != self.incarnation {
             self.restarted_as.store(now, Ordering::SeqCst);
-            self.lost.store(true, Ordering::SeqCst);
+            self.mark_lost();
         }
         self.check_lost()
     }
@@ -142,6 +145,11 @@ impl NodeConns {
         for r in self.readers.read().iter() {
             let _ = self.present(None, Some(&mut r.lock()), &caps);
         }
+    }
+
+    fn mark_lost(&self) {
+        self.dropped_at.lock().get_or_insert_with(Instant::now);
+        self.lost.store(true, Ordering::SeqCst);
     }
 
     /// Lost or down: no copy of this slot is used again.
@@ -459,6 +467,7 @@ impl Cluster {
                     failing: AtomicBool::new(false),
                     down: Mutex::new(None),
                     is_down: AtomicBool::new(false),
+                    dropped_at: Mutex::new(None),
                     caps,
                 },
             );
@@ -520,6 +529,7 @@ impl Cluster {
                         return Err(e);
                     }
                     *n.down.lock() = Some((waited, e.to_string()));
+                    n.dropped_at.lock().get_or_insert(now);
                     n.is_down.store(true, Ordering::SeqCst);
                     n.check_lost().err().unwrap_or(e)
                 }
@@ -539,7 +549,7 @@ impl Cluster {
         } = e
             && let Some(n) = self.nodes.read().get(&node)
         {
-            n.lost.store(true, Ordering::SeqCst);
+            n.mark_lost();
         }
         e
     }

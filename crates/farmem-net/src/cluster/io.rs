@@ -56,7 +56,9 @@ impl Cluster {
                 }))
                 .collect()
         };
-        let (mut live, mut failing, mut gone) = (Vec::new(), Vec::new(), None);
+        let (mut live, mut failing) = (Vec::new(), Vec::new());
+        // The error of the copy dropped last: the loss that left none.
+        let mut gone: Option<(Option<std::time::Instant>, NetError)> = None;
         {
             let nodes = self.nodes.read();
             let filling = self.filling.read();
@@ -69,10 +71,10 @@ impl Cluster {
                     continue;
                 }
                 let Some(n) = nodes.get(&c.node) else {
-                    gone.get_or_insert(NetError::Routing(format!(
-                        "no connection in slot {}",
-                        c.node
-                    )));
+                    gone.get_or_insert((
+                        None,
+                        NetError::Routing(format!("no connection in slot {}", c.node)),
+                    ));
                     continue;
                 };
                 match n.check_lost() {
@@ -81,14 +83,17 @@ impl Cluster {
                     }
                     Ok(()) => live.push(c),
                     Err(e) => {
-                        gone.get_or_insert(e);
+                        let at = *n.dropped_at.lock();
+                        if gone.as_ref().is_none_or(|(last, _)| at > *last) {
+                            gone = Some((at, e));
+                        }
                     }
                 }
             }
         }
         live.append(&mut failing);
         match (live.is_empty(), gone) {
-            (true, Some(e)) => Err(self.with_held(e)),
+            (true, Some((_, e))) => Err(self.with_held(e)),
             _ => Ok(live),
         }
     }
