@@ -178,6 +178,7 @@ impl Soak<'_> {
                 continue;
             }
             if let Some(mut c) = p.child.take() {
+                dump_stacks(c.id(), &p.log);
                 let _ = c.kill();
                 let _ = c.wait();
                 p.ended = Some(now);
@@ -196,6 +197,36 @@ impl Soak<'_> {
     pub(super) fn running(&self) -> usize {
         self.programs.iter().filter(|p| p.child.is_some()).count()
     }
+}
+
+/// Appends the threads' stacks of a hung program and its children (the
+/// worker runs under `farmem run`) to its log, with gdb when there is one:
+/// a hang leaves nothing else to go on.
+fn dump_stacks(pid: u32, log: &std::path::Path) {
+    let Ok(out) = std::fs::OpenOptions::new().append(true).open(log) else {
+        return;
+    };
+    for pid in std::iter::once(pid).chain(children_of(pid)) {
+        let Ok(err) = out.try_clone() else { return };
+        let Ok(o) = out.try_clone() else { return };
+        let _ = Command::new("gdb")
+            .args(["-batch", "-nx", "-p", &pid.to_string()])
+            .args(["-ex", "thread apply all bt"])
+            .stdin(Stdio::null())
+            .stdout(o)
+            .stderr(err)
+            .status();
+    }
+}
+
+/// The processes whose parent is `pid`.
+fn children_of(pid: u32) -> Vec<u32> {
+    let path = format!("/proc/{pid}/task/{pid}/children");
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|p| p.parse().ok())
+        .collect()
 }
 
 pub(super) fn program_seed(seed: u64, id: u64) -> u64 {
