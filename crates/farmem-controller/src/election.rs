@@ -34,8 +34,6 @@ use crate::{Shared, state};
 /// The leader's etcd lease: a killed leader is replaced about this long
 /// (plus one poll) after its death.
 pub const LEASE_TTL_S: u64 = 2;
-/// How long one request to etcd may take.
-pub(crate) const ETCD_TIMEOUT: Duration = Duration::from_millis(1500);
 
 /// This controller's part in the election.
 pub(crate) struct Leadership {

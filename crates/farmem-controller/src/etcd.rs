@@ -14,6 +14,9 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD as B64;
 use serde_json::{Value, json};
 
+/// How long one request to etcd may take.
+pub(crate) const ETCD_TIMEOUT: Duration = Duration::from_millis(1500);
+
 /// `etcd://HOST:PORT/PREFIX`: where the controller keeps its state and
 /// holds its election. The prefix defaults to `farmem`.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -222,7 +222,7 @@ impl Shared {
             .map(|spec| state::backend(spec, fence.clone()));
         let leadership = match &cfg.state {
             Some(StateSpec::Etcd(url)) => Some(Arc::new(election::Leadership::new(
-                etcd::Etcd::new(url, election::ETCD_TIMEOUT),
+                etcd::Etcd::new(url, etcd::ETCD_TIMEOUT),
                 fence,
             ))),
             _ => None,

@@ -2,7 +2,7 @@
 //! the lease table ([`LeaseBook`]), as one JSON object, kept by a
 //! [`Backend`]: a file (`--state FILE`, written atomically: a temporary
 //! file beside it, then a rename) or a key in etcd (`--state
-//! etcd://HOST:PORT/PREFIX`, see [`crate::election`]), saved after every
+//! etcd://HOST:PORT/PREFIX`, see the `election` module), saved after every
 //! change.
 //!
 //! The controller writes it once when it starts serving and refuses to
@@ -207,7 +207,7 @@ pub(crate) fn backend(spec: &StateSpec, fence: Arc<Mutex<Option<i64>>>) -> Arc<d
     match spec {
         StateSpec::File(path) => Arc::new(FileBackend(path.clone())),
         StateSpec::Etcd(url) => Arc::new(EtcdBackend {
-            etcd: Etcd::new(url, crate::election::ETCD_TIMEOUT),
+            etcd: Etcd::new(url, crate::etcd::ETCD_TIMEOUT),
             url: url.clone(),
             fence,
         }),

@@ -24,20 +24,11 @@
 use serde::{Deserialize, Serialize};
 
 use crate::BlockId;
+pub use crate::cache::SubPageState;
 use crate::cache::{PolicyError, ReplacementPolicy};
 
 /// A page number: a block's number divided by the blocks per page.
 pub type PageId = u64;
-
-/// Where a sub-page block sits in a two-list cache.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum SubPageState {
-    Active,
-    Inactive,
-    /// Not resident; its address is in the refault queue.
-    Refault,
-    Absent,
-}
 
 /// A cache that can say where a block sits, without touching it. Every
 /// [`ReplacementPolicy`] is one (through its `sub_page_state`), boxed or not.

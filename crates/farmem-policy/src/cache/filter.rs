@@ -50,10 +50,10 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::SubPageState;
 use super::block_map::{BlockMap, block_map};
 use super::{Access, PolicyError, ReplacementPolicy};
 use crate::list::{Ends, Handle, IndexList};
-use crate::promote::SubPageState;
 use crate::{BlockId, Nanos};
 
 /// Largest number of list pairs (the paper sweeps 1–16, §4.7).

@@ -38,6 +38,17 @@ pub enum Access {
     },
 }
 
+/// Where a sub-page block sits in a two-list cache (what page promotion
+/// ranks pages by).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SubPageState {
+    Active,
+    Inactive,
+    /// Not resident; its address is in the refault queue.
+    Refault,
+    Absent,
+}
+
 /// One replacement policy over a fixed number of block slots.
 ///
 /// Hooks are narrow, after ChampSim: `touch` on a hit, `insert` on a fill
@@ -71,12 +82,11 @@ pub trait ReplacementPolicy: Send {
         (0..n).map_while(|_| self.evict(now)).collect()
     }
 
-    /// Where `block` sits, for page promotion ([`crate::promote`]), without
+    /// Where `block` sits, for page promotion (the `promote` module), without
     /// touching it. Policies with active/inactive lists (and a refault
     /// history) say which; single-list policies report resident blocks as
     /// active.
-    fn sub_page_state(&self, block: BlockId) -> crate::promote::SubPageState {
-        use crate::promote::SubPageState;
+    fn sub_page_state(&self, block: BlockId) -> SubPageState {
         if self.contains(block) {
             SubPageState::Active
         } else {

@@ -13,10 +13,10 @@
 //! inactive hit promotes here, as in Filter-Cache, which keeps the two
 //! caches comparable.
 
+use super::SubPageState;
 use super::block_map::{BlockMap, block_map};
 use super::{Access, ReplacementPolicy};
 use crate::list::{Ends, Handle, IndexList};
-use crate::promote::SubPageState;
 use crate::{BlockId, Nanos};
 
 #[derive(Debug, Clone, Copy)]
