@@ -705,14 +705,6 @@ fn a_lost_copy_is_made_again_and_survives_the_loss_of_the_other() {
     a.write(e.base, &pattern).unwrap();
     assert!(!a.needs_repair());
     // Lose the first copy's node; a write finds it down after the deadline.
-    let kill = |rack: &mut Rack, node: u32| {
-        let i = rack
-            .memnodes
-            .iter()
-            .position(|m| m.node_id() == node)
-            .unwrap();
-        rack.memnodes.remove(i).shutdown();
-    };
     kill(&mut rack, e.node);
     let start = Instant::now();
     while let Err(err) = a.write(e.base, &pattern[..4096]) {
@@ -878,14 +870,6 @@ fn with_every_copy_gone_the_error_names_the_last_node_lost() {
     a.set_replicas(2);
     let e = a.allocate(64 << 20, Placement::Default).unwrap()[0].clone();
     a.write(e.base, &[7u8; 4096]).unwrap();
-    let kill = |rack: &mut Rack, node: u32| {
-        let i = rack
-            .memnodes
-            .iter()
-            .position(|m| m.node_id() == node)
-            .unwrap();
-        rack.memnodes.remove(i).shutdown();
-    };
     // The first copy's node goes, and is found down; no repair is run.
     kill(&mut rack, e.node);
     let start = Instant::now();
@@ -914,9 +898,8 @@ fn with_every_copy_gone_the_error_names_the_last_node_lost() {
     }
 }
 
-/// Stops memory node `node` and starts it again on the same address: same
-/// id, new incarnation, empty memory.
-fn restart(rack: &mut Rack, node: u32) {
+/// Stops memory node `node` for good; returns its address.
+fn kill(rack: &mut Rack, node: u32) -> String {
     let i = rack
         .memnodes
         .iter()
@@ -924,6 +907,13 @@ fn restart(rack: &mut Rack, node: u32) {
         .unwrap();
     let addr = rack.memnodes[i].addr().to_string();
     rack.memnodes.remove(i).shutdown();
+    addr
+}
+
+/// Stops memory node `node` and starts it again on the same address: same
+/// id, new incarnation, empty memory.
+fn restart(rack: &mut Rack, node: u32) {
+    let addr = kill(rack, node);
     let mut cfg = MemNodeConfig::new(addr, 64 * GIB);
     cfg.controller = Some(rack.controller.local_addr().to_string());
     cfg.token = TOKEN.to_vec();

@@ -204,13 +204,19 @@ impl Cluster {
                 self.call_on(slot, &write)?.done("write")?;
             }
             off += n as u64;
-            if rate > 0 {
-                let due = Duration::from_secs_f64(off as f64 / rate as f64);
-                if let Some(wait) = due.checked_sub(start.elapsed()) {
-                    std::thread::sleep(wait);
-                }
-            }
+            pace(start, off, rate);
         }
         Ok(())
+    }
+}
+
+/// Sleeps until `done` bytes since `start` are no more than `rate` bytes
+/// per second (0: no limit): the pace of every repair.
+pub(super) fn pace(start: Instant, done: u64, rate: u64) {
+    if rate > 0 {
+        let due = Duration::from_secs_f64(done as f64 / rate as f64);
+        if let Some(wait) = due.checked_sub(start.elapsed()) {
+            std::thread::sleep(wait);
+        }
     }
 }

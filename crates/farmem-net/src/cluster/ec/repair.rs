@@ -1,13 +1,14 @@
 //! Rebuilding a stripe's lost shard (see the parent module's "Repair").
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use farmem_wire::Msg;
 
 use super::io::coding_error;
 use super::{PAGE, Shard, Stripe};
 use crate::NetError;
+use crate::cluster::repair::pace;
 use crate::cluster::{Cluster, ControllerClient, Repaired};
 
 /// A stripe with a shard to rebuild: the stripe, that shard, a live
@@ -158,12 +159,7 @@ impl Cluster {
             self.call_on(new.node, &write)?.done("write")?;
             at += take as u64;
             written += chunks.len() as u64;
-            if rate > 0 {
-                let due = Duration::from_secs_f64(written as f64 / rate as f64);
-                if let Some(wait) = due.checked_sub(start.elapsed()) {
-                    std::thread::sleep(wait);
-                }
-            }
+            pace(start, written, rate);
         }
     }
 }
