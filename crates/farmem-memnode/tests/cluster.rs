@@ -1,11 +1,14 @@
 //! A controller and two memory nodes in-process on loopback, driven through
 //! the client library as a compute node would.
 
+mod common;
+
+use common::{GIB, Rack, TOKEN, checksum, controller_config};
+
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use farmem_controller::extent::Placement as TreePlacement;
 use farmem_controller::{Controller, ControllerConfig};
 use farmem_memnode::{MemNode, MemNodeConfig};
 use farmem_net::{ClientConfig, Cluster, NetError};
@@ -14,60 +17,10 @@ use rand::rngs::SmallRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, RngCore, SeedableRng};
 
-const GIB: u64 = 1 << 30;
-const TOKEN: &[u8] = b"test-cluster-token";
-
-struct Rack {
-    controller: Controller,
-    memnodes: Vec<MemNode>,
-}
-
-fn rack(nodes: usize, heartbeat_timeout: Duration) -> Rack {
-    rack_with(controller_config(heartbeat_timeout), nodes)
-}
-
-fn controller_config(heartbeat_timeout: Duration) -> ControllerConfig {
-    let mut cfg = ControllerConfig::new("127.0.0.1:0");
-    cfg.token = TOKEN.to_vec();
-    cfg.heartbeat_timeout = heartbeat_timeout;
-    cfg.placement = TreePlacement::RoundRobin;
-    cfg
-}
-
-fn rack_with(cfg: ControllerConfig, nodes: usize) -> Rack {
-    let controller = Controller::start(cfg).expect("controller starts");
-    let ctl = controller.local_addr().to_string();
-    let memnodes = (0..nodes)
-        .map(|_| {
-            let mut m = MemNodeConfig::new("127.0.0.1:0", 64 * GIB);
-            m.controller = Some(ctl.clone());
-            m.token = TOKEN.to_vec();
-            m.heartbeat = Duration::from_millis(50);
-            MemNode::start(m).expect("memnode starts")
-        })
-        .collect();
-    Rack {
-        controller,
-        memnodes,
-    }
-}
-
-fn client(rack: &Rack, name: &str) -> Cluster {
-    let cfg = ClientConfig::new(name, Role::Compute).with_token(TOKEN);
-    Cluster::connect(&rack.controller.local_addr().to_string(), cfg, 2).expect("client connects")
-}
-
-/// FNV-1a, enough to compare a GiB without keeping two copies around.
-fn checksum(data: &[u8]) -> u64 {
-    data.iter().fold(0xcbf29ce484222325u64, |h, &b| {
-        (h ^ u64::from(b)).wrapping_mul(0x100000001b3)
-    })
-}
-
 #[test]
 fn a_gib_written_at_every_granularity_reads_back_identically() {
-    let rack = rack(2, Duration::from_secs(5));
-    let a = client(&rack, "cn-a");
+    let rack = Rack::start(2, Duration::from_secs(5));
+    let a = rack.client("cn-a");
     let extents = a.allocate(GIB, Placement::Default).unwrap();
     assert_eq!(extents.iter().map(|e| e.len).sum::<u64>(), GIB);
     let nodes: std::collections::BTreeSet<u32> = extents.iter().map(|e| e.node).collect();
@@ -122,7 +75,7 @@ fn a_gib_written_at_every_granularity_reads_back_identically() {
 
     // Read it all back with a fresh client of the same name (the runtime's
     // restart case), in 4 MiB reads.
-    let b = client(&rack, "cn-a");
+    let b = rack.client("cn-a");
     b.adopt(extents.clone()).unwrap();
     let mut back = vec![0u8; total];
     const READ: usize = 4 << 20;
@@ -141,12 +94,12 @@ fn a_gib_written_at_every_granularity_reads_back_identically() {
 
 #[test]
 fn another_client_cannot_touch_my_extents() {
-    let rack = rack(2, Duration::from_secs(5));
-    let a = client(&rack, "cn-a");
+    let rack = Rack::start(2, Duration::from_secs(5));
+    let a = rack.client("cn-a");
     let extents = a.allocate(256 << 20, Placement::Default).unwrap();
     a.write(extents[0].base, &[7u8; 4096]).unwrap();
 
-    let intruder = client(&rack, "cn-b");
+    let intruder = rack.client("cn-b");
     // cn-a's capabilities are no good to cn-b (see tests/auth.rs): it
     // tries without them.
     let bare: Vec<_> = extents
@@ -215,7 +168,7 @@ fn another_client_cannot_touch_my_extents() {
     let stats = rack.controller.stats();
     assert_eq!(stats.granted_bytes, 0);
     // The next owner of that memory finds it zeroed, not the last owner's bytes.
-    let heir = client(&rack, "cn-c");
+    let heir = rack.client("cn-c");
     let inherited = heir.allocate(256 << 20, Placement::Default).unwrap();
     assert!(
         inherited.iter().any(|e| e.base == extents[0].base),
@@ -223,7 +176,7 @@ fn another_client_cannot_touch_my_extents() {
     );
     heir.read(extents[0].base, &mut buf).unwrap();
     assert_eq!(buf, [0u8; 4096]);
-    let b2 = client(&rack, "cn-a");
+    let b2 = rack.client("cn-a");
     b2.adopt(extents.clone()).unwrap();
     assert!(matches!(
         b2.read(extents[0].base, &mut buf),
@@ -236,8 +189,8 @@ fn another_client_cannot_touch_my_extents() {
 
 #[test]
 fn garbage_and_oversized_frames_close_only_their_connection() {
-    let rack = rack(1, Duration::from_secs(5));
-    let a = client(&rack, "cn-a");
+    let rack = Rack::start(1, Duration::from_secs(5));
+    let a = rack.client("cn-a");
     let extents = a.allocate(128 << 20, Placement::Default).unwrap();
     let addr = extents[0].base;
     a.write(addr, b"still here").unwrap();
@@ -266,8 +219,8 @@ fn garbage_and_oversized_frames_close_only_their_connection() {
 
 #[test]
 fn unknown_opcode_after_handshake_is_answered_and_isolated() {
-    let rack = rack(1, Duration::from_secs(5));
-    let a = client(&rack, "cn-a");
+    let rack = Rack::start(1, Duration::from_secs(5));
+    let a = rack.client("cn-a");
     let extents = a.allocate(128 << 20, Placement::Default).unwrap();
     let memnode = rack.memnodes[0].addr().to_string();
     let mut raw = handshaken_socket(&memnode, "cn-a");
@@ -296,7 +249,7 @@ fn unknown_opcode_after_handshake_is_answered_and_isolated() {
 
 #[test]
 fn a_wrong_token_is_refused_without_revealing_it() {
-    let rack = rack(1, Duration::from_secs(5));
+    let rack = Rack::start(1, Duration::from_secs(5));
     let ctl = rack.controller.local_addr().to_string();
     let wrong = ClientConfig::new("cn-a", Role::Compute).with_token(b"guess".to_vec());
     let err = Cluster::connect(&ctl, wrong, 1).unwrap_err();
@@ -305,7 +258,7 @@ fn a_wrong_token_is_refused_without_revealing_it() {
 
 #[test]
 fn a_silent_memnode_is_marked_down_and_gets_no_new_grants() {
-    let mut rack = rack(2, Duration::from_millis(300));
+    let mut rack = Rack::start(2, Duration::from_millis(300));
     let gone = rack.memnodes[1].node_id();
     rack.memnodes[1].shutdown();
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -318,7 +271,7 @@ fn a_silent_memnode_is_marked_down_and_gets_no_new_grants() {
         assert!(Instant::now() < deadline, "node never marked down");
         std::thread::sleep(Duration::from_millis(50));
     }
-    let a = client(&rack, "cn-a");
+    let a = rack.client("cn-a");
     let extents = a.allocate(512 << 20, Placement::Default).unwrap();
     assert!(extents.iter().all(|e| e.node != gone), "{extents:?}");
 }
@@ -450,8 +403,8 @@ fn a_restarted_standalone_memnode_never_serves_zeros_for_old_data() {
 
 #[test]
 fn a_memnode_restarted_in_a_rack_refuses_its_lost_grants_until_released() {
-    let mut rack = rack(2, Duration::from_secs(5));
-    let a = client(&rack, "cn-a");
+    let mut rack = Rack::start(2, Duration::from_secs(5));
+    let a = rack.client("cn-a");
     let extents = a.allocate(256 << 20, Placement::Default).unwrap();
     let pattern: Vec<u8> = (0..8192u32).map(|i| (i * 13) as u8).collect();
     for e in &extents {
@@ -505,7 +458,7 @@ fn a_memnode_restarted_in_a_rack_refuses_its_lost_grants_until_released() {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
-    let b = client(&rack, "cn-a");
+    let b = rack.client("cn-a");
     b.adopt(a.extents()).unwrap();
     match b.read(extents[0].base, &mut buf) {
         Err(NetError::Remote {
@@ -565,9 +518,9 @@ fn a_killed_memnode_is_declared_down_after_the_deadline() {
 
 #[test]
 fn a_silent_clients_lease_runs_out_and_a_renewed_one_does_not() {
-    let rack = rack(2, Duration::from_millis(400));
-    let kept = client(&rack, "cn-kept");
-    let dead = client(&rack, "cn-dead");
+    let rack = Rack::start(2, Duration::from_millis(400));
+    let kept = rack.client("cn-kept");
+    let dead = rack.client("cn-dead");
     let lost = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let flag = lost.clone();
     let keeper = kept
@@ -636,114 +589,6 @@ fn a_silent_clients_lease_runs_out_and_a_renewed_one_does_not() {
 }
 
 #[test]
-fn two_copies_survive_a_killed_node_and_are_released_together() {
-    let mut rack = rack(2, Duration::from_secs(5));
-    let mut cfg = ClientConfig::new("cn-r", Role::Compute).with_token(TOKEN);
-    cfg.fail_after = Duration::from_millis(300);
-    let a = Cluster::connect(&rack.controller.local_addr().to_string(), cfg, 2).unwrap();
-    a.set_replicas(2);
-    let extents = a.allocate(256 << 20, Placement::Default).unwrap();
-    assert_eq!(rack.controller.stats().granted_bytes, 512 << 20);
-    for e in &extents {
-        assert_eq!(e.mirrors.len(), 1, "{e:?}");
-        assert_ne!(e.mirrors[0].node, e.node, "copies on distinct nodes: {e:?}");
-    }
-    let pattern: Vec<u8> = (0..(1u32 << 20)).map(|i| (i * 31 + 7) as u8).collect();
-    let base = extents[0].base;
-    a.write(base, &pattern).unwrap();
-    let line = [0x5au8; 64];
-    a.write_lines(&[(base + 4096, line)]).unwrap();
-    let mut expected = pattern.clone();
-    expected[4096..4160].copy_from_slice(&line);
-    // Kill the node holding the first copy: reads fail over at once.
-    let victim = rack
-        .memnodes
-        .iter()
-        .position(|m| m.node_id() == extents[0].node)
-        .unwrap();
-    rack.memnodes.remove(victim).shutdown();
-    let mut back = vec![0u8; pattern.len()];
-    a.read(base, &mut back).unwrap();
-    assert!(
-        back == expected,
-        "the surviving copy reads back what was written"
-    );
-    // Writes fail while the node is only suspected, then go on to the
-    // copy left once it is declared down.
-    let start = Instant::now();
-    let line2 = [0xa5u8; 64];
-    while let Err(e) = a.write_lines(&[(base + 8192, line2)]) {
-        assert!(e.is_transient(), "{e}");
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "never declared down"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    expected[8192..8256].copy_from_slice(&line2);
-    a.read(base, &mut back).unwrap();
-    assert!(back == expected);
-    // Both copies go back to the controller.
-    for e in a.extents() {
-        a.release(e.base, e.len).unwrap();
-    }
-    assert_eq!(rack.controller.stats().granted_bytes, 0);
-}
-
-#[test]
-fn a_lost_copy_is_made_again_and_survives_the_loss_of_the_other() {
-    let mut rack = rack(3, Duration::from_secs(5));
-    let mut cfg = ClientConfig::new("cn-repair", Role::Compute).with_token(TOKEN);
-    cfg.fail_after = Duration::from_millis(300);
-    let a = Cluster::connect(&rack.controller.local_addr().to_string(), cfg, 2).unwrap();
-    a.set_replicas(2);
-    let extents = a.allocate(128 << 20, Placement::Default).unwrap();
-    let e = extents[0].clone();
-    let pattern: Vec<u8> = (0..(4u32 << 20))
-        .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
-        .collect();
-    a.write(e.base, &pattern).unwrap();
-    assert!(!a.needs_repair());
-    // Lose the first copy's node; a write finds it down after the deadline.
-    kill(&mut rack, e.node);
-    let start = Instant::now();
-    while let Err(err) = a.write(e.base, &pattern[..4096]) {
-        assert!(err.is_transient(), "{err}");
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "never declared down"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    assert!(a.needs_repair());
-    let done = a.repair(0).unwrap();
-    assert_eq!(done.copies, 1);
-    assert_eq!(done.bytes, e.len);
-    assert!(!a.needs_repair());
-    // A write after the repair reaches the new copy too.
-    let line = [0x77u8; 64];
-    a.write_lines(&[(e.base + 64, line)]).unwrap();
-    let mut expected = pattern.clone();
-    expected[64..128].copy_from_slice(&line);
-    // Now lose the other original copy: the new one holds everything.
-    kill(&mut rack, e.mirrors[0].node);
-    let mut back = vec![0u8; expected.len()];
-    let start = Instant::now();
-    loop {
-        match a.read(e.base, &mut back) {
-            Ok(()) => break,
-            Err(err) if err.is_transient() => {}
-            Err(err) => panic!("the repaired copy must serve the data: {err}"),
-        }
-        assert!(start.elapsed() < Duration::from_secs(30));
-    }
-    assert!(
-        back == expected,
-        "the new copy holds what was written, before and after it was made"
-    );
-}
-
-#[test]
 fn a_session_closed_while_idle_reopens_with_its_capabilities() {
     let controller = Controller::start(controller_config(Duration::from_secs(5))).unwrap();
     let mut m = MemNodeConfig::new("127.0.0.1:0", GIB);
@@ -755,8 +600,9 @@ fn a_session_closed_while_idle_reopens_with_its_capabilities() {
     let rack = Rack {
         controller,
         memnodes: vec![node],
+        gates: Vec::new(),
     };
-    let a = client(&rack, "cn-idle");
+    let a = rack.client("cn-idle");
     let e = a.allocate(64 << 20, Placement::Default).unwrap()[0].clone();
     let pattern: Vec<u8> = (0..(1u32 << 20)).map(|i| (i * 7 + 3) as u8).collect();
     a.write(e.base, &pattern).unwrap();
@@ -777,8 +623,8 @@ fn a_session_closed_while_idle_reopens_with_its_capabilities() {
 
 #[test]
 fn runs_of_lines_go_as_plain_writes_and_the_last_of_a_line_wins() {
-    let rack = rack(1, Duration::from_secs(5));
-    let a = client(&rack, "cn-runs");
+    let rack = Rack::start(1, Duration::from_secs(5));
+    let a = rack.client("cn-runs");
     let e = a.allocate(64 << 20, Placement::Default).unwrap()[0].clone();
     let mut expected = vec![0u8; 1 << 20];
     a.write(e.base, &expected).unwrap();
@@ -838,8 +684,8 @@ fn runs_of_lines_go_as_plain_writes_and_the_last_of_a_line_wins() {
 
 #[test]
 fn nothing_is_granted_on_a_restarted_node_before_it_registers_again() {
-    let mut rack = rack(1, Duration::from_secs(30));
-    let a = client(&rack, "cn-early");
+    let mut rack = Rack::start(1, Duration::from_secs(30));
+    let a = rack.client("cn-early");
     a.allocate(64 << 20, Placement::Default).unwrap();
     // The node restarts on its address but has not registered yet (here:
     // never), while the controller still counts it up.
@@ -859,129 +705,6 @@ fn nothing_is_granted_on_a_restarted_node_before_it_registers_again() {
         granted,
         "the refused grant is not kept"
     );
-}
-
-#[test]
-fn with_every_copy_gone_the_error_names_the_last_node_lost() {
-    let mut rack = rack(3, Duration::from_secs(5));
-    let mut cfg = ClientConfig::new("cn-last", Role::Compute).with_token(TOKEN);
-    cfg.fail_after = Duration::from_millis(300);
-    let a = Cluster::connect(&rack.controller.local_addr().to_string(), cfg, 2).unwrap();
-    a.set_replicas(2);
-    let e = a.allocate(64 << 20, Placement::Default).unwrap()[0].clone();
-    a.write(e.base, &[7u8; 4096]).unwrap();
-    // The first copy's node goes, and is found down; no repair is run.
-    kill(&mut rack, e.node);
-    let start = Instant::now();
-    while let Err(err) = a.write(e.base, &[8u8; 4096]) {
-        assert!(err.is_transient(), "{err}");
-        assert!(start.elapsed() < Duration::from_secs(30));
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    // Then the other: a write's error names it, the loss that left no
-    // copy (not the first node, dropped long before).
-    let last = e.mirrors[0].node;
-    kill(&mut rack, last);
-    let start = Instant::now();
-    let err = loop {
-        match a.write_lines(&[(e.base + 64, [9u8; 64])]) {
-            Err(err) if err.is_transient() => {
-                assert!(start.elapsed() < Duration::from_secs(30));
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            other => break other.unwrap_err(),
-        }
-    };
-    match err {
-        NetError::NodeDown { node, .. } => assert_eq!(node, last, "{err}"),
-        other => panic!("expected the last node down, got {other}"),
-    }
-}
-
-/// Stops memory node `node` for good; returns its address.
-fn kill(rack: &mut Rack, node: u32) -> String {
-    let i = rack
-        .memnodes
-        .iter()
-        .position(|m| m.node_id() == node)
-        .unwrap();
-    let addr = rack.memnodes[i].addr().to_string();
-    rack.memnodes.remove(i).shutdown();
-    addr
-}
-
-/// Stops memory node `node` and starts it again on the same address: same
-/// id, new incarnation, empty memory.
-fn restart(rack: &mut Rack, node: u32) {
-    let addr = kill(rack, node);
-    let mut cfg = MemNodeConfig::new(addr, 64 * GIB);
-    cfg.controller = Some(rack.controller.local_addr().to_string());
-    cfg.token = TOKEN.to_vec();
-    cfg.heartbeat = Duration::from_millis(50);
-    rack.memnodes.push(MemNode::start(cfg).unwrap());
-}
-
-/// Repairs until a pass succeeds, as the runtime's repair thread does: a
-/// pass can fail on a node only slow under load, or on a restarted one
-/// the controller has not seen register yet.
-fn repair_until_done(c: &Cluster) -> farmem_net::Repaired {
-    let start = Instant::now();
-    loop {
-        match c.repair(0) {
-            Ok(done) => return done,
-            Err(e) => assert!(start.elapsed() < Duration::from_secs(30), "{e}"),
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-#[test]
-fn copies_return_to_restarted_nodes_so_restarts_in_turn_lose_nothing() {
-    // Three nodes, two copies, five rounds each restarting a node holding a
-    // copy: from the second round on, the only nodes left for a new copy
-    // are ones this client saw restart.
-    let mut rack = rack(3, Duration::from_secs(5));
-    let mut cfg = ClientConfig::new("cn-turns", Role::Compute).with_token(TOKEN);
-    cfg.fail_after = Duration::from_millis(300);
-    let a = Cluster::connect(&rack.controller.local_addr().to_string(), cfg, 2).unwrap();
-    a.set_replicas(2);
-    let e = a.allocate(128 << 20, Placement::Default).unwrap()[0].clone();
-    let mut expected: Vec<u8> = (0..(4u32 << 20))
-        .map(|i| (i.wrapping_mul(2654435761) >> 11) as u8)
-        .collect();
-    a.write(e.base, &expected).unwrap();
-    for round in 0..5u32 {
-        let holders = a.live_copies(e.base).unwrap();
-        assert_eq!(holders.len(), 2, "round {round}: {holders:?}");
-        restart(&mut rack, holders[(round % 2) as usize]);
-        // The next write finds the restart and goes on to the other copy.
-        let chunk = vec![round as u8 ^ 0xa5; 64 << 10];
-        let at = u64::from(round) * (256 << 10);
-        let start = Instant::now();
-        while let Err(err) = a.write(e.base + at, &chunk) {
-            assert!(err.is_transient(), "round {round}: {err}");
-            assert!(start.elapsed() < Duration::from_secs(30), "round {round}");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        expected[at as usize..at as usize + chunk.len()].copy_from_slice(&chunk);
-        assert!(a.needs_repair(), "round {round}");
-        let done = repair_until_done(&a);
-        assert_eq!(done.copies, 1, "round {round}");
-        let holders = a.live_copies(e.base).unwrap();
-        assert_eq!(holders.len(), 2, "round {round}: {holders:?}");
-        assert_ne!(holders[0], holders[1], "round {round}");
-        let mut back = vec![0u8; expected.len()];
-        a.read(e.base, &mut back).unwrap();
-        assert_eq!(checksum(&back), checksum(&expected), "round {round}");
-    }
-    // Every node restarted at least once; a new allocation uses them.
-    let fresh = a.allocate(256 << 20, Placement::Default).unwrap();
-    for f in &fresh {
-        a.write(f.base, &expected[..1 << 20]).unwrap();
-        let mut back = vec![0u8; 1 << 20];
-        a.read(f.base, &mut back).unwrap();
-        assert_eq!(checksum(&back), checksum(&expected[..1 << 20]));
-    }
 }
 
 /// A fresh scratch directory for one test.
@@ -1025,10 +748,10 @@ fn leases_outlive_a_controller_restart_so_a_client_dead_meanwhile_loses_its_gran
     let dir = scratch("lease-state");
     let mut cfg = controller_config(Duration::from_millis(400));
     cfg.state = Some(farmem_controller::StateSpec::File(dir.join("state.json")));
-    let mut rack = rack_with(cfg.clone(), 1);
+    let mut rack = Rack::with(cfg.clone(), 1, false);
     cfg.listen = rack.controller.local_addr().to_string();
-    let kept = client(&rack, "cn-kept");
-    let dead = client(&rack, "cn-dead");
+    let kept = rack.client("cn-kept");
+    let dead = rack.client("cn-dead");
     let lost = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let flag = lost.clone();
     let keeper = kept
@@ -1078,7 +801,7 @@ fn leases_outlive_a_controller_restart_so_a_client_dead_meanwhile_loses_its_gran
     rack.controller.shutdown();
     rack.controller = Controller::start(cfg).unwrap();
     assert_eq!(rack.controller.stats().leases, 1);
-    let again = client(&rack, "cn-dead");
+    let again = rack.client("cn-dead");
     let ctl = again.controller().unwrap();
     assert!(is_not_owner(ctl.lease(Duration::from_secs(1))));
     drop(keeper);
@@ -1090,8 +813,8 @@ fn a_quota_refuses_past_the_cap_and_accepts_within_it() {
     const MIB: u64 = 1 << 20;
     let mut cfg = controller_config(Duration::from_secs(5));
     cfg.quota = Some(512 * MIB);
-    let rack = rack_with(cfg, 2);
-    let a = client(&rack, "cn-a");
+    let rack = Rack::with(cfg, 2, false);
+    let a = rack.client("cn-a");
     a.allocate(384 * MIB, Placement::Default).unwrap();
     // 200 MiB takes two 128 MiB granules: past the quota.
     match a.allocate(200 * MIB, Placement::Default) {
@@ -1121,7 +844,7 @@ fn a_quota_refuses_past_the_cap_and_accepts_within_it() {
     a.set_replicas(1);
     // Up to the quota exactly, and another client has a quota of its own.
     let last = a.allocate(128 * MIB, Placement::Default).unwrap();
-    let b = client(&rack, "cn-b");
+    let b = rack.client("cn-b");
     b.allocate(512 * MIB, Placement::Default).unwrap();
     let st = rack.controller.stats();
     assert_eq!(

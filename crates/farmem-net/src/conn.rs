@@ -307,7 +307,7 @@ impl Connection {
             return;
         };
         let mut w = inner.writer.lock();
-        if !inner.slots.lock().is_empty() || !self.is_alive() || !peer_closed(&rd.stream) {
+        if !inner.slots.lock().is_empty() || !self.is_alive() || !readable(&rd.stream) {
             return;
         }
         match open(&inner.peer, &inner.cfg) {
@@ -354,19 +354,27 @@ impl Connection {
     }
 
     fn wait(&self, id: u64, deadline: Instant) -> Result<Reply, NetError> {
+        let mut grace = true;
         loop {
             if let Some(result) = self.take_if_done(id) {
                 return result;
             }
-            if Instant::now() >= deadline {
-                self.inner.slots.lock().remove(&id);
-                return Err(NetError::Timeout(self.inner.timeout));
-            }
+            let late = Instant::now() >= deadline;
             if let Some(mut rd) = self.inner.reader.try_lock() {
-                let result = self.lead(id, &mut rd);
+                let result = if late {
+                    self.collect(id, &mut rd)
+                } else {
+                    self.lead(id, &mut rd)
+                };
                 drop(rd);
                 self.wake_one_waiter();
                 return result;
+            }
+            // Late, with another thread reading: it hands ours over if it
+            // came, at once; one short look before giving up.
+            if late && !std::mem::take(&mut grace) {
+                self.inner.slots.lock().remove(&id);
+                return Err(NetError::Timeout(self.inner.timeout));
             }
             // The leader wakes us when our reply lands or when it steps down;
             // the timeout only guards against a missed wake-up.
@@ -381,34 +389,62 @@ impl Connection {
             if let Some(result) = self.take_if_done(id) {
                 return result;
             }
-            let header = match read_frame(&mut rd.stream, &mut rd.body, self.inner.max_frame) {
-                Ok(h) => h,
-                Err(e) => {
-                    let e = match e {
-                        NetError::Timeout(_) => NetError::Timeout(self.inner.timeout),
-                        e => e,
-                    };
-                    self.fail(&e.to_string());
-                    self.inner.slots.lock().remove(&id);
-                    return Err(e);
-                }
-            };
-            let reply = Reply {
-                op: header.op,
-                body: std::mem::take(&mut rd.body),
-            };
-            if header.id == id {
-                self.inner.slots.lock().remove(&id);
+            if let Some(reply) = self.next_reply(id, rd)? {
                 return Ok(reply);
             }
-            let mut slots = self.inner.slots.lock();
-            // A reply nobody waits for any more (its waiter timed out) is dropped.
-            if let Some(slot @ Slot::Waiting(_)) = slots.get_mut(&header.id)
-                && let Slot::Waiting(Some(t)) = std::mem::replace(slot, Slot::Done(Ok(reply)))
-            {
-                t.unpark();
+        }
+    }
+
+    /// Past the deadline: ours only if it already arrived. A caller waiting
+    /// on several requests in turn (a write to every copy) comes to a later
+    /// one only after the earlier ones; a reply that reached this machine
+    /// in time is not timed out for that.
+    fn collect(&self, id: u64, rd: &mut ReadSide) -> Result<Reply, NetError> {
+        loop {
+            if let Some(result) = self.take_if_done(id) {
+                return result;
+            }
+            if !readable(&rd.stream) {
+                self.inner.slots.lock().remove(&id);
+                return Err(NetError::Timeout(self.inner.timeout));
+            }
+            if let Some(reply) = self.next_reply(id, rd)? {
+                return Ok(reply);
             }
         }
+    }
+
+    /// Reads one reply: ours (`Some`), or another waiter's, handed over.
+    /// A failed read fails the connection for everyone.
+    fn next_reply(&self, id: u64, rd: &mut ReadSide) -> Result<Option<Reply>, NetError> {
+        let header = match read_frame(&mut rd.stream, &mut rd.body, self.inner.max_frame) {
+            Ok(h) => h,
+            Err(e) => {
+                let e = match e {
+                    NetError::Timeout(_) => NetError::Timeout(self.inner.timeout),
+                    e => e,
+                };
+                self.fail(&e.to_string());
+                self.inner.slots.lock().remove(&id);
+                return Err(e);
+            }
+        };
+        let reply = Reply {
+            op: header.op,
+            body: std::mem::take(&mut rd.body),
+        };
+        if header.id == id {
+            self.inner.slots.lock().remove(&id);
+            return Ok(Some(reply));
+        }
+        let mut slots = self.inner.slots.lock();
+        // A reply nobody waits for any more (its waiter timed out) is dropped.
+        if let Some(slot @ Slot::Waiting(_)) = slots.get_mut(&header.id)
+            && let Slot::Waiting(Some(t)) = std::mem::replace(slot, Slot::Done(Ok(reply)))
+        {
+            t.unpark();
+        }
+        Ok(None)
     }
 
     /// Takes our result if it is there; otherwise records who to wake.
@@ -509,9 +545,10 @@ fn present(
     }
 }
 
-/// True when a connection with nothing in flight has something to read:
-/// the server closed it (end of stream), or said why before closing.
-fn peer_closed(stream: &BufReader<TcpStream>) -> bool {
+/// True when `stream` has something to read now: a reply, or (on a
+/// connection with nothing in flight) the end of the stream, or why the
+/// server closed it.
+fn readable(stream: &BufReader<TcpStream>) -> bool {
     use std::os::fd::AsRawFd;
     if !stream.buffer().is_empty() {
         return true;
@@ -682,5 +719,19 @@ mod tests {
         // The connection is still good once the gate is free again.
         std::thread::sleep(Duration::from_millis(900));
         conn.call(&Msg::Stats).unwrap().done("after").unwrap();
+    }
+
+    #[test]
+    fn a_reply_that_came_in_time_is_taken_even_when_waited_for_late() {
+        let server = Server::start("127.0.0.1:0", ServerConfig::default(), Arc::new(Echo)).unwrap();
+        let mut cfg = ClientConfig::new("cn-0", Role::Compute);
+        cfg.timeout = Duration::from_millis(100);
+        let conn = Connection::connect(&server.local_addr().to_string(), &cfg).unwrap();
+        // As a write to two copies does: the caller waits on another
+        // node's request first, and comes to this one past its deadline.
+        let ticket = conn.submit(&Msg::Stats).unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        ticket.wait().unwrap().done("answered in time").unwrap();
+        assert!(conn.is_alive());
     }
 }
