@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use farmem_net::server::Refusal;
 use farmem_wire::ErrorCode;
 
+use crate::answered::{Answer, Answered};
 use crate::extent::{ExtentTree, Grant, Placement};
 use crate::lost::LostRanges;
 use crate::{Shared, Table};
@@ -18,6 +19,7 @@ impl Table {
             nodes: BTreeMap::new(),
             next_node: 0,
             lost: LostRanges::default(),
+            answered: Answered::default(),
         }
     }
 
@@ -106,130 +108,167 @@ impl Table {
 impl Shared {
     /// Grants `size` bytes to `owner`, each byte on `replicas` distinct
     /// memory nodes, tells the nodes (which zero them) before answering,
-    /// and hands the owner a capability for every copy.
+    /// and hands the owner a capability for every copy. A repeated
+    /// `request` gets what it got before (see [`crate::answered`]).
     pub(crate) fn alloc(
         &self,
         owner: &str,
         size: u64,
         placement: Placement,
         replicas: usize,
+        request: u64,
     ) -> Result<Vec<farmem_wire::Extent>, Refusal> {
-        let sets = {
+        let answer = {
             let mut t = self.table.lock();
-            let sets = t
-                .allocate(owner, size, placement, replicas)
-                .map_err(|e| Refusal::new(ErrorCode::NoCapacity, e))?;
-            // Saved (fenced) before any memory node hears of it: a leader
-            // that lost the election must not zero what another granted.
-            self.save(&t)?;
-            sets
-        };
-        let all: Vec<Grant> = sets
-            .iter()
-            .flat_map(|(p, ms)| std::iter::once(p).chain(ms))
-            .cloned()
-            .collect();
-        // Never 0, which a memory node reads as "keep the stamp".
-        let stamps: Vec<u64> = all.iter().map(|_| rand::random::<u64>() | 1).collect();
-        if let Err((node, e)) = self.push_fresh(&all, &stamps) {
-            let mut t = self.table.lock();
-            for g in &all {
-                let _ = t.tree.release(&g.owner, g.base, g.len);
+            match t.answered.find(owner, request) {
+                Some(answer) => again(owner, answer, &t.tree)?,
+                None => {
+                    let sets = t
+                        .allocate(owner, size, placement, replicas)
+                        .map_err(|e| Refusal::new(ErrorCode::NoCapacity, e))?;
+                    // Never 0, which a memory node reads as "keep the stamp".
+                    let stamped = |g: Grant| (g, rand::random::<u64>() | 1);
+                    let sets = sets
+                        .into_iter()
+                        .map(|(p, ms)| std::iter::once(p).chain(ms).map(stamped).collect())
+                        .collect();
+                    let answer = Answer { request, sets };
+                    let Table { answered, tree, .. } = &mut *t;
+                    answered.record(owner, answer.clone(), tree);
+                    // Saved (fenced) before any memory node hears of it: a
+                    // leader that lost the election must not zero what
+                    // another granted.
+                    self.save(&t)?;
+                    answer
+                }
             }
-            self.save(&t)?;
-            return Err(Refusal::new(
-                ErrorCode::Internal,
-                format!("memory node {node} did not take the grant: {e}"),
-            ));
-        }
-        let t = self.table.lock();
-        let addr = |node: u32| {
-            t.nodes
-                .get(&node)
-                .map(|n| n.addr.clone())
-                .unwrap_or_default()
         };
-        // `all` lists each set's primary, then its mirrors: stamps follow.
-        let mut stamps = stamps.into_iter();
-        let mut cap = |g: &Grant| Some(self.issue_cap(&t, g, stamps.next().unwrap_or(1)));
-        Ok(sets
-            .iter()
-            .map(|(p, mirrors)| farmem_wire::Extent {
-                node: p.node,
-                addr: addr(p.node),
-                base: p.base,
-                len: p.len,
-                cap: cap(p),
-                mirrors: mirrors
-                    .iter()
-                    .map(|m| farmem_wire::Mirror {
-                        node: m.node,
-                        addr: addr(m.node),
-                        base: m.base,
-                        cap: cap(m),
-                    })
-                    .collect(),
-            })
-            .collect())
+        self.hand_out(owner, &answer, "grant")
     }
 
     /// One more copy of `owner`'s granule at `base`, on a node not in
     /// `avoid` (the nodes its copies are or were on): the client lost a
-    /// copy and fills this one from a survivor.
+    /// copy and fills this one from a survivor. A repeated `request` gets
+    /// what it got before.
     pub(crate) fn remirror(
         &self,
         owner: &str,
         base: u64,
         len: u64,
         avoid: &[u32],
+        request: u64,
     ) -> Result<farmem_wire::Extent, Refusal> {
-        let grant = {
+        let answer = {
             let mut t = self.table.lock();
-            let g = t.tree.granularity();
-            if len != g || !base.is_multiple_of(g) || t.tree.owner_of(base) != Some(owner) {
-                return Err(Refusal::new(
-                    ErrorCode::NotOwner,
-                    format!("`{owner}` holds no granule [{base:#x}, +{len}) to copy"),
-                ));
+            match t.answered.find(owner, request) {
+                Some(answer) => again(owner, answer, &t.tree)?,
+                None => {
+                    let g = t.tree.granularity();
+                    if len != g || !base.is_multiple_of(g) || t.tree.owner_of(base) != Some(owner) {
+                        return Err(Refusal::new(
+                            ErrorCode::NotOwner,
+                            format!("`{owner}` holds no granule [{base:#x}, +{len}) to copy"),
+                        ));
+                    }
+                    let node = t
+                        .tree
+                        .nodes_with_room()
+                        .into_iter()
+                        .map(|(node, _)| node)
+                        .find(|node| !avoid.contains(node));
+                    let grant = node.and_then(|node| t.tree.allocate_granule_on(owner, node));
+                    let Some(grant) = grant else {
+                        return Err(Refusal::new(
+                            ErrorCode::NoCapacity,
+                            format!(
+                                "no memory node up outside {avoid:?} has room for another copy"
+                            ),
+                        ));
+                    };
+                    let answer = Answer {
+                        request,
+                        sets: vec![vec![(grant, rand::random::<u64>() | 1)]],
+                    };
+                    let Table { answered, tree, .. } = &mut *t;
+                    answered.record(owner, answer.clone(), tree);
+                    self.save(&t)?;
+                    answer
+                }
             }
-            let node = t
-                .tree
-                .nodes_with_room()
-                .into_iter()
-                .map(|(node, _)| node)
-                .find(|node| !avoid.contains(node));
-            let grant = node.and_then(|node| t.tree.allocate_granule_on(owner, node));
-            let Some(grant) = grant else {
-                return Err(Refusal::new(
-                    ErrorCode::NoCapacity,
-                    format!("no memory node up outside {avoid:?} has room for another copy"),
-                ));
-            };
-            self.save(&t)?;
-            grant
         };
-        let stamp = rand::random::<u64>() | 1;
-        if let Err((node, e)) = self.push_fresh(std::slice::from_ref(&grant), &[stamp]) {
+        let mut extents = self.hand_out(owner, &answer, "copy's grant")?;
+        extents
+            .pop()
+            .ok_or_else(|| Refusal::new(ErrorCode::Internal, "a copy granted nothing".to_string()))
+    }
+
+    /// Tells the memory nodes of `answer`'s grants (which zero them), then
+    /// answers with its extents and a capability for every copy. A node
+    /// that does not take its grant undoes the whole answer.
+    fn hand_out(
+        &self,
+        owner: &str,
+        answer: &Answer,
+        what: &str,
+    ) -> Result<Vec<farmem_wire::Extent>, Refusal> {
+        let (all, stamps) = answer.grants();
+        if let Err((node, e)) = self.push_fresh(&all, &stamps) {
             let mut t = self.table.lock();
-            let _ = t.tree.release(owner, grant.base, grant.len);
+            for g in &all {
+                let _ = t.tree.release(&g.owner, g.base, g.len);
+            }
+            t.answered.forget(owner, answer.request);
             self.save(&t)?;
             return Err(Refusal::new(
                 ErrorCode::Internal,
-                format!("memory node {node} did not take the copy's grant: {e}"),
+                format!("memory node {node} did not take the {what}: {e}"),
             ));
         }
         let t = self.table.lock();
-        Ok(farmem_wire::Extent {
-            node: grant.node,
+        let copy = |(g, stamp): &(Grant, u64)| farmem_wire::Mirror {
+            node: g.node,
             addr: t
                 .nodes
-                .get(&grant.node)
+                .get(&g.node)
                 .map(|n| n.addr.clone())
                 .unwrap_or_default(),
-            base: grant.base,
-            len: grant.len,
-            mirrors: Vec::new(),
-            cap: Some(self.issue_cap(&t, &grant, stamp)),
-        })
+            base: g.base,
+            cap: Some(self.issue_cap(&t, g, *stamp)),
+        };
+        Ok(answer
+            .sets
+            .iter()
+            .filter_map(|set| {
+                let (first, rest) = set.split_first()?;
+                let p = copy(first);
+                Some(farmem_wire::Extent {
+                    node: p.node,
+                    addr: p.addr,
+                    base: p.base,
+                    len: first.0.len,
+                    cap: p.cap,
+                    mirrors: rest.iter().map(copy).collect(),
+                })
+            })
+            .collect())
     }
+}
+
+/// A repeated request's answer, if its grants are still `owner`'s (its
+/// memory nodes are told again: the first leader may have died first).
+fn again(owner: &str, answer: &Answer, tree: &ExtentTree) -> Result<Answer, Refusal> {
+    if !answer.still_held(owner, tree) {
+        return Err(Refusal::new(
+            ErrorCode::NotOwner,
+            format!(
+                "request {:#x} of `{owner}` was answered, and its grants taken back since",
+                answer.request
+            ),
+        ));
+    }
+    tracing::info!(
+        "`{owner}` asked again (request {:#x}): answered as before",
+        answer.request
+    );
+    Ok(answer.clone())
 }

@@ -31,6 +31,7 @@
 //! one of them takes over ([`election`]).
 
 mod alloc;
+mod answered;
 mod election;
 pub mod etcd;
 pub mod extent;
@@ -54,6 +55,7 @@ use farmem_wire::{Cap, ErrorCode, GrantKind, Msg, NodeInfo, Role, auth};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
+use answered::Answered;
 pub use election::LEASE_TTL_S;
 pub use etcd::EtcdUrl;
 use extent::{ExtentTree, Grant, Placement};
@@ -135,6 +137,9 @@ struct Table {
     /// Granted ranges whose bytes went with a restart of their node.
     #[serde(default)]
     lost: LostRanges,
+    /// What the last requests of each client got, for a repeat.
+    #[serde(default)]
+    answered: Answered,
 }
 
 struct Shared {
@@ -658,6 +663,7 @@ impl Shared {
                 placement,
                 replicas,
                 parity,
+                request,
             } => {
                 if peer.role != Role::Compute {
                     return Err(self.refuse_role(peer, "allocate"));
@@ -679,7 +685,7 @@ impl Shared {
                 }
                 self.check_quota(peer, size, replicas)?;
                 let extents = self
-                    .alloc(&peer.name, size, placement, replicas)
+                    .alloc(&peer.name, size, placement, replicas, request)
                     .map_err(|mut r| {
                         if parity > 0 {
                             let code = format!("rs:{}+{parity}", replicas - parity);
@@ -692,11 +698,16 @@ impl Shared {
                     })?;
                 Msg::AllocOk { extents }.encode(id, out);
             }
-            Msg::Remirror { base, len, avoid } => {
+            Msg::Remirror {
+                base,
+                len,
+                request,
+                avoid,
+            } => {
                 if peer.role != Role::Compute {
                     return Err(self.refuse_role(peer, "ask for another copy"));
                 }
-                let extent = self.remirror(&peer.name, base, len, &avoid)?;
+                let extent = self.remirror(&peer.name, base, len, &avoid, request)?;
                 Msg::AllocOk {
                     extents: vec![extent],
                 }

@@ -317,6 +317,79 @@ fn controller_state_survives_a_restart() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+#[test]
+fn an_alloc_sent_again_gets_its_first_answer_even_from_a_restarted_controller() {
+    let dir = scratch("alloc-again");
+    let mut cfg = controller_config(Duration::from_secs(5));
+    cfg.state = Some(farmem_controller::StateSpec::File(dir.join("state.json")));
+    let rack = Rack::with(cfg.clone(), 2, false);
+    let ctl = rack.controller_addr();
+    let first = alloc_request(&ctl, 0x51);
+    let granted = rack.controller.stats().granted_bytes;
+    assert_eq!(granted, 512 << 20);
+    // The reply was lost: the same request again, on a new connection.
+    assert_eq!(
+        alloc_request(&ctl, 0x51),
+        first,
+        "the first answer, capabilities and all"
+    );
+    assert_eq!(rack.controller.stats().granted_bytes, granted);
+    // Another request is another grant.
+    let other = alloc_request(&ctl, 0x52);
+    assert_ne!(other[0].base, first[0].base);
+    assert_eq!(rack.controller.stats().granted_bytes, 2 * granted);
+    // A controller that took over from the saved state answers the same.
+    let Rack {
+        mut controller,
+        memnodes,
+        ..
+    } = rack;
+    controller.shutdown();
+    cfg.listen = ctl.clone();
+    let controller = Controller::start(cfg).unwrap();
+    assert_eq!(alloc_request(&ctl, 0x51), first);
+    assert_eq!(controller.stats().granted_bytes, 2 * granted);
+    // What it names is usable: the memory nodes were told again.
+    let client = ClientConfig::new("cn-again", Role::Compute).with_token(TOKEN);
+    let a = Cluster::connect(&ctl, client, 1).unwrap();
+    a.adopt(first.clone()).unwrap();
+    a.write(first[0].base, b"granted once").unwrap();
+    let mut back = [0u8; 12];
+    a.read(first[0].base, &mut back).unwrap();
+    assert_eq!(&back, b"granted once");
+    drop(memnodes);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Asks the controller at `ctl` for 256 MiB in two copies as `cn-again`,
+/// naming the request `request`, on a connection of its own; retries
+/// while the controller still holds the name for the last one.
+fn alloc_request(ctl: &str, request: u64) -> Vec<farmem_wire::Extent> {
+    use farmem_wire::Msg;
+    let client = ClientConfig::new("cn-again", Role::Compute).with_token(TOKEN);
+    let ask = Msg::Alloc {
+        size: 256 << 20,
+        placement: Placement::Default,
+        replicas: 2,
+        parity: 0,
+        request,
+    };
+    let start = Instant::now();
+    loop {
+        let conn = farmem_net::Connection::connect(ctl, &client).unwrap();
+        match conn.call(&ask).unwrap().msg() {
+            Ok(Msg::AllocOk { extents }) => return extents,
+            Err(NetError::Remote {
+                code: ErrorCode::Unauthorized,
+                ..
+            }) if start.elapsed() < Duration::from_secs(10) => {
+                std::thread::sleep(Duration::from_millis(20))
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+}
+
 fn handshaken_socket(addr: &str, name: &str) -> TcpStream {
     use farmem_wire::{Msg, PROTOCOL_VERSION, auth};
     let mut s = TcpStream::connect(addr).unwrap();

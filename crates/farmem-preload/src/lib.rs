@@ -17,7 +17,7 @@
 //! | `FARMEM_TOKEN_FILE` | file holding the cluster token (whitespace trimmed) of a rack started with `--token-file`; the handshake proves it | none (an unauthenticated rack) |
 //! | `FARMEM_FALLBACK` | when the runtime cannot start: `fail` stops the process with exit 70 ([`NO_FAR_MEMORY_EXIT`]) before it runs; `local` runs it on local memory | fail |
 //! | `FARMEM_REPLICAS` | copies of every far byte, each on another memory node: writes reach all, reads fail over | 1 |
-//! | `FARMEM_LOG` | what the runtime and the rack client report (retries, nodes dropped, copies made again) on stderr, as a `tracing` filter (`warn`, `info`, `farmem_net=debug`) | off |
+//! | `FARMEM_LOG` | what the runtime and the rack client report (retries, nodes dropped, copies made again) on stderr, as a `tracing` filter (`info`, `farmem_net=debug`; `off` for nothing) | `warn` |
 //! | `FARMEM_LEASE_MS` | the controller gives back a process's remote memory once it has not heard from it this long (a killed process); 0: never | 60000 |
 //!
 //! `malloc`, `calloc`, `realloc`, `reallocarray`, `posix_memalign`,

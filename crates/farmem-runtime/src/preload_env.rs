@@ -45,8 +45,9 @@ pub const REPLICAS: &CStr = c"FARMEM_REPLICAS";
 pub const REDUNDANCY: &CStr = c"FARMEM_REDUNDANCY";
 /// How long the controller keeps a silent process's remote memory, in ms.
 pub const LEASE_MS: &CStr = c"FARMEM_LEASE_MS";
-/// A `tracing` filter for what the runtime reports on stderr; the user's,
-/// never set by `farmem run`.
+/// A `tracing` filter for what the runtime reports on stderr (default
+/// `warn`: retries, memory nodes dropped, copies made again; `off`: nothing);
+/// the user's, never set by `farmem run`.
 pub const LOG: &CStr = c"FARMEM_LOG";
 
 pub const DEFAULT_LOCAL_BYTES: u64 = 256 << 20;
@@ -162,9 +163,10 @@ pub fn stats_json(get: Getter<'_>) -> Option<PathBuf> {
     non_empty(get, STATS_JSON).map(PathBuf::from)
 }
 
-/// `FARMEM_LOG`, if set.
-pub fn log(get: Getter<'_>) -> Option<String> {
-    non_empty(get, LOG)
+/// `FARMEM_LOG`, `warn` when unset: a program stalled on a failing rack
+/// says why on its stderr unless told to keep quiet.
+pub fn log(get: Getter<'_>) -> String {
+    non_empty(get, LOG).unwrap_or_else(|| "warn".into())
 }
 
 impl PreloadEnv {

@@ -28,7 +28,7 @@ pub use msg::{
 };
 
 /// Protocol version spoken by this build; peers with another version are refused.
-pub const PROTOCOL_VERSION: u16 = 2;
+pub const PROTOCOL_VERSION: u16 = 3;
 /// Bytes of frame header, including the length field.
 pub const HEADER_LEN: usize = 16;
 /// Bytes of one cache-line log record: an address and one 64 B line.

@@ -381,11 +381,16 @@ pub enum Msg<'a> {
     /// `parity` of parity: placed exactly like copies (distinct nodes, all
     /// or nothing), only named so in the controller's answers. Sent only
     /// when non-zero, so an `Alloc` without it decodes as before.
+    ///
+    /// `request`, when non-zero, names the request: sent again (its reply
+    /// was lost, the leader changed), it gets the grants it got the first
+    /// time, not a second set. Sent only when non-zero.
     Alloc {
         size: u64,
         placement: Placement,
         replicas: u8,
         parity: u8,
+        request: u64,
     },
     AllocOk {
         extents: Vec<Extent>,
@@ -438,10 +443,11 @@ pub enum Msg<'a> {
     /// [base, +len) (a primary it holds, whose copies are fewer than it
     /// asked for), on a memory node other than those in `avoid`. Answered
     /// with `AllocOk` holding the new range as one extent, which the client
-    /// fills from a surviving copy.
+    /// fills from a surviving copy. `request` as in `Alloc`.
     Remirror {
         base: u64,
         len: u64,
+        request: u64,
         avoid: Vec<u32>,
     },
     /// Controller → memory node: the range is no longer anyone's.
@@ -551,12 +557,16 @@ impl<'a> Msg<'a> {
                 placement,
                 replicas,
                 parity,
+                request,
             } => {
                 b.extend_from_slice(&size.to_le_bytes());
                 b.push(*placement as u8);
                 b.push(*replicas);
-                if *parity > 0 {
+                if *parity > 0 || *request > 0 {
                     b.push(*parity);
+                }
+                if *request > 0 {
+                    b.extend_from_slice(&request.to_le_bytes());
                 }
             }
             Msg::AllocOk { extents } => {
@@ -577,9 +587,15 @@ impl<'a> Msg<'a> {
                 }
             }
             Msg::Present { caps } => caps.iter().for_each(|c| c.encode(b)),
-            Msg::Remirror { base, len, avoid } => {
+            Msg::Remirror {
+                base,
+                len,
+                request,
+                avoid,
+            } => {
                 b.extend_from_slice(&base.to_le_bytes());
                 b.extend_from_slice(&len.to_le_bytes());
+                b.extend_from_slice(&request.to_le_bytes());
                 avoid
                     .iter()
                     .for_each(|n| b.extend_from_slice(&n.to_le_bytes()));
@@ -678,6 +694,7 @@ impl<'a> Msg<'a> {
                 placement: Placement::from_u8(r.u8()?)?,
                 replicas: r.u8()?,
                 parity: if r.remaining() > 0 { r.u8()? } else { 0 },
+                request: if r.remaining() > 0 { r.u64()? } else { 0 },
             },
             Op::AllocOk => {
                 let mut extents = Vec::new();
@@ -750,12 +767,17 @@ impl<'a> Msg<'a> {
                 Msg::Present { caps }
             }
             Op::Remirror => {
-                let (base, len) = (r.u64()?, r.u64()?);
+                let (base, len, request) = (r.u64()?, r.u64()?, r.u64()?);
                 let mut avoid = Vec::new();
                 while r.remaining() > 0 {
                     avoid.push(r.u32()?);
                 }
-                Msg::Remirror { base, len, avoid }
+                Msg::Remirror {
+                    base,
+                    len,
+                    request,
+                    avoid,
+                }
             }
             Op::Revoke => Msg::Revoke {
                 base: r.u64()?,
@@ -911,12 +933,14 @@ mod tests {
                 placement: Placement::LeastLoaded,
                 replicas: 2,
                 parity: 0,
+                request: 0,
             },
             Msg::Alloc {
                 size: 1 << 20,
                 placement: Placement::Default,
                 replicas: 6,
                 parity: 2,
+                request: 0x1234_5678_9abc_def1,
             },
             Msg::AllocOk {
                 extents: vec![
@@ -930,6 +954,7 @@ mod tests {
             Msg::Remirror {
                 base: 1 << 40,
                 len: 128 << 20,
+                request: 7,
                 avoid: vec![0, 3],
             },
             Msg::Present {

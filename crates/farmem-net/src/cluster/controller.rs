@@ -32,6 +32,12 @@ pub fn controller_addrs(list: &str) -> Vec<String> {
         .collect()
 }
 
+/// Names a request that may be sent twice (its reply lost, the leader
+/// changed): the controller answers a repeat as it did the first time.
+pub(super) fn request_number() -> u64 {
+    rand::random::<u64>() | 1
+}
+
 /// A connection to whichever controller leads.
 #[derive(Clone, Debug)]
 pub(super) struct LeaderConn {
@@ -359,6 +365,7 @@ impl ControllerClient {
             placement,
             replicas: shards,
             parity,
+            request: request_number(),
         };
         match self.conn.call(&alloc)?.msg()? {
             Msg::AllocOk { extents } => {

@@ -23,7 +23,12 @@ impl ControllerClient {
     /// One more copy of the granule [base, +len) this client holds, on a
     /// memory node not in `avoid`.
     pub fn remirror(&self, base: u64, len: u64, avoid: Vec<u32>) -> Result<Extent, NetError> {
-        let ask = Msg::Remirror { base, len, avoid };
+        let ask = Msg::Remirror {
+            base,
+            len,
+            request: super::controller::request_number(),
+            avoid,
+        };
         match self.conn.call(&ask)?.msg()? {
             Msg::AllocOk { mut extents } if extents.len() == 1 => Ok(extents.remove(0)),
             other => Err(NetError::Unexpected {

@@ -96,16 +96,15 @@ fn init() -> Result<(), String> {
 /// FARMEM_LOG: what the runtime and the rack client report (retries, nodes
 /// suspected or dropped, copies made again), on stderr.
 fn start_logging() -> Result<(), String> {
-    if let Some(filter) = preload_env::log(&getenv) {
-        let filter = tracing_subscriber::EnvFilter::try_new(&filter)
-            .map_err(|e| format!("FARMEM_LOG `{filter}`: {e}"))?;
-        let _ = tracing_subscriber::fmt()
-            .with_env_filter(filter)
-            .with_writer(std::io::stderr)
-            .with_ansi(false)
-            .with_target(false)
-            .try_init();
-    }
+    let filter = preload_env::log(&getenv);
+    let filter = tracing_subscriber::EnvFilter::try_new(&filter)
+        .map_err(|e| format!("FARMEM_LOG `{filter}`: {e}"))?;
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .with_target(false)
+        .try_init();
     Ok(())
 }
 

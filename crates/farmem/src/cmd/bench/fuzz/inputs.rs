@@ -239,6 +239,7 @@ pub fn valid_frame(rng: &mut SmallRng, ctx: &Context, kind: usize, out: &mut Vec
             ][rng.gen_range(0..3)],
             replicas: rng.gen_range(0..4),
             parity: rng.gen_range(0..2),
+            request: if rng.gen_bool(0.5) { b } else { 0 },
         },
         11 => Msg::AllocOk {
             extents: (0..rng.gen_range(0..4))

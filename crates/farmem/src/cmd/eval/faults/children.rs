@@ -79,7 +79,9 @@ impl Soak<'_> {
             (f.size.bytes(), f.passes)
         };
         let mut cmd = Command::new(&self.exe);
-        cmd.arg("run")
+        // What the rack client did about each fault, in the program's log.
+        cmd.env("FARMEM_LOG", "info")
+            .arg("run")
             .arg("--controller")
             .arg(self.rack.controller())
             .arg("--token-file")
