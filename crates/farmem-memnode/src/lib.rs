@@ -9,9 +9,10 @@
 //!
 //! The daemon is a library: tests start it in-process on port 0.
 
+mod grants;
 pub mod store;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::thread::{self, JoinHandle};
@@ -24,6 +25,7 @@ use farmem_wire::{Cap, ErrorCode, GrantKind, Msg, Role, auth};
 use parking_lot::RwLock;
 use serde::Serialize;
 
+use grants::Grants;
 use store::ChunkStore;
 
 /// How to run a memory node.
@@ -103,7 +105,11 @@ pub struct MemNodeStats {
     pub capacity: u64,
     pub resident_bytes: u64,
     pub granted_bytes: u64,
+    /// Granted ranges held (pieces of separately stamped grants count
+    /// apart).
     pub grants: u64,
+    /// Grants the controller sent, re-sends included.
+    pub grants_received: u64,
     /// Granted bytes whose data was lost when this node restarted.
     pub lost_bytes: u64,
     pub reads: u64,
@@ -131,16 +137,6 @@ pub struct MemNodeStats {
     pub auth_failures: u64,
 }
 
-struct GrantEntry {
-    len: u64,
-    owner: Arc<str>,
-    /// The owner wrote this range before this node last restarted: its
-    /// bytes are gone, and every access is refused.
-    lost: bool,
-    /// Names the grant in its capabilities (drawn by the controller).
-    stamp: u64,
-}
-
 struct Shared {
     store: ChunkStore,
     /// Drawn at start; told to the controller and to every client.
@@ -152,8 +148,7 @@ struct Shared {
     base: AtomicU64,
     node: AtomicU32,
     standalone: bool,
-    /// Granted ranges keyed by global base address.
-    grants: RwLock<BTreeMap<u64, GrantEntry>>,
+    grants: RwLock<Grants>,
     /// The cluster secret, which capabilities are checked against.
     secret: Vec<u8>,
     /// Verified capabilities by session: a session is served only ranges
@@ -187,9 +182,8 @@ impl Shared {
         }
         let grants = self.grants.read();
         let grant = grants
-            .range(..=addr)
-            .next_back()
-            .filter(|(gbase, g)| addr + len <= **gbase + g.len && *g.owner == *peer.name);
+            .holding(addr, len)
+            .filter(|(_, g)| *g.owner == *peer.name);
         match grant {
             Some((_, g)) if g.lost => {
                 self.counters.refused_lost.inc();
@@ -252,9 +246,10 @@ impl Shared {
             base: self.base.load(Ordering::Relaxed),
             capacity: self.store.capacity(),
             resident_bytes: self.store.resident_bytes(),
-            granted_bytes: grants.values().map(|g| g.len).sum(),
+            granted_bytes: grants.entries().map(|g| g.len).sum(),
             grants: grants.len() as u64,
-            lost_bytes: grants.values().filter(|g| g.lost).map(|g| g.len).sum(),
+            grants_received: c.grants.get(),
+            lost_bytes: grants.entries().filter(|g| g.lost).map(|g| g.len).sum(),
             reads: c.reads.get(),
             writes: c.writes.get(),
             bytes_read: c.bytes_read.get(),
@@ -411,38 +406,12 @@ impl Service for Shared {
                     ));
                 }
                 let mut grants = self.grants.write();
-                // A grant replaces whatever overlapped it: the controller is the
-                // single source of truth for ownership.
-                let overlapping: Vec<u64> = grants
-                    .range(..base.saturating_add(len))
-                    .filter(|(gb, g)| **gb + g.len > base)
-                    .map(|(gb, _)| *gb)
-                    .collect();
-                // A re-send (stamp 0) keeps the stamp its range had, so the
-                // owner's capabilities stay good.
-                let mut stamp = stamp;
-                for gb in overlapping {
-                    if let Some(old) = grants.remove(&gb)
-                        && stamp == 0
-                        && *old.owner == *owner
-                    {
-                        stamp = old.stamp;
-                    }
-                }
                 if kind != GrantKind::Resend {
                     // New memory, or bytes that are gone: nothing of a
                     // previous owner's stays readable. Range checked above.
                     let _ = self.store.zero(base - node_base, len);
                 }
-                grants.insert(
-                    base,
-                    GrantEntry {
-                        len,
-                        owner: owner.into(),
-                        lost: kind == GrantKind::Lost,
-                        stamp,
-                    },
-                );
+                grants.grant(base, len, owner, kind, stamp);
                 self.counters.grants.inc();
                 Msg::Done.encode(id, out);
             }
@@ -462,38 +431,7 @@ impl Service for Shared {
                 self.store
                     .zero(offset, len)
                     .map_err(|e| Refusal::new(ErrorCode::OutOfRange, e.to_string()))?;
-                let end = base.saturating_add(len);
-                let overlapping: Vec<u64> = grants
-                    .range(..end)
-                    .filter(|(gb, g)| **gb + g.len > base)
-                    .map(|(gb, _)| *gb)
-                    .collect();
-                for gb in overlapping {
-                    let g = grants.remove(&gb).expect("key listed above");
-                    // Keep the parts of a grant outside the revoked range.
-                    if gb < base {
-                        grants.insert(
-                            gb,
-                            GrantEntry {
-                                len: base - gb,
-                                owner: g.owner.clone(),
-                                lost: g.lost,
-                                stamp: g.stamp,
-                            },
-                        );
-                    }
-                    if gb + g.len > end {
-                        grants.insert(
-                            end,
-                            GrantEntry {
-                                len: gb + g.len - end,
-                                owner: g.owner,
-                                lost: g.lost,
-                                stamp: g.stamp,
-                            },
-                        );
-                    }
-                }
+                grants.cut(base, len);
                 self.counters.revokes.inc();
                 Msg::Done.encode(id, out);
             }
@@ -533,7 +471,7 @@ impl MemNode {
             base: AtomicU64::new(0),
             node: AtomicU32::new(0),
             standalone: cfg.controller.is_none(),
-            grants: RwLock::new(BTreeMap::new()),
+            grants: RwLock::default(),
             secret: cfg.token.clone(),
             caps: RwLock::new(HashMap::new()),
             counters: Counters::default(),
@@ -748,7 +686,7 @@ pub fn service_for_fuzzing(capacity: u64, base: u64) -> Arc<dyn Service> {
         base: AtomicU64::new(base),
         node: AtomicU32::new(0),
         standalone: false,
-        grants: RwLock::new(BTreeMap::new()),
+        grants: RwLock::default(),
         counters: Counters::default(),
         server_stats: RwLock::new(None),
     })

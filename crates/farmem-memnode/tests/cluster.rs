@@ -361,6 +361,45 @@ fn an_alloc_sent_again_gets_its_first_answer_even_from_a_restarted_controller() 
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+#[test]
+fn adjacent_grants_resent_as_one_keep_each_capability_good() {
+    // One node: a client's two allocations are adjacent there, and the
+    // controller's table merges them; a restarted controller re-sends
+    // them to the node as one grant.
+    let dir = scratch("merged-resend");
+    let mut cfg = controller_config(Duration::from_secs(5));
+    cfg.state = Some(farmem_controller::StateSpec::File(dir.join("state.json")));
+    let rack = Rack::with(cfg.clone(), 1, false);
+    let ctl = rack.controller_addr();
+    let a = rack.client("cn-merged");
+    let first = a.allocate(128 << 20, Placement::Default).unwrap();
+    let second = a.allocate(128 << 20, Placement::Default).unwrap();
+    assert_eq!(first[0].base + first[0].len, second[0].base, "adjacent");
+    let grants_before = rack.memnodes[0].stats().grants_received;
+    let Rack {
+        mut controller,
+        memnodes,
+        ..
+    } = rack;
+    controller.shutdown();
+    cfg.listen = ctl.clone();
+    let _controller = Controller::start(cfg).unwrap();
+    // The node registers again and is told its grants once more.
+    let start = Instant::now();
+    while memnodes[0].stats().grants_received == grants_before {
+        assert!(start.elapsed() < Duration::from_secs(20), "never re-sent");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for e in first.iter().chain(&second) {
+        a.write(e.base + 4096, b"each its own").unwrap();
+        let mut back = [0u8; 12];
+        a.read(e.base + 4096, &mut back).unwrap();
+        assert_eq!(&back, b"each its own");
+    }
+    drop(memnodes);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Asks the controller at `ctl` for 256 MiB in two copies as `cn-again`,
 /// naming the request `request`, on a connection of its own; retries
 /// while the controller still holds the name for the last one.
