@@ -154,6 +154,13 @@ pub struct Config {
     pub evict_batch: usize,
     /// Attempts per store call before the operation is reported failed.
     pub store_attempts: u32,
+    /// A far page that cannot be read for this long ends the program with
+    /// the last error (as a lost copy does at once): a rack failing in a
+    /// way the client cannot name (a node that answers but refuses) never
+    /// becomes a hang. Well past the time a node is given up on (3 s) and
+    /// a copy takes over. (Write-backs that fail keep their pages
+    /// resident instead: the program runs on.)
+    pub give_up_after: std::time::Duration,
     /// A write fault on a missing page installs it writable (and dirty)
     /// at once. Off: it is installed write-protected and the write takes a
     /// second, write-protect fault to mark it dirty, as Kona-VM does (seed
@@ -185,6 +192,7 @@ impl Default for Config {
             log_segments: 4,
             evict_batch: 64,
             store_attempts: 3,
+            give_up_after: std::time::Duration::from_secs(20),
             writable_on_write_fault: true,
             fault_around: ReadaheadConfig::default(),
         }
@@ -223,6 +231,9 @@ impl Config {
                 "log_lines {} must hold at least one page (64 lines)",
                 self.log_lines
             ));
+        }
+        if self.give_up_after.is_zero() {
+            return err("give_up_after must be positive".into());
         }
         if self.log_segments == 0 || self.evict_batch == 0 || self.store_attempts == 0 {
             return err("log_segments, evict_batch and store_attempts must be positive".into());

@@ -237,15 +237,25 @@ impl Shared {
     /// Reads a page from the store, retrying until it works: the faulting
     /// thread cannot proceed without its page, and guessing would corrupt
     /// it. False at shutdown, or when the page is lost (the store says so,
-    /// for instance once its memory node missed its deadline).
+    /// for instance once its memory node missed its deadline) or failed
+    /// for `give_up_after`: the program is stopped then, never left hung.
     fn read_page(&self, remote: u64, buf: &mut PageBuf) -> bool {
         let mut backoff = Duration::from_micros(100);
+        let start = Instant::now();
         loop {
             match self.store.read(remote, &mut buf.0) {
                 Ok(()) => return true,
                 Err(e) if e.is_lost() => {
                     self.m.fetch_errors.inc();
                     self.lost(format!("the far page at {remote:#x} cannot be read: {e}"));
+                    return false;
+                }
+                Err(e) if start.elapsed() >= self.cfg.give_up_after => {
+                    self.m.fetch_errors.inc();
+                    self.lost(format!(
+                        "the far page at {remote:#x} could not be read for {:?}: {e}",
+                        self.cfg.give_up_after
+                    ));
                     return false;
                 }
                 Err(e) => {

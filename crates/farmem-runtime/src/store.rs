@@ -128,6 +128,7 @@ pub struct MemStore {
     shards: Vec<Mutex<HashMap<u64, Box<[u8; PAGE as usize]>>>>,
     counters: Counters,
     refuse_writes: AtomicBool,
+    refuse_reads: AtomicBool,
     /// Number of calls (reads, writes, write_lines) made so far.
     calls: AtomicU64,
     /// Fail the call whose number (0-based) equals this; u64::MAX = never.
@@ -153,6 +154,7 @@ impl MemStore {
             shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
             counters: Counters::default(),
             refuse_writes: AtomicBool::new(false),
+            refuse_reads: AtomicBool::new(false),
             calls: AtomicU64::new(0),
             fail_at: AtomicU64::new(u64::MAX),
             fail_op: Mutex::new(FaultOp::Any),
@@ -162,6 +164,12 @@ impl MemStore {
     /// While set, every write and write_lines returns [`StoreError::Refused`].
     pub fn set_refuse_writes(&self, refuse: bool) {
         self.refuse_writes.store(refuse, Ordering::SeqCst);
+    }
+
+    /// While set, every read returns [`StoreError::Refused`]: a store that
+    /// answers but will not serve, which no retry mends.
+    pub fn set_refuse_reads(&self, refuse: bool) {
+        self.refuse_reads.store(refuse, Ordering::SeqCst);
     }
 
     /// Makes the `n`-th call from now (0 = the next one) of kind `op` fail
@@ -198,7 +206,12 @@ impl MemStore {
             self.counters.failed_calls.inc();
             return Err(StoreError::Disconnected);
         }
-        if op == FaultOp::Write && self.refuse_writes.load(Ordering::SeqCst) {
+        let refused = match op {
+            FaultOp::Write => &self.refuse_writes,
+            FaultOp::Read => &self.refuse_reads,
+            FaultOp::Any => return Ok(()),
+        };
+        if refused.load(Ordering::SeqCst) {
             self.counters.failed_calls.inc();
             return Err(StoreError::Refused);
         }

@@ -202,3 +202,41 @@ fn refused_writes_past_the_limit_let_the_program_run_on_and_recover() {
     drop(rt);
     verify_fresh(&store, &extents, |p| p as u8 | 1);
 }
+
+#[test]
+fn a_page_the_store_never_serves_stops_the_program_instead_of_hanging_it() {
+    if skip() {
+        return;
+    }
+    let store = Arc::new(MemStore::new(1 << 30));
+    let rt = Runtime::new(
+        Config {
+            give_up_after: Duration::from_millis(300),
+            ..cfg(64)
+        },
+        store.clone(),
+        store.clone(),
+    )
+    .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    rt.on_lost(move |what| {
+        let _ = tx.send(what.to_string());
+    });
+    let rt: &'static Runtime = Box::leak(Box::new(rt));
+    let pages = 256usize;
+    let r: &'static _ = Box::leak(Box::new(rt.region(pages as u64 * PAGE).unwrap()));
+    write_and_check(r, pages);
+    r.sync().unwrap();
+    // The first pages went far; now the store answers every read "no".
+    store.set_refuse_reads(true);
+    std::thread::spawn(move || {
+        let mut b = [0u8; 8];
+        let _ = r.read_at(0, &mut b);
+    });
+    let what = rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("the read was given up on");
+    assert!(what.contains("could not be read for 300ms"), "{what}");
+    assert!(what.contains("refused"), "{what}");
+    // The access that needed it waits (the default hook ends the process).
+}
