@@ -105,6 +105,10 @@ impl Table {
     }
 }
 
+/// Placements tried for one request, each without the memory nodes that
+/// did not take a grant of the one before.
+const PLACEMENTS: usize = 3;
+
 impl Shared {
     /// Grants `size` bytes to `owner`, each byte on `replicas` distinct
     /// memory nodes, tells the nodes (which zero them) before answering,
@@ -118,7 +122,22 @@ impl Shared {
         replicas: usize,
         request: u64,
     ) -> Result<Vec<farmem_wire::Extent>, Refusal> {
-        let answer = {
+        self.place_until_taken(owner, "grant", || {
+            self.place(owner, size, placement, replicas, request)
+        })
+    }
+
+    /// The answer to `owner`'s `request` (see [`Self::alloc`]): what it got
+    /// before, or new grants, saved.
+    fn place(
+        &self,
+        owner: &str,
+        size: u64,
+        placement: Placement,
+        replicas: usize,
+        request: u64,
+    ) -> Result<Answer, Refusal> {
+        Ok({
             let mut t = self.table.lock();
             match t.answered.find(owner, request) {
                 Some(answer) => again(owner, answer, &t.tree)?,
@@ -142,8 +161,7 @@ impl Shared {
                     answer
                 }
             }
-        };
-        self.hand_out(owner, &answer, "grant")
+        })
     }
 
     /// One more copy of `owner`'s granule at `base`, on a node not in
@@ -158,7 +176,24 @@ impl Shared {
         avoid: &[u32],
         request: u64,
     ) -> Result<farmem_wire::Extent, Refusal> {
-        let answer = {
+        let mut extents = self.place_until_taken(owner, "copy's grant", || {
+            self.place_copy(owner, base, len, avoid, request)
+        })?;
+        extents
+            .pop()
+            .ok_or_else(|| Refusal::new(ErrorCode::Internal, "a copy granted nothing".to_string()))
+    }
+
+    /// The answer to `owner`'s `request` (see [`Self::remirror`]).
+    fn place_copy(
+        &self,
+        owner: &str,
+        base: u64,
+        len: u64,
+        avoid: &[u32],
+        request: u64,
+    ) -> Result<Answer, Refusal> {
+        Ok({
             let mut t = self.table.lock();
             match t.answered.find(owner, request) {
                 Some(answer) => again(owner, answer, &t.tree)?,
@@ -195,11 +230,42 @@ impl Shared {
                     answer
                 }
             }
-        };
-        let mut extents = self.hand_out(owner, &answer, "copy's grant")?;
-        extents
-            .pop()
-            .ok_or_else(|| Refusal::new(ErrorCode::Internal, "a copy granted nothing".to_string()))
+        })
+    }
+
+    /// Places grants with `place` and hands them out; a memory node that
+    /// does not take its grant (killed, and not yet found silent) is
+    /// marked down, the grants undone, and they are placed again without
+    /// it, up to [`PLACEMENTS`] times.
+    fn place_until_taken(
+        &self,
+        owner: &str,
+        what: &str,
+        place: impl Fn() -> Result<Answer, Refusal>,
+    ) -> Result<Vec<farmem_wire::Extent>, Refusal> {
+        let mut attempt = 1;
+        loop {
+            let answer = place()?;
+            match self.hand_out(owner, &answer, what) {
+                Ok(extents) => return Ok(extents),
+                Err((Some(node), refusal)) if attempt < PLACEMENTS => {
+                    self.suspect(node, &refusal.message)?;
+                    attempt += 1;
+                }
+                Err((_, refusal)) => return Err(refusal),
+            }
+        }
+    }
+
+    /// Marks `node` down (until its next heartbeat): it did not take a grant.
+    fn suspect(&self, node: u32, why: &str) -> Result<(), Refusal> {
+        tracing::warn!("{why}; marking memory node {node} down until it heartbeats");
+        let mut t = self.table.lock();
+        if let Some(n) = t.nodes.get_mut(&node) {
+            n.up = false;
+        }
+        t.tree.set_up(node, false);
+        self.save(&t)
     }
 
     /// Tells the memory nodes of `answer`'s grants (which zero them), then
@@ -210,7 +276,7 @@ impl Shared {
         owner: &str,
         answer: &Answer,
         what: &str,
-    ) -> Result<Vec<farmem_wire::Extent>, Refusal> {
+    ) -> Result<Vec<farmem_wire::Extent>, (Option<u32>, Refusal)> {
         let (all, stamps) = answer.grants();
         if let Err((node, e)) = self.push_fresh(&all, &stamps) {
             let mut t = self.table.lock();
@@ -218,10 +284,13 @@ impl Shared {
                 let _ = t.tree.release(&g.owner, g.base, g.len);
             }
             t.answered.forget(owner, answer.request);
-            self.save(&t)?;
-            return Err(Refusal::new(
-                ErrorCode::Internal,
-                format!("memory node {node} did not take the {what}: {e}"),
+            self.save(&t).map_err(|r| (None, r))?;
+            return Err((
+                Some(node),
+                Refusal::new(
+                    ErrorCode::Internal,
+                    format!("memory node {node} did not take the {what}: {e}"),
+                ),
             ));
         }
         let t = self.table.lock();

@@ -400,6 +400,23 @@ fn adjacent_grants_resent_as_one_keep_each_capability_good() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+#[test]
+fn a_grant_a_dead_node_cannot_take_is_placed_on_another() {
+    // The controller has not yet found the node silent (30 s): it places
+    // grants there, the node does not take them, and they go elsewhere.
+    let mut rack = Rack::start(2, Duration::from_secs(30));
+    let dead = rack.memnodes[1].node_id();
+    rack.kill(dead);
+    let a = rack.client("cn-elsewhere");
+    for _ in 0..4 {
+        let extents = a.allocate(128 << 20, Placement::RoundRobin).unwrap();
+        assert!(extents.iter().all(|e| e.node != dead), "{extents:?}");
+        a.write(extents[0].base, b"placed").unwrap();
+    }
+    let nodes = rack.controller.nodes();
+    assert!(nodes.iter().any(|n| n.node == dead && !n.up), "{nodes:?}");
+}
+
 /// Asks the controller at `ctl` for 256 MiB in two copies as `cn-again`,
 /// naming the request `request`, on a connection of its own; retries
 /// while the controller still holds the name for the last one.

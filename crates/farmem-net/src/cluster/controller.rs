@@ -20,8 +20,9 @@ use crate::{ClientConfig, Connection, NetError};
 /// leader's etcd lease (2 s) runs out and a standby loads the state well
 /// within this.
 const FIND_LEADER_FOR: Duration = Duration::from_secs(15);
-/// Most capabilities tried, one at a time, to prove a name to a new leader.
-const PROOFS_TRIED: usize = 4;
+/// Most capabilities tried, one at a time and each for another memory
+/// node, to prove a name to a new leader.
+const PROOFS_TRIED: usize = 8;
 
 /// The controllers of `list` (`A,B,...`), blanks dropped.
 pub fn controller_addrs(list: &str) -> Vec<String> {
@@ -68,12 +69,19 @@ fn is_not_leader(reply: &Result<Reply, NetError>) -> bool {
 }
 
 /// Shows the controller on `conn` one capability of ours after another
-/// until one proves our name (a new leader knows no session of ours).
+/// until one proves our name (a new leader knows no session of ours): the
+/// newest first, one per memory node, since a node that restarted makes
+/// every capability for it void.
 fn prove_on(conn: &Connection, proof: &[Cap]) {
-    for cap in proof.iter().rev().take(PROOFS_TRIED) {
-        if present_to(conn, std::slice::from_ref(cap)).is_ok() {
+    let mut tried = Vec::new();
+    for cap in proof.iter().rev() {
+        if tried.contains(&cap.node) {
+            continue;
+        }
+        if present_to(conn, std::slice::from_ref(cap)).is_ok() || tried.len() + 1 >= PROOFS_TRIED {
             return;
         }
+        tried.push(cap.node);
     }
 }
 
