@@ -244,12 +244,23 @@ impl Shared {
         place: impl Fn() -> Result<Answer, Refusal>,
     ) -> Result<Vec<farmem_wire::Extent>, Refusal> {
         let mut attempt = 1;
+        // Why the last placement failed: the cause to name should none
+        // be left to try.
+        let mut untaken: Option<Refusal> = None;
         loop {
-            let answer = place()?;
+            let answer = match (place(), untaken) {
+                (Ok(answer), _) => answer,
+                (Err(e), None) => return Err(e),
+                (Err(e), Some(mut before)) => {
+                    before.message = format!("{}; and placed again: {}", before.message, e.message);
+                    return Err(before);
+                }
+            };
             match self.hand_out(owner, &answer, what) {
                 Ok(extents) => return Ok(extents),
                 Err((Some(node), refusal)) if attempt < PLACEMENTS => {
                     self.suspect(node, &refusal.message)?;
+                    untaken = Some(refusal);
                     attempt += 1;
                 }
                 Err((_, refusal)) => return Err(refusal),

@@ -78,6 +78,10 @@ pub struct ControllerConfig {
     pub heartbeat_timeout: Duration,
     /// The most bytes one client name may hold (every copy counted).
     pub quota: Option<u64>,
+    /// A session that sends nothing for this long is closed (`None`:
+    /// never). Clients reopen it and prove their name again with their
+    /// capabilities (see [`names`]).
+    pub idle_timeout: Option<Duration>,
 }
 
 impl ControllerConfig {
@@ -90,6 +94,7 @@ impl ControllerConfig {
             placement: Placement::RoundRobin,
             heartbeat_timeout: Duration::from_secs(3),
             quota: None,
+            idle_timeout: Some(farmem_net::server::DEFAULT_IDLE_TIMEOUT),
         }
     }
 }
@@ -323,15 +328,19 @@ impl Shared {
             return Err(self.refuse_role(peer, "present capabilities"));
         }
         let t = self.table.lock();
-        let bad = caps.iter().find(|c| {
+        let issued = |c: &&Cap| {
             let incarnation = t.nodes.get(&c.node).map_or(0, |n| n.incarnation);
-            !auth::verify(
+            auth::verify(
                 &auth::cap_mac(&self.cfg.token, &peer.name, c, incarnation),
                 &c.mac,
             )
-        });
+        };
+        // One capability issued to the name proves it; the others may be
+        // void (their memory node restarted since) without harm.
+        let proven = caps.is_empty() || caps.iter().any(|c| issued(&c));
+        let refused = caps.iter().find(|c| !issued(c)).cloned();
         drop(t);
-        if let Some(c) = bad {
+        if let Some(c) = refused.filter(|_| !proven) {
             self.refused_capability.fetch_add(1, Ordering::Relaxed);
             return Err(Refusal::new(
                 ErrorCode::NoCapability,
@@ -779,9 +788,7 @@ impl Controller {
         let shared = Arc::new(shared);
         let server_cfg = ServerConfig {
             token: cfg.token.clone(),
-            // A client's sessions are bound to its name (see `names`): one
-            // reopened after an idle close would come back unproven.
-            idle_timeout: None,
+            idle_timeout: cfg.idle_timeout,
             ..ServerConfig::default()
         };
         let server = Server::start(

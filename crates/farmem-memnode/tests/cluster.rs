@@ -751,6 +751,22 @@ fn a_session_closed_while_idle_reopens_with_its_capabilities() {
 }
 
 #[test]
+fn a_controller_session_closed_while_idle_reopens_proving_its_name() {
+    let mut cfg = controller_config(Duration::from_secs(5));
+    cfg.idle_timeout = Some(Duration::from_millis(200));
+    let rack = Rack::with(cfg, 1, false);
+    let a = rack.client("cn-idle-ctl");
+    a.allocate(128 << 20, Placement::Default).unwrap();
+    // The lease keeper's session speaks for the name all along (it renews
+    // more often than the idle timeout): the reopened one must prove it.
+    let _lease = a.keep_lease(Duration::from_millis(400), |_| {}).unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    let more = a.allocate(128 << 20, Placement::Default).unwrap();
+    a.write(more[0].base, b"after idle").unwrap();
+    assert_eq!(rack.controller.stats().granted_bytes, 256 << 20);
+}
+
+#[test]
 fn runs_of_lines_go_as_plain_writes_and_the_last_of_a_line_wins() {
     let rack = Rack::start(1, Duration::from_secs(5));
     let a = rack.client("cn-runs");

@@ -435,7 +435,8 @@ pub enum Msg<'a> {
         stamp: u64,
     },
     /// Compute → memory node or controller: the capabilities this session
-    /// uses (see [`Cap`]); answered with `Done` once all are verified.
+    /// uses (see [`Cap`]); a memory node answers `Done` once all are
+    /// verified, a controller once one is (it proves the client's name).
     Present {
         caps: Vec<Cap>,
     },

@@ -20,9 +20,6 @@ use crate::{ClientConfig, Connection, NetError};
 /// leader's etcd lease (2 s) runs out and a standby loads the state well
 /// within this.
 const FIND_LEADER_FOR: Duration = Duration::from_secs(15);
-/// Most capabilities tried, one at a time and each for another memory
-/// node, to prove a name to a new leader.
-const PROOFS_TRIED: usize = 8;
 
 /// The controllers of `list` (`A,B,...`), blanks dropped.
 pub fn controller_addrs(list: &str) -> Vec<String> {
@@ -68,21 +65,12 @@ fn is_not_leader(reply: &Result<Reply, NetError>) -> bool {
     }
 }
 
-/// Shows the controller on `conn` one capability of ours after another
-/// until one proves our name (a new leader knows no session of ours): the
-/// newest first, one per memory node, since a node that restarted makes
-/// every capability for it void.
-fn prove_on(conn: &Connection, proof: &[Cap]) {
-    let mut tried = Vec::new();
-    for cap in proof.iter().rev() {
-        if tried.contains(&cap.node) {
-            continue;
-        }
-        if present_to(conn, std::slice::from_ref(cap)).is_ok() || tried.len() + 1 >= PROOFS_TRIED {
-            return;
-        }
-        tried.push(cap.node);
-    }
+/// Proves our name on `conn` (a new leader, or a session reopened after an
+/// idle close, knows none of ours) with the capabilities we were issued,
+/// and has a reopened `conn` prove it again: one of them suffices.
+fn prove_on(conn: &Connection, proof: &Arc<RwLock<Vec<Cap>>>) {
+    let _ = present_to(conn, &proof.read());
+    conn.present_on_reopen(proof.clone());
 }
 
 /// Sends `msg` to each of `addrs` in turn, from `first`, until one that is
@@ -92,7 +80,7 @@ fn find_leader(
     addrs: &[String],
     first: usize,
     cfg: &ClientConfig,
-    proof: &RwLock<Vec<Cap>>,
+    proof: &Arc<RwLock<Vec<Cap>>>,
     msg: &Msg<'_>,
     patience: Duration,
 ) -> Result<(Connection, Reply), NetError> {
@@ -109,7 +97,7 @@ fn find_leader(
                 }
                 Err(e) => return Err(e),
             };
-            prove_on(&conn, &proof.read());
+            prove_on(&conn, proof);
             let reply = conn.call(msg);
             if is_not_leader(&reply) {
                 last = reply.and_then(|r| r.msg().map(drop)).err();
@@ -134,15 +122,19 @@ impl LeaderConn {
     /// several (asking each for the node list).
     fn connect(list: &str, cfg: &ClientConfig) -> Result<Self, NetError> {
         let addrs: Arc<[String]> = controller_addrs(list).into();
+        let proof = Arc::<RwLock<Vec<Cap>>>::default();
         let conn = match &*addrs {
             [] => {
                 return Err(NetError::Routing(format!(
                     "no controller address in `{list}`"
                 )));
             }
-            [one] => Connection::connect(one, cfg)?,
+            [one] => {
+                let conn = Connection::connect(one, cfg)?;
+                conn.present_on_reopen(proof.clone());
+                conn
+            }
             many => {
-                let proof = RwLock::new(Vec::new());
                 let probe = Msg::ListNodes;
                 find_leader(many, 0, cfg, &proof, &probe, FIND_LEADER_FOR)?.0
             }
@@ -151,7 +143,7 @@ impl LeaderConn {
             addrs,
             cfg: cfg.clone(),
             conn: Arc::new(Mutex::new(conn)),
-            proof: Arc::default(),
+            proof,
         })
     }
 

@@ -55,6 +55,11 @@ pub struct Args {
     /// File holding the shared cluster token (whitespace trimmed).
     #[arg(long)]
     token_file: Option<PathBuf>,
+    /// Close a session idle this many seconds (0: never). Clients reopen
+    /// it on their next request and prove their name again with the
+    /// capabilities they were issued.
+    #[arg(long, default_value_t = 600)]
+    idle_secs: u64,
     /// Print the bound address as one JSON object on stdout once serving.
     #[arg(long)]
     json: bool,
@@ -81,6 +86,7 @@ pub fn run(args: Args) -> Outcome {
         PlacementArg::LeastLoaded => Placement::LeastLoaded,
     };
     cfg.heartbeat_timeout = Duration::from_millis(args.heartbeat_timeout_ms.max(50));
+    cfg.idle_timeout = (args.idle_secs > 0).then(|| Duration::from_secs(args.idle_secs));
     cfg.token = super::load_secret(args.token_file.as_deref())?;
     super::block_termination_signals();
     let ctl = Controller::start(cfg)
