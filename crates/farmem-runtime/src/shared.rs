@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant;
 
 use crossbeam_channel::{Receiver, Sender};
@@ -67,6 +67,10 @@ pub(crate) struct Shared {
     pub m: Metrics,
     pub epoch: Instant,
     pub last_error: Mutex<Option<String>>,
+    /// When `report` last warned (ms after `epoch`; 0: never), and how
+    /// many reports it kept quiet since.
+    last_warned_ms: AtomicU64,
+    unwarned: AtomicU64,
     /// Called when far data cannot be had at all (`Runtime::on_lost`).
     pub on_lost: RwLock<OnLost>,
     /// Fault path `signal`: where handlers pass what they cannot do at once.
@@ -115,6 +119,8 @@ impl Shared {
             m: Metrics::default(),
             epoch: Instant::now(),
             last_error: Mutex::new(None),
+            last_warned_ms: AtomicU64::new(0),
+            unwarned: AtomicU64::new(0),
             on_lost: RwLock::new(Arc::new(stop_process)),
             handoff: (cfg.fault_path == FaultPath::Signal)
                 .then(|| crossbeam_channel::bounded(HANDOFF_QUEUE)),
@@ -158,8 +164,27 @@ impl Shared {
         r.contains(addr).then(|| r.clone())
     }
 
+    /// Records `msg` as the last error and warns of it, at most once a
+    /// second: a failing rack makes every retry fail, and the program's
+    /// stderr gets the first and a count of the others, not thousands.
     pub(crate) fn report(&self, msg: String) {
-        tracing::warn!("{msg}");
+        let now = self.epoch.elapsed().as_millis() as u64;
+        let last = self.last_warned_ms.load(Ordering::Relaxed);
+        let due = last == 0 || now.saturating_sub(last) >= 1000;
+        if due
+            && self
+                .last_warned_ms
+                .compare_exchange(last, now.max(1), Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            match self.unwarned.swap(0, Ordering::Relaxed) {
+                0 => tracing::warn!("{msg}"),
+                n => tracing::warn!("{msg} ({n} more reported since the last warning)"),
+            }
+        } else {
+            self.unwarned.fetch_add(1, Ordering::Relaxed);
+            tracing::debug!("{msg}");
+        }
         *self.last_error.lock() = Some(msg);
     }
 
