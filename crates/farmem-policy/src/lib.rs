@@ -8,6 +8,7 @@
 pub mod cache;
 pub mod daemon;
 pub mod delay;
+pub mod diffbase;
 pub mod list;
 pub mod prefetch;
 pub mod promote;

@@ -12,6 +12,7 @@ use parking_lot::{Condvar, Mutex, MutexGuard};
 use farmem_core::sync::lock_without_parking;
 use farmem_policy::BlockId;
 use farmem_policy::cache::ReplacementPolicy;
+use farmem_policy::diffbase::DiffBase;
 
 use crate::config::{Config, DirtyMode, FaultPath};
 use crate::error::RuntimeError;
@@ -81,6 +82,14 @@ pub(crate) struct Cache {
     store_refusing: AtomicBool,
     /// Recycled page buffers for snapshots, off the allocator on the fault path.
     pool: Mutex<Vec<Box<PageBuf>>>,
+    /// Most buffers the pool keeps: [`POOL_LOW`], at most an eighth of the
+    /// cache (they count against it).
+    pool_cap: u64,
+    /// Snapshot buffers alive, kept by pages or pooled: local memory the
+    /// limit counts with the resident pages.
+    buffers: AtomicU64,
+    /// Whether first writes keep a diff base.
+    diff: Mutex<DiffBase>,
     /// Line mode: first writes take snapshots from the pool.
     line_mode: bool,
     /// Fault path `signal`: replacement-order updates from signal handlers,
@@ -118,6 +127,9 @@ impl Cache {
             evict_cv: Condvar::new(),
             store_refusing: AtomicBool::new(false),
             pool: Mutex::new(Vec::new()),
+            pool_cap: POOL_LOW.min(limit / 8),
+            buffers: AtomicU64::new(0),
+            diff: Mutex::new(DiffBase::new(cfg.diff_base)),
             line_mode: cfg.dirty == DirtyMode::Line,
             policy_updates: signal.then(|| crossbeam_channel::bounded(2 * limit as usize + 64)),
         })
@@ -125,6 +137,16 @@ impl Cache {
 
     pub(crate) fn resident(&self) -> u64 {
         self.resident.load(Ordering::SeqCst)
+    }
+
+    /// Snapshot buffers alive (kept by dirty pages, or pooled).
+    pub(crate) fn buffers(&self) -> u64 {
+        self.buffers.load(Ordering::SeqCst)
+    }
+
+    /// Local pages in use: resident ones and snapshot buffers.
+    fn used(&self) -> u64 {
+        self.resident() + self.buffers()
     }
 
     pub(crate) fn limit(&self) -> u64 {
@@ -138,7 +160,13 @@ impl Cache {
 
     /// A page buffer with unspecified contents.
     fn get_buf(&self) -> Box<PageBuf> {
-        self.pool.lock().pop().unwrap_or_else(PageBuf::zeroed)
+        self.pool.lock().pop().unwrap_or_else(|| self.new_buf())
+    }
+
+    /// A new snapshot buffer, counted until [`Self::put_buf`] drops it.
+    fn new_buf(&self) -> Box<PageBuf> {
+        self.buffers.fetch_add(1, Ordering::SeqCst);
+        PageBuf::zeroed()
     }
 
     /// Tops the snapshot pool up ahead of first writes (line mode), within
@@ -151,33 +179,47 @@ impl Cache {
         let (want, refill_below) = if self.handlers_need_pool() {
             // Signal handlers cannot allocate a missing buffer: keep the
             // pool full even when the cache is (4 MiB at most).
-            let want = POOL_LOW.min(self.limit);
+            let want = self.pool_cap;
             (want, want)
         } else {
-            let want = POOL_LOW.min(self.limit.saturating_sub(self.resident()));
+            let want = self.pool_cap.min(self.limit.saturating_sub(self.used()));
             (want, want / 2)
         };
         if have < refill_below {
-            let fresh = (have..want).map(|_| PageBuf::zeroed()).collect();
+            let fresh = (have..want).map(|_| self.new_buf()).collect();
             self.put_bufs(fresh);
         }
     }
 
-    /// Returns buffers to the pool, which keeps at most [`POOL_LOW`]: live
-    /// snapshots already cost up to one page per resident page, and a pool
-    /// as large again would double that for nothing.
+    /// Returns buffers to the pool, which keeps at most `pool_cap`; the
+    /// rest are freed.
     pub(crate) fn put_bufs(&self, bufs: Vec<Box<PageBuf>>) {
         let mut pool = self.pool.lock();
-        let room = (POOL_LOW as usize).saturating_sub(pool.len());
+        let room = (self.pool_cap as usize).saturating_sub(pool.len());
+        let n = bufs.len();
         pool.extend(bufs.into_iter().take(room));
+        drop(pool);
+        self.freed(n.saturating_sub(room));
     }
 
     pub(crate) fn put_buf(&self, b: Option<Box<PageBuf>>) {
         if let Some(b) = b {
             let mut pool = self.pool.lock();
-            if (pool.len() as u64) < POOL_LOW {
+            if (pool.len() as u64) < self.pool_cap {
                 pool.push(b);
+            } else {
+                drop(pool);
+                drop(b);
+                self.freed(1);
             }
+        }
+    }
+
+    /// `n` snapshot buffers were freed: room for as many pages.
+    fn freed(&self, n: usize) {
+        if n > 0 {
+            self.buffers.fetch_sub(n as u64, Ordering::SeqCst);
+            self.space_cv.notify_all();
         }
     }
 
@@ -189,7 +231,7 @@ impl Cache {
             Ctx::Signal => {
                 let mut pool = ctx.lock(&self.pool);
                 let buf = pool.pop();
-                if (pool.len() as u64) < POOL_LOW.min(self.limit) / 2 {
+                if (pool.len() as u64) < self.pool_cap / 2 {
                     // Wake the evictor without a kick: idle, it refills the
                     // pool; kicked, it would also evict down to the low
                     // watermark.
@@ -221,6 +263,10 @@ impl Cache {
             m.zero_base = true;
             return;
         }
+        if !ctx.lock(&self.diff).keep() {
+            metrics.snapshots_skipped.inc();
+            return;
+        }
         match self.snapshot_buf(ctx) {
             Some(mut snap) => {
                 snap.0.copy_from_slice(current);
@@ -229,6 +275,12 @@ impl Cache {
             }
             None => metrics.snapshots_missed.inc(),
         }
+    }
+
+    /// A page diffed against its snapshot at write-back had `dirty_lines`
+    /// of its lines changed.
+    pub(crate) fn observe_diff(&self, dirty_lines: u32) {
+        self.diff.lock().observe(dirty_lines);
     }
 
     /// The replacement policy, locked, with every update signal handlers
@@ -300,7 +352,8 @@ impl Cache {
     pub(crate) fn try_reserve(&self, metrics: &Metrics) -> bool {
         loop {
             let cur = self.resident.load(Ordering::SeqCst);
-            let over = cur >= self.limit;
+            let used = cur + self.buffers();
+            let over = used >= self.limit;
             if over && !self.store_refusing.load(Ordering::SeqCst) {
                 self.kick_evictor();
                 return false;
@@ -313,7 +366,7 @@ impl Cache {
                 if over {
                     metrics.limit_overruns.inc();
                 }
-                if cur + 1 > self.high {
+                if used + 1 > self.high {
                     self.kick_evictor();
                 }
                 return true;
@@ -340,17 +393,17 @@ impl Cache {
                 metrics.filler_waits.inc();
             }
             let mut g = self.space_lock.lock();
-            if self.resident.load(Ordering::SeqCst) >= self.limit {
+            if self.used() >= self.limit {
                 // Timed, so a notify racing with this check costs 1 ms, not a hang.
                 self.space_cv.wait_for(&mut g, Duration::from_millis(1));
             }
         }
     }
 
-    /// Resident pages not already on their way out, above `mark`.
+    /// Local pages in use (resident and snapshot buffers) beyond those
+    /// already on their way out, above `mark`.
     fn above(&self, mark: u64) -> u64 {
-        self.resident
-            .load(Ordering::SeqCst)
+        self.used()
             .saturating_sub(self.in_flight.load(Ordering::SeqCst))
             .saturating_sub(mark)
     }
@@ -421,9 +474,10 @@ impl Cache {
     /// The cache's books, for diagnosing a stall.
     pub(crate) fn census(&self) -> String {
         format!(
-            "policy {} resident {} in_flight {} forced {} limit {} high {} low {}",
+            "policy {} resident {} buffers {} in_flight {} forced {} limit {} high {} low {}",
             self.lock_policy().len(),
             self.resident(),
+            self.buffers(),
             self.in_flight.load(Ordering::SeqCst),
             self.forced.lock().len(),
             self.limit,

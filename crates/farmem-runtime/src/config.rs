@@ -3,6 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use farmem_policy::cache::PolicyConfig;
+use farmem_policy::diffbase::DiffBaseConfig;
 use farmem_policy::readahead::ReadaheadConfig;
 
 use crate::error::RuntimeError;
@@ -172,6 +173,10 @@ pub struct Config {
     /// up to this window ([`farmem_policy::readahead`]; at most
     /// [`MAX_FAULT_AROUND`] pages; 0 or 1 turns it off).
     pub fault_around: ReadaheadConfig,
+    /// Line mode: when a first write keeps a diff base (a page copy, which
+    /// counts against `local_bytes`) and when pages are written back whole
+    /// instead ([`farmem_policy::diffbase`]).
+    pub diff_base: DiffBaseConfig,
 }
 
 impl Default for Config {
@@ -195,6 +200,7 @@ impl Default for Config {
             give_up_after: std::time::Duration::from_secs(20),
             writable_on_write_fault: true,
             fault_around: ReadaheadConfig::default(),
+            diff_base: DiffBaseConfig::default(),
         }
     }
 }

@@ -228,6 +228,9 @@ fn diff_into(sh: &Shared, mut v: Victim, seg: &mut Segment) -> Result<(), Runtim
             };
         mask |= (changed as u64) << i;
     }
+    if v.snapshot.is_some() && !whole {
+        sh.cache.observe_diff(mask.count_ones());
+    }
     if mask != 0 {
         let remote = match v.remote {
             Some(r) => r,

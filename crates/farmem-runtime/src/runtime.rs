@@ -110,9 +110,11 @@ impl Runtime {
     }
 
     pub fn stats(&self) -> Stats {
-        self.sh
-            .m
-            .snapshot(self.sh.cache.resident(), self.sh.cache.limit())
+        self.sh.m.snapshot(
+            self.sh.cache.resident(),
+            self.sh.cache.buffers(),
+            self.sh.cache.limit(),
+        )
     }
 
     /// Pages by state plus the cache's books, for diagnosing a stall.

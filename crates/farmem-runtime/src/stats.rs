@@ -54,6 +54,9 @@ pub(crate) struct Metrics {
     /// First writes served in a signal handler with no snapshot buffer
     /// ready: the page has no diff base and is written back whole.
     pub snapshots_missed: Counter,
+    /// First writes that kept no diff base because pages lately came back
+    /// mostly dirty ([`farmem_policy::diffbase`]): written back whole.
+    pub snapshots_skipped: Counter,
     pub fault_latency: LatencyHistogram,
     pub wp_latency: LatencyHistogram,
     pub st_fetch: Stage,
@@ -122,7 +125,11 @@ pub struct Stats {
     pub filler_waits: u64,
     pub faults_handed_off: u64,
     pub snapshots_missed: u64,
+    pub snapshots_skipped: u64,
     pub resident_pages: u64,
+    /// Page buffers held for diff bases (kept and pooled), counted
+    /// against the limit with the resident pages.
+    pub snapshot_pages: u64,
     pub limit_pages: u64,
     /// Missing-fault latency, message read to page installed.
     pub fault_latency: LatencySummary,
@@ -132,7 +139,12 @@ pub struct Stats {
 }
 
 impl Metrics {
-    pub(crate) fn snapshot(&self, resident_pages: u64, limit_pages: u64) -> Stats {
+    pub(crate) fn snapshot(
+        &self,
+        resident_pages: u64,
+        snapshot_pages: u64,
+        limit_pages: u64,
+    ) -> Stats {
         Stats {
             faults_missing: self.faults_missing.get(),
             faults_wp: self.faults_wp.get(),
@@ -157,7 +169,9 @@ impl Metrics {
             filler_waits: self.filler_waits.get(),
             faults_handed_off: self.faults_handed_off.get(),
             snapshots_missed: self.snapshots_missed.get(),
+            snapshots_skipped: self.snapshots_skipped.get(),
             resident_pages,
+            snapshot_pages,
             limit_pages,
             fault_latency: self.fault_latency.summary(),
             wp_latency: self.wp_latency.summary(),

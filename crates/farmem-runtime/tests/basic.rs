@@ -132,12 +132,13 @@ fn concurrent_faults_on_the_same_pages_fetch_each_once() {
     }
     let store = Arc::new(MemStore::new(1 << 30));
     let pages = 2048usize;
-    // Cache larger than the region: no eviction, so every page is fetched
-    // exactly once however the four threads interleave.
+    // Cache well past the region and a diff base of each page (both
+    // count against it, the watermarks below it): no eviction, so every
+    // page is fetched exactly once however the four threads interleave.
     let rt = Runtime::new(
         Config {
             fillers: 3,
-            ..cfg(pages as u64 + 256, DirtyMode::Line)
+            ..cfg(3 * pages as u64, DirtyMode::Line)
         },
         store.clone(),
         store.clone(),
@@ -418,4 +419,70 @@ fn system_calls_on_far_pages_wait_on_the_thread_path_and_fail_on_the_signal_path
             }
         }
     }
+}
+
+/// Writes `fill(pass, page)` over every page of `r`, `passes` times, then
+/// checks the last pass reads back.
+fn rewrite(r: &farmem_runtime::Region<'_>, pages: usize, passes: u8, whole: bool) {
+    for pass in 1..=passes {
+        for p in 0..pages {
+            let v = pass.wrapping_mul(31).wrapping_add(p as u8);
+            if whole {
+                r.write_at(p * PAGE as usize, &[v; PAGE as usize]).unwrap();
+            } else {
+                r.write_at(p * PAGE as usize + 64, &[v; 8]).unwrap();
+            }
+        }
+    }
+    let mut b = [0u8; 8];
+    for p in 0..pages {
+        let v = passes.wrapping_mul(31).wrapping_add(p as u8);
+        r.read_at(p * PAGE as usize + 64, &mut b).unwrap();
+        assert_eq!(b, [v; 8], "page {p}");
+    }
+}
+
+#[test]
+fn pages_rewritten_whole_keep_no_diff_bases_and_the_limit_counts_them() {
+    if skip() {
+        return;
+    }
+    let store = Arc::new(MemStore::new(1 << 30));
+    let rt = Runtime::new(cfg(256, DirtyMode::Line), store.clone(), store.clone()).unwrap();
+    let pages = 2048;
+    let r = rt.region(pages as u64 * PAGE).unwrap();
+    rewrite(&r, pages, 4, true);
+    let s = rt.stats();
+    assert!(s.snapshots_skipped > 0, "{s:?}");
+    assert!(s.snapshots < s.snapshots_skipped, "{s:?}");
+    assert!(
+        s.resident_pages + s.snapshot_pages <= s.limit_pages,
+        "pages and their diff bases within the limit: {s:?}"
+    );
+}
+
+#[test]
+fn sparse_writes_get_their_diff_bases_back() {
+    if skip() {
+        return;
+    }
+    let store = Arc::new(MemStore::new(1 << 30));
+    let rt = Runtime::new(cfg(256, DirtyMode::Line), store.clone(), store.clone()).unwrap();
+    let pages = 2048;
+    let r = rt.region(pages as u64 * PAGE).unwrap();
+    // Filled whole first: pages come back all dirty, bases stop.
+    rewrite(&r, pages, 2, true);
+    let whole = rt.stats().snapshots_skipped;
+    assert!(whole > 0);
+    // Then 8 bytes a page: the sampled bases show it, and every first
+    // write keeps one again within a pass.
+    rewrite(&r, pages, 2, false);
+    let settled = rt.stats().snapshots_skipped;
+    rewrite(&r, pages, 2, false);
+    let s = rt.stats();
+    assert_eq!(s.snapshots_skipped, settled, "{s:?}");
+    assert!(
+        s.resident_pages + s.snapshot_pages <= s.limit_pages,
+        "{s:?}"
+    );
 }

@@ -1,0 +1,151 @@
+//! Whether a page's first write keeps a diff base.
+//!
+//! Kona tracks dirty data at cache-line granularity so that eviction ships
+//! only the lines a program changed (seed 001 §4.3, "dirty data
+//! amplification"). Its hardware sees line writes; the runtime emulates
+//! that by copying a page at its first write (the diff base, or snapshot)
+//! and comparing at write-back. The copy costs a page of local memory while
+//! the page stays dirty, and a page of copying; it pays only when write-backs
+//! find few lines changed. A program that rewrites its pages whole (a
+//! PageRank updating its rank vector) gets nothing for it, and loses the
+//! memory to its cache.
+//!
+//! So the runtime asks [`DiffBase::keep`] at each first write, and tells
+//! [`DiffBase::observe`] how many lines each diffed write-back found
+//! changed. While the pages diffed lately came back mostly dirty (an
+//! average above `whole_above` of their lines), only one first write in
+//! `sample_every` keeps a base, enough to notice the program's writes
+//! becoming sparse again; the others are written back whole.
+//!
+//! Where the paper is silent: it has no such choice (its hardware tracks
+//! lines for free). The average is exponentially weighted over the last
+//! `1 / weight` pages or so, in pages, not time: a program that writes
+//! rarely keeps its judgement until it writes again.
+
+use serde::{Deserialize, Serialize};
+
+/// Lines per 4 KiB page.
+const LINES: f64 = 64.0;
+
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DiffBaseConfig {
+    /// Share of a page's lines found dirty, on average, above which pages
+    /// are written back whole: diffing would save less than a quarter.
+    pub whole_above: f64,
+    /// While writing back whole, one first write in this many still keeps
+    /// a base, to measure; 1 keeps every one (always diff).
+    pub sample_every: u32,
+    /// Weight of each diffed page in the average.
+    pub weight: f64,
+}
+
+impl Default for DiffBaseConfig {
+    fn default() -> Self {
+        Self {
+            whole_above: 0.75,
+            sample_every: 16,
+            weight: 1.0 / 256.0,
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct DiffBase {
+    cfg: DiffBaseConfig,
+    /// Average share of lines found dirty; starts at 0 (diff everything
+    /// until pages show otherwise).
+    dirty_share: f64,
+    first_writes: u64,
+}
+
+impl DiffBase {
+    pub fn new(cfg: DiffBaseConfig) -> Self {
+        Self {
+            cfg,
+            dirty_share: 0.0,
+            first_writes: 0,
+        }
+    }
+
+    /// A page's first write: true when it should keep a diff base.
+    pub fn keep(&mut self) -> bool {
+        self.first_writes += 1;
+        !self.whole()
+            || self
+                .first_writes
+                .is_multiple_of(u64::from(self.cfg.sample_every.max(1)))
+    }
+
+    /// A page diffed at write-back had `dirty_lines` of its 64 changed.
+    pub fn observe(&mut self, dirty_lines: u32) {
+        let share = f64::from(dirty_lines.min(64)) / LINES;
+        let w = self.cfg.weight.clamp(0.0, 1.0);
+        self.dirty_share += w * (share - self.dirty_share);
+    }
+
+    /// True while pages are written back whole (no base kept but samples).
+    pub fn whole(&self) -> bool {
+        self.dirty_share > self.cfg.whole_above
+    }
+
+    /// The average share of lines found dirty.
+    pub fn dirty_share(&self) -> f64 {
+        self.dirty_share
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pages_rewritten_whole_stop_keeping_bases_but_for_samples() {
+        let mut d = DiffBase::new(DiffBaseConfig::default());
+        assert!((0..100).all(|_| d.keep()), "sparse until shown otherwise");
+        for _ in 0..2000 {
+            d.observe(64);
+        }
+        assert!(d.whole());
+        let kept = (0..1600).filter(|_| d.keep()).count();
+        assert_eq!(kept, 100, "one in 16");
+    }
+
+    #[test]
+    fn sparse_writes_again_bring_bases_back() {
+        let mut d = DiffBase::new(DiffBaseConfig::default());
+        for _ in 0..2000 {
+            d.observe(64);
+        }
+        assert!(d.whole());
+        // Only sampled pages are diffed; they now show 2 lines of 64.
+        for _ in 0..1000 {
+            d.observe(2);
+        }
+        assert!(!d.whole(), "{}", d.dirty_share());
+        assert!((0..100).all(|_| d.keep()));
+    }
+
+    #[test]
+    fn half_dirty_pages_are_still_diffed() {
+        let mut d = DiffBase::new(DiffBaseConfig::default());
+        for _ in 0..5000 {
+            d.observe(32);
+        }
+        assert!(!d.whole());
+        assert!((d.dirty_share() - 0.5).abs() < 0.01);
+    }
+
+    #[test]
+    fn sample_every_one_always_diffs() {
+        let cfg = DiffBaseConfig {
+            sample_every: 1,
+            ..DiffBaseConfig::default()
+        };
+        let mut d = DiffBase::new(cfg);
+        for _ in 0..2000 {
+            d.observe(64);
+        }
+        assert!((0..100).all(|_| d.keep()));
+    }
+}
