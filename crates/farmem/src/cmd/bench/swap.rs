@@ -302,8 +302,10 @@ impl Bench {
                         format!(" at {}", ByteSize(self.limit))
                     }
                 );
+                let settled = measure::settle();
                 match self.run_once(config, round as u32 + 1) {
-                    Ok(r) => {
+                    Ok(mut r) => {
+                        r["settled_before"] = json!(settled);
                         if footprint.is_none() {
                             footprint = Some(self.footprint_from(&r)?);
                         }
