@@ -730,6 +730,7 @@ fn a_session_closed_while_idle_reopens_with_its_capabilities() {
         controller,
         memnodes: vec![node],
         gates: Vec::new(),
+        capacity: GIB,
     };
     let a = rack.client("cn-idle");
     let e = a.allocate(64 << 20, Placement::Default).unwrap()[0].clone();

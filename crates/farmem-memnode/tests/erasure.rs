@@ -2,93 +2,32 @@
 //! written reads back identically with any M memory nodes killed, never
 //! wrong data with more, at (K+M)/K times the bytes.
 
+mod common;
+
 use std::time::{Duration, Instant};
 
-use farmem_controller::extent::Placement as TreePlacement;
-use farmem_controller::{Controller, ControllerConfig};
-use farmem_memnode::{MemNode, MemNodeConfig};
-use farmem_net::{ClientConfig, Cluster, NetError, Redundancy};
-use farmem_wire::{ErrorCode, Placement, Role};
+use common::{Rack, checksum};
+use farmem_net::{Cluster, NetError, Redundancy};
+use farmem_wire::{ErrorCode, Placement};
 use rand::rngs::SmallRng;
 use rand::{Rng, RngCore, SeedableRng};
 
 const MIB: u64 = 1 << 20;
 const GRANULE: u64 = MIB;
-const TOKEN: &[u8] = b"test-erasure-token";
 const PAGE: usize = 4096;
 
-struct Rack {
-    controller: Controller,
-    memnodes: Vec<MemNode>,
+/// A rack of `nodes` memory nodes of 256 MiB, granting 1 MiB granules.
+fn rack(nodes: usize) -> Rack {
+    let mut cfg = common::controller_config(Duration::from_secs(5));
+    cfg.granularity = GRANULE;
+    Rack::sized(cfg, nodes, 256 * MIB)
 }
 
-impl Rack {
-    fn start(nodes: usize) -> Self {
-        let mut cfg = ControllerConfig::new("127.0.0.1:0");
-        cfg.token = TOKEN.to_vec();
-        cfg.heartbeat_timeout = Duration::from_secs(5);
-        cfg.placement = TreePlacement::RoundRobin;
-        cfg.granularity = GRANULE;
-        let controller = Controller::start(cfg).expect("controller starts");
-        let ctl = controller.local_addr().to_string();
-        let memnodes = (0..nodes)
-            .map(|_| {
-                let mut m = MemNodeConfig::new("127.0.0.1:0", 256 * MIB);
-                m.controller = Some(ctl.clone());
-                m.token = TOKEN.to_vec();
-                m.heartbeat = Duration::from_millis(50);
-                MemNode::start(m).expect("memnode starts")
-            })
-            .collect();
-        Self {
-            controller,
-            memnodes,
-        }
-    }
-
-    /// A client keeping every later allocation as rs:4+2.
-    fn client(&self, name: &str) -> Cluster {
-        let mut cfg = ClientConfig::new(name, Role::Compute).with_token(TOKEN);
-        cfg.fail_after = Duration::from_millis(300);
-        let ctl = self.controller.local_addr().to_string();
-        let c = Cluster::connect(&ctl, cfg, 2).expect("client connects");
-        c.set_redundancy("rs:4+2".parse().unwrap());
-        c
-    }
-
-    /// Stops `node` and starts it again on its address: same id, new
-    /// incarnation, empty memory.
-    fn restart(&mut self, node: u32) {
-        let i = self
-            .memnodes
-            .iter()
-            .position(|m| m.node_id() == node)
-            .expect("a running node");
-        let addr = self.memnodes[i].addr().to_string();
-        self.memnodes.remove(i).shutdown();
-        let mut m = MemNodeConfig::new(addr, 256 * MIB);
-        m.controller = Some(self.controller.local_addr().to_string());
-        m.token = TOKEN.to_vec();
-        m.heartbeat = Duration::from_millis(50);
-        self.memnodes
-            .push(MemNode::start(m).expect("memnode restarts"));
-    }
-
-    fn kill(&mut self, node: u32) {
-        let i = self
-            .memnodes
-            .iter()
-            .position(|m| m.node_id() == node)
-            .expect("a running node");
-        self.memnodes.remove(i).shutdown();
-    }
-}
-
-/// FNV-1a.
-fn checksum(data: &[u8]) -> u64 {
-    data.iter().fold(0xcbf29ce484222325u64, |h, &b| {
-        (h ^ u64::from(b)).wrapping_mul(0x100000001b3)
-    })
+/// A client keeping every later allocation as rs:4+2.
+fn ec_client(rack: &Rack, name: &str) -> Cluster {
+    let c = rack.replicated_client(name, 1);
+    c.set_redundancy("rs:4+2".parse().unwrap());
+    c
 }
 
 /// Memory written through `c`, and what it should hold.
@@ -151,8 +90,8 @@ fn shard_nodes(rack: &Rack) -> Vec<u32> {
 
 #[test]
 fn rs_4_2_costs_one_and_a_half_times_the_logical_bytes() {
-    let rack = Rack::start(6);
-    let c = rack.client("cn-ec-cost");
+    let rack = rack(6);
+    let c = ec_client(&rack, "cn-ec-cost");
     let w = write_some(&c, 7);
     let stats = rack.controller.stats();
     assert_eq!(
@@ -182,9 +121,9 @@ fn rack_granted(rack: &Rack, node: u32) -> u64 {
 fn any_two_killed_nodes_of_six_lose_nothing() {
     for a in 0..6 {
         for b in a + 1..6 {
-            let mut rack = Rack::start(6);
+            let mut rack = rack(6);
             let ids = shard_nodes(&rack);
-            let c = rack.client(&format!("cn-ec-{a}{b}"));
+            let c = ec_client(&rack, &format!("cn-ec-{a}{b}"));
             let mut w = write_some(&c, (a * 6 + b) as u64);
             rack.kill(ids[a]);
             rack.kill(ids[b]);
@@ -260,9 +199,9 @@ fn retry(op: impl Fn() -> Result<(), NetError>) {
 
 #[test]
 fn three_killed_nodes_of_six_fail_reads_never_returning_wrong_data() {
-    let mut rack = Rack::start(6);
+    let mut rack = rack(6);
     let ids = shard_nodes(&rack);
-    let c = rack.client("cn-ec-three");
+    let c = ec_client(&rack, "cn-ec-three");
     let w = write_some(&c, 3);
     for &id in &ids[1..4] {
         rack.kill(id);
@@ -293,8 +232,8 @@ fn three_killed_nodes_of_six_fail_reads_never_returning_wrong_data() {
 
 #[test]
 fn rs_4_2_needs_six_nodes_and_says_so() {
-    let rack = Rack::start(5);
-    let c = rack.client("cn-ec-five");
+    let rack = rack(5);
+    let c = ec_client(&rack, "cn-ec-five");
     match c.allocate(4 * MIB, Placement::Default) {
         Err(NetError::Remote { code, message }) => {
             assert_eq!(code, ErrorCode::NoCapacity);
@@ -333,9 +272,9 @@ fn redundancy_parses_usable_codes_only() {
 fn lost_shards_are_rebuilt_under_writes_so_restarts_in_turn_lose_nothing() {
     // Four nodes of six restart in turn: without rebuilt shards the stripes
     // would have lost four, two more than rs:4+2 survives.
-    let mut rack = Rack::start(6);
+    let mut rack = rack(6);
     let ids = shard_nodes(&rack);
-    let c = rack.client("cn-ec-rebuild");
+    let c = ec_client(&rack, "cn-ec-rebuild");
     let w = write_some(&c, 11);
     let shadow = std::sync::Mutex::new(w.shadow);
     let mut rng = SmallRng::seed_from_u64(5);

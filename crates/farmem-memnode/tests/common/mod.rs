@@ -24,6 +24,8 @@ pub struct Rack {
     pub memnodes: Vec<MemNode>,
     /// The gate in front of each node started gated, by node id.
     pub gates: Vec<(u32, Gate)>,
+    /// Each memory node's capacity.
+    pub capacity: u64,
 }
 
 impl Rack {
@@ -38,11 +40,21 @@ impl Rack {
     }
 
     pub fn with(cfg: ControllerConfig, nodes: usize, gated: bool) -> Self {
+        Self::build(cfg, nodes, gated, 64 * GIB)
+    }
+
+    /// `nodes` memory nodes of `capacity` each, none gated.
+    pub fn sized(cfg: ControllerConfig, nodes: usize, capacity: u64) -> Self {
+        Self::build(cfg, nodes, false, capacity)
+    }
+
+    fn build(cfg: ControllerConfig, nodes: usize, gated: bool, capacity: u64) -> Self {
         let controller = Controller::start(cfg).expect("controller starts");
         let mut rack = Self {
             controller,
             memnodes: Vec::new(),
             gates: Vec::new(),
+            capacity,
         };
         for _ in 0..nodes {
             if gated {
@@ -60,7 +72,7 @@ impl Rack {
     }
 
     fn start_node(&self, listen: &str, advertise: Option<String>) -> MemNode {
-        let mut m = MemNodeConfig::new(listen, 64 * GIB);
+        let mut m = MemNodeConfig::new(listen, self.capacity);
         m.controller = Some(self.controller.local_addr().to_string());
         m.token = TOKEN.to_vec();
         m.heartbeat = Duration::from_millis(50);
