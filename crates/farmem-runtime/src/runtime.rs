@@ -161,13 +161,14 @@ impl Drop for Runtime {
         self.signal.take();
         self.sh.shutdown.store(true, Ordering::SeqCst);
         self.sh.cache.kick_evictor();
+        self.sh.rm.wake();
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
     }
 }
 
-/// The evictor and shipper, then by fault path the fillers and the fault
+/// The evictor, shipper and slab top-up, then by fault path the fillers and the fault
 /// handler threads, each with async signals blocked.
 fn start_threads(sh: &Arc<Shared>) -> Result<Vec<JoinHandle<()>>, RuntimeError> {
     let mut threads = Vec::new();
@@ -197,6 +198,11 @@ fn start_threads(sh: &Arc<Shared>) -> Result<Vec<JoinHandle<()>>, RuntimeError> 
     threads.push(spawn(
         "farmem-ship",
         Box::new(move || evict::shipper(s, ship_rx, free_tx)),
+    )?);
+    let s = sh.clone();
+    threads.push(spawn(
+        "farmem-slabs",
+        Box::new(move || s.rm.serve(&s.shutdown)),
     )?);
     if sh.cfg.fault_path == FaultPath::Signal {
         for i in 0..sh.cfg.fillers.max(1) {

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 
 use crate::error::RuntimeError;
 use crate::store::SlabSource;
@@ -19,8 +19,11 @@ pub(crate) struct ResourceManager {
     batch: u64,
     /// Free remote extents, in the order they were received.
     free: Mutex<Vec<(u64, u64)>>,
-    /// A background top-up is under way.
+    /// A background top-up is asked for or under way.
     refilling: AtomicBool,
+    /// Wakes the `farmem-slabs` thread ([`Self::serve`]).
+    asked: Mutex<bool>,
+    asked_cv: Condvar,
 }
 
 impl ResourceManager {
@@ -30,30 +33,56 @@ impl ResourceManager {
             batch,
             free: Mutex::new(Vec::new()),
             refilling: AtomicBool::new(false),
+            asked: Mutex::new(false),
+            asked_cv: Condvar::new(),
         }
     }
 
     /// Keeps at least half a batch in reserve by asking the slab source on
-    /// a background thread, so the next region need not wait for it.
-    pub(crate) fn top_up(self: &Arc<Self>) {
+    /// the `farmem-slabs` thread ([`Self::serve`]), so the next region need
+    /// not wait for it. Without that thread, the next region asks itself.
+    pub(crate) fn top_up(&self) {
         let have: u64 = self.free.lock().iter().map(|e| e.1).sum();
         if have >= self.batch / 2 || self.refilling.swap(true, Ordering::SeqCst) {
             return;
         }
-        let rm = self.clone();
-        let spawned = std::thread::Builder::new()
-            .name("farmem-slabs".into())
-            .spawn(move || {
-                farmem_net::block_async_signals();
-                match rm.source.allocate(rm.batch) {
-                    Ok(extents) => rm.add(extents),
+        self.wake();
+    }
+
+    /// Wakes the `farmem-slabs` thread: to top up, or to see `shutdown`.
+    pub(crate) fn wake(&self) {
+        *self.asked.lock() = true;
+        self.asked_cv.notify_one();
+    }
+
+    /// The `farmem-slabs` thread's loop, until `shutdown`: tops up when
+    /// asked. One thread for the runtime's life, started with the others:
+    /// a thread spawned per top-up registered its thread-local destructors
+    /// with the C library's `calloc` whenever it started, which under the
+    /// preload shim is the program's allocator, whose arenas are far. On
+    /// the signal fault path it faulted there while the evictor waited for
+    /// its slabs (redis hung at 166% CPU).
+    pub(crate) fn serve(&self, shutdown: &AtomicBool) {
+        loop {
+            {
+                let mut asked = self.asked.lock();
+                while !*asked && !shutdown.load(Ordering::SeqCst) {
+                    self.asked_cv
+                        .wait_for(&mut asked, std::time::Duration::from_millis(100));
+                }
+                *asked = false;
+            }
+            if shutdown.load(Ordering::SeqCst) {
+                return;
+            }
+            if self.refilling.load(Ordering::SeqCst) {
+                match self.source.allocate(self.batch) {
+                    Ok(extents) => self.add(extents),
                     // Not fatal: the next region asks synchronously and reports.
                     Err(e) => tracing::warn!("background slab allocation failed: {e}"),
                 }
-                rm.refilling.store(false, Ordering::SeqCst);
-            });
-        if spawned.is_err() {
-            self.refilling.store(false, Ordering::SeqCst);
+                self.refilling.store(false, Ordering::SeqCst);
+            }
         }
     }
 
@@ -107,7 +136,7 @@ impl ResourceManager {
     /// One contiguous remote extent of `size` bytes (a multiple of the page
     /// size), for a lazy region's chunk. Free pieces too small are skipped,
     /// not split across chunks, so a chunk maps with one base address.
-    pub(crate) fn take_contiguous(self: &Arc<Self>, size: u64) -> Result<u64, RuntimeError> {
+    pub(crate) fn take_contiguous(&self, size: u64) -> Result<u64, RuntimeError> {
         let carve = |free: &mut Vec<(u64, u64)>| {
             let i = free.iter().position(|e| e.1 >= size)?;
             let (base, len) = free[i];
