@@ -12,6 +12,7 @@ use std::ffi::{CStr, OsString};
 use std::path::PathBuf;
 
 use farmem_net::Redundancy;
+use farmem_policy::cache::PolicyConfig;
 
 use crate::config::{Config, DirtyMode, FaultPath};
 
@@ -285,9 +286,16 @@ impl PreloadEnv {
             ..Config::default()
         };
         cfg.fault_around.max_blocks = self.fault_around;
-        if let Some(p) = &self.policy {
-            cfg.policy = p.parse().map_err(|e| format!("{}: {e}", key(POLICY)))?;
-        }
+        cfg.policy = match &self.policy {
+            Some(p) => p.parse().map_err(|e| format!("{}: {e}", key(POLICY)))?,
+            // The signal path touches a call's far buffers, then lets the
+            // kernel at them: they must still be resident, which LRU's
+            // newest-last order keeps and kona-pc's does not (new pages
+            // enter its inactive list, the first to go), so an fwrite
+            // failed with EFAULT now and then.
+            None if self.fault_path == FaultPath::Signal => PolicyConfig::Lru,
+            None => cfg.policy,
+        };
         Ok(cfg)
     }
 }
@@ -367,5 +375,23 @@ mod tests {
         assert!(bad("FARMEM_REPLICAS", "0").contains("from 1 to 255"));
         assert!(bad("FARMEM_LEASE_MS", "-1").starts_with("FARMEM_LEASE_MS `-1`"));
         assert!(bad("FARMEM_REDUNDANCY", "rs:3").starts_with("FARMEM_REDUNDANCY: "));
+    }
+
+    #[test]
+    fn the_signal_path_defaults_to_lru_and_a_chosen_policy_stands() {
+        let policy = |vars: &[(&str, &str)]| {
+            let mut all = vec![("FARMEM_CONTROLLER", "127.0.0.1:7000")];
+            all.extend_from_slice(vars);
+            read(&env(&all)).unwrap().config().unwrap().policy
+        };
+        assert_eq!(policy(&[]), PolicyConfig::KonaPc);
+        assert_eq!(
+            policy(&[("FARMEM_FAULT_PATH", "signal")]),
+            PolicyConfig::Lru
+        );
+        assert_eq!(
+            policy(&[("FARMEM_FAULT_PATH", "signal"), ("FARMEM_POLICY", "clock")]),
+            PolicyConfig::Clock
+        );
     }
 }

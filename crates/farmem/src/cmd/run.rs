@@ -85,7 +85,8 @@ pub struct Args {
     /// Replacement policy of the local cache, at page granularity: lru, fifo, 4-way (alias
     /// set-assoc; Kona), clock, kona-pc (alias 2q; Linux active/inactive), filter (UniMem's
     /// Filter-Cache). The same policy objects the simulator uses. Default: kona-pc
-    /// (on the demo, 30% fewer faults than lru).
+    /// (on the demo, 30% fewer faults than lru); lru with `--fault-path signal`,
+    /// whose touched I/O buffers must stay resident until the call.
     #[arg(long)]
     policy: Option<String>,
     /// Who serves a page fault: `thread` (runtime threads read the
