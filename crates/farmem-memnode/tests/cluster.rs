@@ -417,6 +417,36 @@ fn a_grant_a_dead_node_cannot_take_is_placed_on_another() {
     assert!(nodes.iter().any(|n| n.node == dead && !n.up), "{nodes:?}");
 }
 
+#[test]
+fn a_client_carries_on_with_its_restarted_controller() {
+    let dir = scratch("ctl-carries-on");
+    let mut cfg = controller_config(Duration::from_secs(5));
+    cfg.state = Some(farmem_controller::StateSpec::File(dir.join("state.json")));
+    let rack = Rack::with(cfg.clone(), 1, false);
+    let ctl = rack.controller_addr();
+    let a = rack.client("cn-carries-on");
+    let first = a.allocate(128 << 20, Placement::Default).unwrap();
+    a.write(first[0].base, b"before").unwrap();
+    let Rack {
+        mut controller,
+        memnodes,
+        ..
+    } = rack;
+    controller.shutdown();
+    cfg.listen = ctl.clone();
+    let controller = Controller::start(cfg).unwrap();
+    // The same client, its controller connection broken: it dials again,
+    // proves its name, and is granted more.
+    let more = a.allocate(128 << 20, Placement::Default).unwrap();
+    assert_ne!(more[0].base, first[0].base);
+    assert_eq!(controller.stats().granted_bytes, 256 << 20);
+    let mut back = [0u8; 6];
+    a.read(first[0].base, &mut back).unwrap();
+    assert_eq!(&back, b"before");
+    drop(memnodes);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Asks the controller at `ctl` for 256 MiB in two copies as `cn-again`,
 /// naming the request `request`, on a connection of its own; retries
 /// while the controller still holds the name for the last one.

@@ -149,9 +149,19 @@ impl LeaderConn {
 
     /// Sends `msg` to the leader; with several controllers, one that died
     /// or stands by is replaced by the new leader and `msg` sent there.
+    /// One controller that stops answering (restarted, its state saved) is
+    /// dialled again, within [`FIND_LEADER_FOR`], and `msg` sent again:
+    /// requests that grant are answered as the first time (see
+    /// [`request_number`]).
     pub(super) fn call(&self, msg: &Msg<'_>) -> Result<Reply, NetError> {
+        let mut tried = None;
         if self.addrs.len() < 2 {
-            return self.conn.lock().clone().call(msg);
+            let conn = self.conn.lock().clone();
+            let reply = conn.call(msg);
+            if !reply.as_ref().is_err_and(NetError::is_transient) {
+                return reply;
+            }
+            tried = Some((conn, reply));
         }
         // On a thread of its own: this may be a process's exit path (the
         // shim gives its memory back there), whose thread-locals, which
@@ -162,7 +172,7 @@ impl LeaderConn {
                 .name("farmem-ctl".into())
                 .spawn_scoped(s, || {
                     crate::block_async_signals();
-                    self.call_leader(msg)
+                    self.call_leader(msg, tried)
                 })
                 .map_err(NetError::Io)?
                 .join()
@@ -170,9 +180,17 @@ impl LeaderConn {
         })
     }
 
-    fn call_leader(&self, msg: &Msg<'_>) -> Result<Reply, NetError> {
-        let conn = self.conn.lock().clone();
-        let reply = conn.call(msg);
+    /// `msg` to the leader, after `tried`, the answer it gave already.
+    fn call_leader(
+        &self,
+        msg: &Msg<'_>,
+        tried: Option<(Connection, Result<Reply, NetError>)>,
+    ) -> Result<Reply, NetError> {
+        let (conn, reply) = tried.unwrap_or_else(|| {
+            let conn = self.conn.lock().clone();
+            let reply = conn.call(msg);
+            (conn, reply)
+        });
         let lost = is_not_leader(&reply) || reply.as_ref().is_err_and(NetError::is_transient);
         if !lost {
             return reply;
