@@ -127,8 +127,7 @@ impl Shared {
         })
     }
 
-    /// The answer to `owner`'s `request` (see [`Self::alloc`]): what it got
-    /// before, or new grants, saved.
+    /// The answer to `owner`'s `request` (see [`Self::alloc`]).
     fn place(
         &self,
         owner: &str,
@@ -137,30 +136,16 @@ impl Shared {
         replicas: usize,
         request: u64,
     ) -> Result<Answer, Refusal> {
-        Ok({
-            let mut t = self.table.lock();
-            match t.answered.find(owner, request) {
-                Some(answer) => again(owner, answer, &t.tree)?,
-                None => {
-                    let sets = t
-                        .allocate(owner, size, placement, replicas)
-                        .map_err(|e| Refusal::new(ErrorCode::NoCapacity, e))?;
-                    // Never 0, which a memory node reads as "keep the stamp".
-                    let stamped = |g: Grant| (g, rand::random::<u64>() | 1);
-                    let sets = sets
-                        .into_iter()
-                        .map(|(p, ms)| std::iter::once(p).chain(ms).map(stamped).collect())
-                        .collect();
-                    let answer = Answer { request, sets };
-                    let Table { answered, tree, .. } = &mut *t;
-                    answered.record(owner, answer.clone(), tree);
-                    // Saved (fenced) before any memory node hears of it: a
-                    // leader that lost the election must not zero what
-                    // another granted.
-                    self.save(&t)?;
-                    answer
-                }
-            }
+        self.answer(owner, request, |t| {
+            let sets = t
+                .allocate(owner, size, placement, replicas)
+                .map_err(|e| Refusal::new(ErrorCode::NoCapacity, e))?;
+            let stamped = |g: Grant| (g, fresh_stamp());
+            let sets = sets
+                .into_iter()
+                .map(|(p, ms)| std::iter::once(p).chain(ms).map(stamped).collect())
+                .collect();
+            Ok(Answer { request, sets })
         })
     }
 
@@ -193,44 +178,53 @@ impl Shared {
         avoid: &[u32],
         request: u64,
     ) -> Result<Answer, Refusal> {
-        Ok({
-            let mut t = self.table.lock();
-            match t.answered.find(owner, request) {
-                Some(answer) => again(owner, answer, &t.tree)?,
-                None => {
-                    let g = t.tree.granularity();
-                    if len != g || !base.is_multiple_of(g) || t.tree.owner_of(base) != Some(owner) {
-                        return Err(Refusal::new(
-                            ErrorCode::NotOwner,
-                            format!("`{owner}` holds no granule [{base:#x}, +{len}) to copy"),
-                        ));
-                    }
-                    let node = t
-                        .tree
-                        .nodes_with_room()
-                        .into_iter()
-                        .map(|(node, _)| node)
-                        .find(|node| !avoid.contains(node));
-                    let grant = node.and_then(|node| t.tree.allocate_granule_on(owner, node));
-                    let Some(grant) = grant else {
-                        return Err(Refusal::new(
-                            ErrorCode::NoCapacity,
-                            format!(
-                                "no memory node up outside {avoid:?} has room for another copy"
-                            ),
-                        ));
-                    };
-                    let answer = Answer {
-                        request,
-                        sets: vec![vec![(grant, rand::random::<u64>() | 1)]],
-                    };
-                    let Table { answered, tree, .. } = &mut *t;
-                    answered.record(owner, answer.clone(), tree);
-                    self.save(&t)?;
-                    answer
-                }
+        self.answer(owner, request, |t| {
+            let g = t.tree.granularity();
+            if len != g || !base.is_multiple_of(g) || t.tree.owner_of(base) != Some(owner) {
+                return Err(Refusal::new(
+                    ErrorCode::NotOwner,
+                    format!("`{owner}` holds no granule [{base:#x}, +{len}) to copy"),
+                ));
             }
+            let node = t
+                .tree
+                .nodes_with_room()
+                .into_iter()
+                .map(|(node, _)| node)
+                .find(|node| !avoid.contains(node));
+            let grant = node.and_then(|node| t.tree.allocate_granule_on(owner, node));
+            let Some(grant) = grant else {
+                return Err(Refusal::new(
+                    ErrorCode::NoCapacity,
+                    format!("no memory node up outside {avoid:?} has room for another copy"),
+                ));
+            };
+            Ok(Answer {
+                request,
+                sets: vec![vec![(grant, fresh_stamp())]],
+            })
         })
+    }
+
+    /// `owner`'s answer to `request`: the one it got before (see
+    /// [`crate::answered`]), or the grants `fresh` makes in the table,
+    /// recorded and saved (fenced) before any memory node hears of them: a
+    /// leader that lost the election must not zero what another granted.
+    fn answer(
+        &self,
+        owner: &str,
+        request: u64,
+        fresh: impl FnOnce(&mut Table) -> Result<Answer, Refusal>,
+    ) -> Result<Answer, Refusal> {
+        let mut t = self.table.lock();
+        if let Some(answer) = t.answered.find(owner, request) {
+            return again(owner, answer, &t.tree);
+        }
+        let answer = fresh(&mut t)?;
+        let Table { answered, tree, .. } = &mut *t;
+        answered.record(owner, answer.clone(), tree);
+        self.save(&t)?;
+        Ok(answer)
     }
 
     /// Places grants with `place` and hands them out; a memory node that
@@ -332,6 +326,11 @@ impl Shared {
             })
             .collect())
     }
+}
+
+/// A grant's stamp; never 0, which a memory node reads as "keep the stamp".
+fn fresh_stamp() -> u64 {
+    rand::random::<u64>() | 1
 }
 
 /// A repeated request's answer, if its grants are still `owner`'s (its
