@@ -320,9 +320,7 @@ fn controller_state_survives_a_restart() {
 #[test]
 fn an_alloc_sent_again_gets_its_first_answer_even_from_a_restarted_controller() {
     let dir = scratch("alloc-again");
-    let mut cfg = controller_config(Duration::from_secs(5));
-    cfg.state = Some(farmem_controller::StateSpec::File(dir.join("state.json")));
-    let rack = Rack::with(cfg.clone(), 2, false);
+    let mut rack = Rack::with_state_in(&dir, 2);
     let ctl = rack.controller_addr();
     let first = alloc_request(&ctl, 0x51);
     let granted = rack.controller.stats().granted_bytes;
@@ -339,16 +337,9 @@ fn an_alloc_sent_again_gets_its_first_answer_even_from_a_restarted_controller() 
     assert_ne!(other[0].base, first[0].base);
     assert_eq!(rack.controller.stats().granted_bytes, 2 * granted);
     // A controller that took over from the saved state answers the same.
-    let Rack {
-        mut controller,
-        memnodes,
-        ..
-    } = rack;
-    controller.shutdown();
-    cfg.listen = ctl.clone();
-    let controller = Controller::start(cfg).unwrap();
+    rack.restart_controller();
     assert_eq!(alloc_request(&ctl, 0x51), first);
-    assert_eq!(controller.stats().granted_bytes, 2 * granted);
+    assert_eq!(rack.controller.stats().granted_bytes, 2 * granted);
     // What it names is usable: the memory nodes were told again.
     let client = ClientConfig::new("cn-again", Role::Compute).with_token(TOKEN);
     let a = Cluster::connect(&ctl, client, 1).unwrap();
@@ -357,7 +348,7 @@ fn an_alloc_sent_again_gets_its_first_answer_even_from_a_restarted_controller() 
     let mut back = [0u8; 12];
     a.read(first[0].base, &mut back).unwrap();
     assert_eq!(&back, b"granted once");
-    drop(memnodes);
+    drop(rack);
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -367,26 +358,16 @@ fn adjacent_grants_resent_as_one_keep_each_capability_good() {
     // controller's table merges them; a restarted controller re-sends
     // them to the node as one grant.
     let dir = scratch("merged-resend");
-    let mut cfg = controller_config(Duration::from_secs(5));
-    cfg.state = Some(farmem_controller::StateSpec::File(dir.join("state.json")));
-    let rack = Rack::with(cfg.clone(), 1, false);
-    let ctl = rack.controller_addr();
+    let mut rack = Rack::with_state_in(&dir, 1);
     let a = rack.client("cn-merged");
     let first = a.allocate(128 << 20, Placement::Default).unwrap();
     let second = a.allocate(128 << 20, Placement::Default).unwrap();
     assert_eq!(first[0].base + first[0].len, second[0].base, "adjacent");
     let grants_before = rack.memnodes[0].stats().grants_received;
-    let Rack {
-        mut controller,
-        memnodes,
-        ..
-    } = rack;
-    controller.shutdown();
-    cfg.listen = ctl.clone();
-    let _controller = Controller::start(cfg).unwrap();
+    rack.restart_controller();
     // The node registers again and is told its grants once more.
     let start = Instant::now();
-    while memnodes[0].stats().grants_received == grants_before {
+    while rack.memnodes[0].stats().grants_received == grants_before {
         assert!(start.elapsed() < Duration::from_secs(20), "never re-sent");
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -396,7 +377,7 @@ fn adjacent_grants_resent_as_one_keep_each_capability_good() {
         a.read(e.base + 4096, &mut back).unwrap();
         assert_eq!(&back, b"each its own");
     }
-    drop(memnodes);
+    drop(rack);
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -420,30 +401,20 @@ fn a_grant_a_dead_node_cannot_take_is_placed_on_another() {
 #[test]
 fn a_client_carries_on_with_its_restarted_controller() {
     let dir = scratch("ctl-carries-on");
-    let mut cfg = controller_config(Duration::from_secs(5));
-    cfg.state = Some(farmem_controller::StateSpec::File(dir.join("state.json")));
-    let rack = Rack::with(cfg.clone(), 1, false);
-    let ctl = rack.controller_addr();
+    let mut rack = Rack::with_state_in(&dir, 1);
     let a = rack.client("cn-carries-on");
     let first = a.allocate(128 << 20, Placement::Default).unwrap();
     a.write(first[0].base, b"before").unwrap();
-    let Rack {
-        mut controller,
-        memnodes,
-        ..
-    } = rack;
-    controller.shutdown();
-    cfg.listen = ctl.clone();
-    let controller = Controller::start(cfg).unwrap();
+    rack.restart_controller();
     // The same client, its controller connection broken: it dials again,
     // proves its name, and is granted more.
     let more = a.allocate(128 << 20, Placement::Default).unwrap();
     assert_ne!(more[0].base, first[0].base);
-    assert_eq!(controller.stats().granted_bytes, 256 << 20);
+    assert_eq!(rack.controller.stats().granted_bytes, 256 << 20);
     let mut back = [0u8; 6];
     a.read(first[0].base, &mut back).unwrap();
     assert_eq!(&back, b"before");
-    drop(memnodes);
+    drop(rack);
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -749,19 +720,13 @@ fn a_silent_clients_lease_runs_out_and_a_renewed_one_does_not() {
 
 #[test]
 fn a_session_closed_while_idle_reopens_with_its_capabilities() {
-    let controller = Controller::start(controller_config(Duration::from_secs(5))).unwrap();
+    let mut rack = Rack::start(0, Duration::from_secs(5));
     let mut m = MemNodeConfig::new("127.0.0.1:0", GIB);
-    m.controller = Some(controller.local_addr().to_string());
+    m.controller = Some(rack.controller_addr());
     m.token = TOKEN.to_vec();
     m.heartbeat = Duration::from_millis(50);
     m.idle_timeout = Some(Duration::from_millis(200));
-    let node = MemNode::start(m).unwrap();
-    let rack = Rack {
-        controller,
-        memnodes: vec![node],
-        gates: Vec::new(),
-        capacity: GIB,
-    };
+    rack.memnodes.push(MemNode::start(m).unwrap());
     let a = rack.client("cn-idle");
     let e = a.allocate(64 << 20, Placement::Default).unwrap()[0].clone();
     let pattern: Vec<u8> = (0..(1u32 << 20)).map(|i| (i * 7 + 3) as u8).collect();

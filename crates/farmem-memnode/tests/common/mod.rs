@@ -26,6 +26,8 @@ pub struct Rack {
     pub gates: Vec<(u32, Gate)>,
     /// Each memory node's capacity.
     pub capacity: u64,
+    /// How the controller was started, on the address it bound.
+    controller_cfg: ControllerConfig,
 }
 
 impl Rack {
@@ -48,13 +50,15 @@ impl Rack {
         Self::build(cfg, nodes, false, capacity)
     }
 
-    fn build(cfg: ControllerConfig, nodes: usize, gated: bool, capacity: u64) -> Self {
-        let controller = Controller::start(cfg).expect("controller starts");
+    fn build(mut cfg: ControllerConfig, nodes: usize, gated: bool, capacity: u64) -> Self {
+        let controller = Controller::start(cfg.clone()).expect("controller starts");
+        cfg.listen = controller.local_addr().to_string();
         let mut rack = Self {
             controller,
             memnodes: Vec::new(),
             gates: Vec::new(),
             capacity,
+            controller_cfg: cfg,
         };
         for _ in 0..nodes {
             if gated {
@@ -108,6 +112,23 @@ impl Rack {
             .find(|(id, _)| *id == node)
             .expect("a gated node")
             .1
+    }
+
+    /// `nodes` memory nodes whose controller keeps its state in a file in
+    /// `dir`, so [`Self::restart_controller`] brings it back as it was.
+    pub fn with_state_in(dir: &std::path::Path, nodes: usize) -> Self {
+        let mut cfg = controller_config(Duration::from_secs(5));
+        cfg.state = Some(farmem_controller::StateSpec::File(dir.join("state.json")));
+        Self::with(cfg, nodes, false)
+    }
+
+    /// Stops the controller and starts it again on its address, from its
+    /// saved state: its clients' connections break, the memory nodes
+    /// register again.
+    pub fn restart_controller(&mut self) {
+        self.controller.shutdown();
+        self.controller =
+            Controller::start(self.controller_cfg.clone()).expect("controller restarts");
     }
 
     /// Stops memory node `node` for good; returns its address.
