@@ -14,6 +14,7 @@ mod filter;
 mod lru;
 mod set_assoc;
 mod two_q;
+mod workingset;
 
 pub use clock::Clock;
 pub use fifo::Fifo;
@@ -23,6 +24,7 @@ pub use set_assoc::{
     FifoRule, LruRule, Probe, RandomRule, SetAssoc, SetAssocLru, SetRule, SetRuleKind, SrripRule,
 };
 pub use two_q::TwoQ;
+pub use workingset::Workingset;
 
 use serde::{Deserialize, Serialize};
 
@@ -128,6 +130,9 @@ pub enum PolicyConfig {
     /// UniMem's Filter-Cache with the paper's parameters; other parameters
     /// through [`FilterConfig::build`].
     Filter,
+    /// Kona-PC's lists with Linux's refault-distance test: a block that
+    /// misses again soon after its eviction enters the active list.
+    Workingset,
 }
 
 /// Why a policy could not be built.
@@ -148,8 +153,15 @@ pub enum PolicyError {
 impl PolicyConfig {
     /// Every name, for `--help` and error messages. Also accepted:
     /// `set-assoc` for `4-way`, `2q` for `kona-pc`.
-    pub const NAMES: &'static [&'static str] =
-        &["lru", "fifo", "4-way", "clock", "kona-pc", "filter"];
+    pub const NAMES: &'static [&'static str] = &[
+        "lru",
+        "fifo",
+        "4-way",
+        "clock",
+        "kona-pc",
+        "filter",
+        "workingset",
+    ];
 
     pub fn from_name(name: &str) -> Result<Self, PolicyError> {
         match name {
@@ -159,6 +171,7 @@ impl PolicyConfig {
             "clock" => Ok(Self::Clock),
             "kona-pc" | "2q" => Ok(Self::KonaPc),
             "filter" => Ok(Self::Filter),
+            "workingset" => Ok(Self::Workingset),
             _ => Err(PolicyError::Unknown {
                 name: name.to_string(),
                 known: Self::NAMES.join(", "),
@@ -182,6 +195,7 @@ impl PolicyConfig {
             Self::Clock => Box::new(Clock::new(capacity)),
             Self::KonaPc => Box::new(TwoQ::new(capacity)),
             Self::Filter => Box::new(FilterConfig::for_capacity(capacity).build(capacity)?),
+            Self::Workingset => Box::new(Workingset::new(capacity)),
         })
     }
 }

@@ -100,17 +100,30 @@ impl TwoQ {
         true
     }
 
-    /// Admits a block that is not resident; returns the victim.
+    /// Admits a block that is not resident at the inactive head; returns
+    /// the victim.
     fn fill(&mut self, block: BlockId) -> Option<BlockId> {
-        // The newcomer refills the inactive list the victim left, so no
-        // demotion is needed in between.
+        self.fill_at(block, false)
+    }
+
+    /// Admits a block that is not resident at the head of the `active` or
+    /// inactive list (the workingset policy activates refaults); returns
+    /// the victim.
+    pub(super) fn fill_at(&mut self, block: BlockId, active: bool) -> Option<BlockId> {
+        // The newcomer refills the list the victim left, so no demotion is
+        // needed in between.
         let victim = if self.len() >= self.capacity {
             self.pop_victim()
         } else {
             None
         };
-        let h = self.slab.push_front(&mut self.inactive, block);
-        self.index.insert(block, Entry { h, active: false });
+        let list = if active {
+            &mut self.active
+        } else {
+            &mut self.inactive
+        };
+        let h = self.slab.push_front(list, block);
+        self.index.insert(block, Entry { h, active });
         self.balance();
         victim
     }

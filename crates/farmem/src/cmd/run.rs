@@ -84,7 +84,8 @@ pub struct Args {
     dirty: farmem_runtime::DirtyMode,
     /// Replacement policy of the local cache, at page granularity: lru, fifo, 4-way (alias
     /// set-assoc; Kona), clock, kona-pc (alias 2q; Linux active/inactive), filter (UniMem's
-    /// Filter-Cache). The same policy objects the simulator uses. Default: kona-pc
+    /// Filter-Cache), workingset (kona-pc that activates a page missing again soon after its
+    /// eviction, as Linux's refault distance does). The same policy objects the simulator uses. Default: kona-pc
     /// (on the demo, 30% fewer faults than lru); lru with `--fault-path signal`,
     /// whose touched I/O buffers must stay resident until the call.
     #[arg(long)]
