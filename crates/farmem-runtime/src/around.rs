@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use crate::cache::{Ctx, PolicyUpdate};
 use crate::config::DirtyMode;
-use crate::page::{FetchJob, MAX_FAULT_AROUND, PAGE, RunBuf, State};
+use crate::page::{FetchJob, MAX_FAULT_AROUND, PAGE, PageBuf, RunBuf, State};
 use crate::shared::Shared;
 
 impl Shared {
@@ -87,51 +87,97 @@ impl Shared {
         self.finish_around(job, n, (copied / PAGE) as usize, writable, ctx);
     }
 
-    /// Step two for stored pages (read-ahead, on a thread): the `n` pages
-    /// after `job`'s that [`Shared::reserve_around`] took, read in one
-    /// request into `run` and installed write-protected (clean). A failed
-    /// read gives them back: each is fetched, with retries, at its own
-    /// fault.
+    /// Step two for stored pages on a fault-handling thread, before the
+    /// page itself is read: reads `job`'s page and the `n` pages after it
+    /// that [`Shared::reserve_around`] took in one request into `run`, and
+    /// copies the page into `buf`. One round trip for the whole window: the
+    /// program, woken by the page's install, would otherwise wait for the
+    /// window's own. False if the read failed (the caller gives the window
+    /// back and fetches the page alone, with retries).
+    pub(crate) fn read_window(
+        &self,
+        job: &FetchJob,
+        n: usize,
+        buf: &mut PageBuf,
+        run: &mut RunBuf,
+    ) -> bool {
+        let Some(remote) = job.region.remote(job.idx) else {
+            return false;
+        };
+        let bytes = run.run(n + 1);
+        match self.store.read(remote, bytes) {
+            Ok(()) => {
+                buf.0.copy_from_slice(&bytes[..PAGE as usize]);
+                true
+            }
+            Err(e) => {
+                self.m.fetch_errors.inc();
+                self.report(format!(
+                    "reading {} pages at {:#x}: {e}; fetching the page alone",
+                    n + 1,
+                    job.region.page_addr(job.idx)
+                ));
+                false
+            }
+        }
+    }
+
+    /// Step two for stored pages (read-ahead by a filler, for a signal
+    /// handler): the `n` pages after `job`'s that [`Shared::reserve_around`]
+    /// took, read in one request into `run` and installed write-protected
+    /// (clean). A failed read gives them back: each is fetched, with
+    /// retries, at its own fault.
     pub(crate) fn read_around(&self, job: &FetchJob, n: usize, run: &mut RunBuf) {
         if n == 0 {
             return;
         }
         let r = &job.region;
         let first = job.idx + 1;
-        let run = run.run(n);
         let t = Instant::now();
         let read = match r.remote(first) {
-            Some(remote) => self.store.read(remote, run).map_err(|e| e.to_string()),
+            Some(remote) => self
+                .store
+                .read(remote, run.run(n))
+                .map_err(|e| e.to_string()),
             None => Err("no remote address".into()),
         };
         self.m.st_fetch.since(t);
-        let copied = match read {
-            Ok(()) => {
-                // Counted before the install wakes the program (as in `install`).
-                self.m.pages_fetched.add(n as u64);
-                self.m.bytes_fetched.add(n as u64 * PAGE);
-                self.m.pages_faulted_around.add(n as u64);
-                let t = Instant::now();
-                // SAFETY: `run` is n live, page-aligned pages.
-                let (copied, result) = unsafe {
-                    self.uffd
-                        .copy_run(r.page_addr(first), run.as_ptr(), n as u64 * PAGE, true)
-                };
-                self.m.st_install.since(t);
-                if let Err(e) = result {
-                    self.report(format!("reading ahead at {:#x}: {e}", r.page_addr(first)));
-                }
-                copied
-            }
+        match read {
+            Ok(()) => self.install_read(job, n, run, 0),
             Err(e) => {
                 self.m.fetch_errors.inc();
                 self.report(format!(
                     "reading ahead {n} pages at {:#x}: {e}; each is fetched at its fault",
                     r.page_addr(first)
                 ));
-                0
+                self.finish_around(job, n, 0, false, Ctx::Thread);
             }
+        }
+    }
+
+    /// Installs, write-protected (clean), the `n` pages after `job`'s that
+    /// were read into `run` starting `skip` pages in, and settles them.
+    pub(crate) fn install_read(&self, job: &FetchJob, n: usize, run: &mut RunBuf, skip: usize) {
+        if n == 0 {
+            return;
+        }
+        let r = &job.region;
+        let first = job.idx + 1;
+        // Counted before the install wakes the program (as in `install`).
+        self.m.pages_fetched.add(n as u64);
+        self.m.bytes_fetched.add(n as u64 * PAGE);
+        self.m.pages_faulted_around.add(n as u64);
+        let pages = &run.run(skip + n)[skip * PAGE as usize..];
+        let t = Instant::now();
+        // SAFETY: `pages` is n live, page-aligned pages.
+        let (copied, result) = unsafe {
+            self.uffd
+                .copy_run(r.page_addr(first), pages.as_ptr(), n as u64 * PAGE, true)
         };
+        self.m.st_install.since(t);
+        if let Err(e) = result {
+            self.report(format!("reading ahead at {:#x}: {e}", r.page_addr(first)));
+        }
         self.finish_around(job, n, (copied / PAGE) as usize, false, Ctx::Thread);
     }
 

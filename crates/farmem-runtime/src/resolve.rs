@@ -130,7 +130,7 @@ impl Shared {
     /// back (Absent) or reported a failed install; a signal handler has
     /// handed the page to a filler, and the access retries.
     pub(crate) fn fetch(&self, job: FetchJob, by: By<'_>) -> bool {
-        let (buf, run, ctx) = match by {
+        let (buf, mut run, ctx) = match by {
             By::Thread(FetchBufs { page, run }) => (&mut **page, Some(run), Ctx::Thread),
             By::Signal(page) => (page, None, Ctx::Signal),
         };
@@ -139,12 +139,30 @@ impl Shared {
             return false;
         }
         let t = Instant::now();
-        if !self.fill(&job, buf, ctx) {
+        // A thread takes a stored page's window first, to read it with the
+        // page in one request; the others take it once the page is in hand.
+        let early = ctx == Ctx::Thread && !job.zero;
+        let mut around = if early {
+            self.reserve_around(&job, ctx)
+        } else {
+            0
+        };
+        let window_read = match run.as_deref_mut() {
+            Some(run) if around > 0 => self.read_window(&job, around, buf, run),
+            _ => false,
+        };
+        if around > 0 && !window_read {
+            self.finish_around(&job, around, 0, false, ctx);
+            around = 0;
+        }
+        if !window_read && !self.fill(&job, buf, ctx) {
             self.not_served(job, ctx);
             return false;
         }
         self.m.st_fetch.since(t);
-        let around = self.reserve_around(&job, ctx);
+        if !early {
+            around = self.reserve_around(&job, ctx);
+        }
         let installed = match self.install(&job, buf, ctx) {
             Ok(()) => true,
             Err(e) => {
@@ -167,9 +185,9 @@ impl Shared {
     }
 
     /// Fills the `around` pages [`Shared::reserve_around`] took after
-    /// `job`'s: zeros at once; stored pages read here on a thread (`run`),
-    /// by a filler from a signal handler (one read of a window is more
-    /// than a handler can hold), or given back if the page itself is not
+    /// `job`'s: zeros at once; stored pages on a thread from `run`, where
+    /// they were read with the page; for a signal handler, read by a filler
+    /// (one read of a window is more than a handler can hold), or given back if the page itself is not
     /// installed. Returns `job` unless it went to a filler.
     fn fill_around(
         &self,
@@ -185,7 +203,8 @@ impl Shared {
             return Some(job);
         }
         match run {
-            Some(run) => self.read_around(&job, around, run),
+            // Read with the page (`read_window`), after it in `run`.
+            Some(run) => self.install_read(&job, around, run, 1),
             None if installed && around > 0 => {
                 self.hand_off(Handoff::ReadAhead { job, pages: around });
                 return None;
@@ -359,6 +378,16 @@ mod tests {
     /// A runtime's shared state with no thread started, over an in-memory
     /// store, and one region of 8 pages: stored (eager) or never written.
     fn setup(path: FaultPath, stored: bool) -> Option<(Shared, Arc<MemStore>, Arc<RegionInner>)> {
+        // Fault-around off: each fetch is of its own page only.
+        setup_around(path, stored, 1)
+    }
+
+    /// As [`setup`], with fault-around windows of up to `around` pages.
+    fn setup_around(
+        path: FaultPath,
+        stored: bool,
+        around: u32,
+    ) -> Option<(Shared, Arc<MemStore>, Arc<RegionInner>)> {
         if let Err(why) = crate::uffd::available() {
             eprintln!("skipping: {why}");
             return None;
@@ -370,8 +399,7 @@ mod tests {
             dirty: DirtyMode::Line,
             zeroed_slabs: !stored,
             slab_batch: 1 << 20,
-            // Off: each fetch is of its own page only.
-            fault_around: ReadaheadConfig { max_blocks: 1 },
+            fault_around: ReadaheadConfig { max_blocks: around },
             ..Config::default()
         };
         let sh = Shared::new(cfg, store.clone(), store.clone()).unwrap();
@@ -558,5 +586,72 @@ mod tests {
         let m = r.pages[6].lock();
         assert_eq!(m.state, State::Dirty);
         assert_eq!(m.snapshot.as_ref().unwrap().0, [6; PAGE as usize]);
+    }
+
+    /// Faults on pages 0, 1 and 3 of a stored region, in order, each
+    /// fetched by a thread; returns the store's reads after each.
+    fn stream_of_three(sh: &Shared, store: &MemStore, r: &Arc<RegionInner>) -> Vec<u64> {
+        let mut bufs = FetchBufs::new();
+        [0, 1, 3]
+            .iter()
+            .map(|&idx| {
+                let Step::Fetch(job) =
+                    sh.resolve(r.clone(), fault(r, idx, false, false), Ctx::Thread)
+                else {
+                    panic!("page {idx} is absent");
+                };
+                assert!(sh.fetch(job, By::Thread(&mut bufs)));
+                store.stats().reads
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_thread_reads_a_window_with_its_page_in_one_request() {
+        let Some((sh, store, r)) = setup_around(FaultPath::Thread, true, 8) else {
+            return;
+        };
+        for idx in 0..8 {
+            store
+                .write(r.remote(idx).unwrap(), &[idx as u8 + 1; PAGE as usize])
+                .unwrap();
+        }
+        // Page 0 starts a stream (window 1); page 1 continues it (window 2:
+        // pages 1 and 2); page 3 continues it (window 4: pages 3 to 6).
+        // One read each.
+        assert_eq!(stream_of_three(&sh, &store, &r), [1, 2, 3]);
+        assert_eq!(store.stats().bytes_read, 7 * PAGE);
+        for idx in 0..7 {
+            assert_eq!(state(&r, idx), State::Clean, "page {idx}");
+            assert_eq!(bytes(&r, idx), vec![idx as u8 + 1; PAGE as usize]);
+        }
+        assert_eq!(state(&r, 7), State::Absent);
+        assert_eq!(sh.m.pages_fetched.get(), 7);
+        assert_eq!(sh.cache.resident(), 7);
+    }
+
+    #[test]
+    fn a_failed_window_read_gives_the_window_back_and_fetches_the_page_alone() {
+        let Some((sh, store, r)) = setup_around(FaultPath::Thread, true, 8) else {
+            return;
+        };
+        for idx in 0..8 {
+            store
+                .write(r.remote(idx).unwrap(), &[idx as u8 + 1; PAGE as usize])
+                .unwrap();
+        }
+        // The third read is the window at page 3: it fails once, then
+        // page 3 is read alone (reads counts those that worked).
+        store.fail_nth(2, FaultOp::Read);
+        assert_eq!(stream_of_three(&sh, &store, &r), [1, 2, 3]);
+        assert_eq!(store.stats().failed_calls, 1);
+        assert_eq!(store.stats().bytes_read, 4 * PAGE);
+        assert_eq!(bytes(&r, 3), vec![4; PAGE as usize]);
+        assert_eq!(state(&r, 3), State::Clean);
+        for idx in 4..7 {
+            assert_eq!(state(&r, idx), State::Absent, "page {idx} given back");
+        }
+        assert_eq!(sh.m.fetch_errors.get(), 1);
+        assert_eq!(sh.cache.resident(), 4, "slots of the window released");
     }
 }
