@@ -14,9 +14,10 @@ use farmem_policy::BlockId;
 use farmem_policy::cache::ReplacementPolicy;
 use farmem_policy::diffbase::DiffBase;
 
+use crate::bufs::{Arena, Buf};
 use crate::config::{Config, DirtyMode, FaultPath};
 use crate::error::RuntimeError;
-use crate::page::{PAGE, PageBuf, PageMeta};
+use crate::page::{PAGE, PageMeta};
 use crate::stats::Metrics;
 
 /// Where runtime code runs: an ordinary thread, or a SIGBUS handler on a
@@ -81,7 +82,10 @@ pub(crate) struct Cache {
     /// room the evictor cannot make. Cleared by a round that keeps nothing.
     store_refusing: AtomicBool,
     /// Recycled page buffers for snapshots, off the allocator on the fault path.
-    pool: Mutex<Vec<Box<PageBuf>>>,
+    pool: Mutex<Vec<Buf>>,
+    /// Where snapshot buffers live; given back beyond the pool, their
+    /// memory goes back to the system at once.
+    arena: Arena,
     /// Most buffers the pool keeps: [`POOL_LOW`], at most an eighth of the
     /// cache (they count against it).
     pool_cap: u64,
@@ -127,6 +131,7 @@ impl Cache {
             evict_cv: Condvar::new(),
             store_refusing: AtomicBool::new(false),
             pool: Mutex::new(Vec::new()),
+            arena: Arena::new(limit as usize + 64).map_err(RuntimeError::Mmap)?,
             pool_cap: POOL_LOW.min(limit / 8),
             buffers: AtomicU64::new(0),
             diff: Mutex::new(DiffBase::new(cfg.diff_base)),
@@ -158,15 +163,18 @@ impl Cache {
         self.policy_updates.is_some()
     }
 
-    /// A page buffer with unspecified contents.
-    fn get_buf(&self) -> Box<PageBuf> {
-        self.pool.lock().pop().unwrap_or_else(|| self.new_buf())
+    /// A page buffer with unspecified contents; None only when the arena
+    /// is out of slots (as many buffers as the cache has pages).
+    fn get_buf(&self) -> Option<Buf> {
+        let pooled = self.pool.lock().pop();
+        pooled.or_else(|| self.new_buf())
     }
 
-    /// A new snapshot buffer, counted until [`Self::put_buf`] drops it.
-    fn new_buf(&self) -> Box<PageBuf> {
+    /// A new snapshot buffer, counted until [`Self::put_buf`] discards it.
+    fn new_buf(&self) -> Option<Buf> {
+        let b = self.arena.take()?;
         self.buffers.fetch_add(1, Ordering::SeqCst);
-        PageBuf::zeroed()
+        Some(b)
     }
 
     /// Tops the snapshot pool up ahead of first writes (line mode), within
@@ -186,48 +194,43 @@ impl Cache {
             (want, want / 2)
         };
         if have < refill_below {
-            let fresh = (have..want).map(|_| self.new_buf()).collect();
+            let fresh = (have..want).map_while(|_| self.new_buf()).collect();
             self.put_bufs(fresh);
         }
     }
 
     /// Returns buffers to the pool, which keeps at most `pool_cap`; the
-    /// rest are freed.
-    pub(crate) fn put_bufs(&self, bufs: Vec<Box<PageBuf>>) {
+    /// rest are discarded.
+    pub(crate) fn put_bufs(&self, mut bufs: Vec<Buf>) {
         let mut pool = self.pool.lock();
         let room = (self.pool_cap as usize).saturating_sub(pool.len());
-        let n = bufs.len();
-        pool.extend(bufs.into_iter().take(room));
+        let keep = bufs.len().saturating_sub(room);
+        pool.extend(bufs.drain(keep..));
         drop(pool);
-        self.freed(n.saturating_sub(room));
+        self.discard(bufs);
     }
 
-    pub(crate) fn put_buf(&self, b: Option<Box<PageBuf>>) {
+    pub(crate) fn put_buf(&self, b: Option<Buf>) {
         if let Some(b) = b {
-            let mut pool = self.pool.lock();
-            if (pool.len() as u64) < self.pool_cap {
-                pool.push(b);
-            } else {
-                drop(pool);
-                drop(b);
-                self.freed(1);
-            }
+            self.put_bufs(vec![b]);
         }
     }
 
-    /// `n` snapshot buffers were freed: room for as many pages.
-    fn freed(&self, n: usize) {
+    /// Snapshot buffers given back to the system: room for as many pages.
+    fn discard(&self, bufs: Vec<Buf>) {
+        let n = bufs.len() as u64;
         if n > 0 {
-            self.buffers.fetch_sub(n as u64, Ordering::SeqCst);
+            self.arena.discard(bufs);
+            self.buffers.fetch_sub(n, Ordering::SeqCst);
             self.space_cv.notify_all();
         }
     }
 
     /// A buffer for a page's snapshot: in a signal handler only one the
     /// pool has ready.
-    fn snapshot_buf(&self, ctx: Ctx) -> Option<Box<PageBuf>> {
+    fn snapshot_buf(&self, ctx: Ctx) -> Option<Buf> {
         match ctx {
-            Ctx::Thread => Some(self.get_buf()),
+            Ctx::Thread => self.get_buf(),
             Ctx::Signal => {
                 let mut pool = ctx.lock(&self.pool);
                 let buf = pool.pop();
@@ -269,7 +272,7 @@ impl Cache {
         }
         match self.snapshot_buf(ctx) {
             Some(mut snap) => {
-                snap.0.copy_from_slice(current);
+                snap.copy_from_slice(current);
                 m.snapshot = Some(snap);
                 metrics.snapshots.inc();
             }

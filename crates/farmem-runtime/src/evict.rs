@@ -9,9 +9,10 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 
+use crate::bufs::Buf;
 use crate::config::DirtyMode;
 use crate::error::RuntimeError;
-use crate::page::{LINE, PAGE, PageBuf, RegionInner, State};
+use crate::page::{LINE, PAGE, RegionInner, State};
 use crate::shared::Shared;
 use crate::store::StoreError;
 
@@ -24,7 +25,7 @@ pub(crate) struct Victim {
     page: u64,
     /// Where its lines go; None until backed (see [`claim`]).
     remote: Option<u64>,
-    snapshot: Option<Box<PageBuf>>,
+    snapshot: Option<Buf>,
     /// Without a snapshot: the store holds zeros, so diff against zero.
     zero_base: bool,
     /// Lines the page must ship regardless of the diff (after a failed batch).
@@ -130,7 +131,7 @@ fn drop_pages(sh: &Shared, mut victims: Vec<Victim>) {
     sh.m.st_unmap.since(t);
     // Snapshots go back to the pool in one go: a fault handler may be
     // waiting on the pool's lock for its next buffer.
-    let spare: Vec<Box<PageBuf>> = victims
+    let spare: Vec<Buf> = victims
         .iter_mut()
         .filter_map(|v| v.snapshot.take())
         .collect();
@@ -221,7 +222,7 @@ fn diff_into(sh: &Shared, mut v: Victim, seg: &mut Segment) -> Result<(), Runtim
         let changed = whole
             || v.force >> i & 1 == 1
             || match &v.snapshot {
-                Some(s) => s.0[i * LINE..(i + 1) * LINE] != *cur,
+                Some(s) => s[i * LINE..(i + 1) * LINE] != *cur,
                 None if v.zero_base => cur.iter().any(|&b| b != 0),
                 // No diff base: every line may be dirty.
                 None => true,

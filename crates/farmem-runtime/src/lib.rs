@@ -17,11 +17,12 @@
 //! ```
 
 // Layers, bottom up, each module using only those in layers below it (see
-// README.md, Modules): store; error, uffd, stats; slab; page; config;
+// README.md, Modules): store; error, uffd, stats; slab; bufs; page; config;
 // cache; shared; around; resolve; evict, signal, handler; runtime; bench,
 // preload_env, remote.
 mod around;
 pub mod bench;
+mod bufs;
 mod cache;
 pub mod config;
 mod error;

@@ -9,6 +9,7 @@ use parking_lot::Mutex;
 
 use farmem_policy::readahead::Readahead;
 
+use crate::bufs::Buf;
 use crate::error::RuntimeError;
 use crate::slab::{Backing, ResourceManager};
 
@@ -83,7 +84,7 @@ pub(crate) struct PageMeta {
     /// A fault found the page in a transition; wake the range when it ends.
     pub waiters: bool,
     /// The page as of its first write (line mode): the diff base.
-    pub snapshot: Option<Box<PageBuf>>,
+    pub snapshot: Option<Buf>,
     /// Lines that must be shipped even if they equal the snapshot, because a
     /// failed batch may have half-applied them on the store.
     pub force: u64,
@@ -255,9 +256,8 @@ mod tests {
             assert_eq!(g.state, State::Absent);
             assert!(!g.waiters && !g.stored && !g.zero_base);
             assert!(g.snapshot.is_none() && g.force == 0);
-            g.snapshot = Some(PageBuf::zeroed());
         }
-        // Entries lock independently and drop what they own.
+        // Entries lock independently.
         let _a = table[0].lock();
         assert!(table[1].try_lock().is_some());
         assert!(page_table(0).is_empty());

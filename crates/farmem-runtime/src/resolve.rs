@@ -463,7 +463,7 @@ mod tests {
         assert!(matches!(step, Step::Written));
         let m = r.pages[3].lock();
         assert_eq!(m.state, State::Dirty);
-        assert_eq!(m.snapshot.as_ref().unwrap().0, [7; PAGE as usize]);
+        assert_eq!(**m.snapshot.as_ref().unwrap(), [7; PAGE as usize]);
         assert_eq!(sh.m.snapshots.get(), 1);
         assert_eq!(store.stats().reads, 1, "no second fetch");
     }
@@ -585,7 +585,7 @@ mod tests {
         assert!(matches!(step, Step::Written));
         let m = r.pages[6].lock();
         assert_eq!(m.state, State::Dirty);
-        assert_eq!(m.snapshot.as_ref().unwrap().0, [6; PAGE as usize]);
+        assert_eq!(**m.snapshot.as_ref().unwrap(), [6; PAGE as usize]);
     }
 
     /// Faults on pages 0, 1 and 3 of a stored region, in order, each
