@@ -252,7 +252,7 @@ mod tests {
         let table = page_table(3);
         assert_eq!(table.len(), 3);
         for m in table.iter() {
-            let mut g = m.try_lock().expect("a zeroed mutex is unlocked");
+            let g = m.try_lock().expect("a zeroed mutex is unlocked");
             assert_eq!(g.state, State::Absent);
             assert!(!g.waiters && !g.stored && !g.zero_base);
             assert!(g.snapshot.is_none() && g.force == 0);
