@@ -384,7 +384,7 @@ mod tests {
             all.extend_from_slice(vars);
             read(&env(&all)).unwrap().config().unwrap().policy
         };
-        assert_eq!(policy(&[]), PolicyConfig::KonaPc);
+        assert_eq!(policy(&[]), PolicyConfig::Workingset);
         assert_eq!(
             policy(&[("FARMEM_FAULT_PATH", "signal")]),
             PolicyConfig::Lru
