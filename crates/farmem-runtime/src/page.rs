@@ -18,7 +18,7 @@ pub const PAGE: u64 = farmem_core::PAGE_SIZE;
 /// Dirty-tracking granularity in line mode.
 pub const LINE: usize = farmem_core::CACHE_LINE as usize;
 /// Most pages a fault installs around itself (a window beyond it is cut).
-pub const MAX_FAULT_AROUND: u32 = 64;
+pub const MAX_FAULT_AROUND: u32 = 256;
 
 /// One page of memory, aligned as UFFDIO_COPY requires of its source.
 #[repr(C, align(4096))]
@@ -53,8 +53,7 @@ impl RunBuf {
     /// `n` contiguous, page-aligned pages (n <= MAX_FAULT_AROUND), as bytes.
     pub(crate) fn run(&mut self, n: usize) -> &mut [u8] {
         if self.0.len() < n {
-            self.0
-                .resize_with(MAX_FAULT_AROUND as usize, || PageBuf([0; PAGE as usize]));
+            self.0.resize_with(n, || PageBuf([0; PAGE as usize]));
         }
         // SAFETY: PageBuf is repr(C) around [u8; PAGE], so the Vec's first
         // n elements are n * PAGE initialised bytes in one allocation.
