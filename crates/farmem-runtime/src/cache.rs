@@ -92,6 +92,9 @@ pub(crate) struct Cache {
     /// Snapshot buffers alive, kept by pages or pooled: local memory the
     /// limit counts with the resident pages.
     buffers: AtomicU64,
+    /// Pages of the runtime's own bookkeeping that grow with far memory
+    /// used (the regions' page tables), counted against the limit.
+    table_pages: AtomicU64,
     /// Whether first writes keep a diff base.
     diff: Mutex<DiffBase>,
     /// Line mode: first writes take snapshots from the pool.
@@ -134,6 +137,7 @@ impl Cache {
             arena: Arena::new(limit as usize + 64).map_err(RuntimeError::Mmap)?,
             pool_cap: POOL_LOW.min(limit / 8),
             buffers: AtomicU64::new(0),
+            table_pages: AtomicU64::new(0),
             diff: Mutex::new(DiffBase::new(cfg.diff_base)),
             line_mode: cfg.dirty == DirtyMode::Line,
             policy_updates: signal.then(|| crossbeam_channel::bounded(2 * limit as usize + 64)),
@@ -149,9 +153,20 @@ impl Cache {
         self.buffers.load(Ordering::SeqCst)
     }
 
-    /// Local pages in use: resident ones and snapshot buffers.
+    /// Pages the regions' page tables take, as last counted.
+    pub(crate) fn table_pages(&self) -> u64 {
+        self.table_pages.load(Ordering::SeqCst)
+    }
+
+    /// The regions' page tables now take `pages`: the evictor makes room
+    /// for them as for any page.
+    pub(crate) fn set_table_pages(&self, pages: u64) {
+        self.table_pages.store(pages, Ordering::SeqCst);
+    }
+
+    /// Local pages in use: resident ones, snapshot buffers and page tables.
     fn used(&self) -> u64 {
-        self.resident() + self.buffers()
+        self.resident() + self.buffers() + self.table_pages()
     }
 
     pub(crate) fn limit(&self) -> u64 {
@@ -355,7 +370,7 @@ impl Cache {
     pub(crate) fn try_reserve(&self, metrics: &Metrics) -> bool {
         loop {
             let cur = self.resident.load(Ordering::SeqCst);
-            let used = cur + self.buffers();
+            let used = cur + self.buffers() + self.table_pages();
             let over = used >= self.limit;
             if over && !self.store_refusing.load(Ordering::SeqCst) {
                 self.kick_evictor();

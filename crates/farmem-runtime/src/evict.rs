@@ -365,6 +365,11 @@ fn protect(sh: &Shared, mut victims: Vec<Victim>, keep: bool) -> Vec<Victim> {
 /// Pages evicted between two [`release_freed_heap`] calls (64 MiB).
 const TRIM_EVERY_PAGES: u64 = 16 << 10;
 
+/// How often the evictor recounts the pages the page tables take (a
+/// mincore over each table: microseconds; the tables grow by 8 KiB per MiB
+/// of far memory touched).
+const TABLES_EVERY: Duration = Duration::from_millis(50);
+
 /// Hands memory the runtime's threads freed back to the kernel. Fetch
 /// buffers, snapshots and log segments churn through glibc's per-thread
 /// arenas, which keep freed memory resident: without this the runtime's
@@ -382,11 +387,16 @@ fn release_freed_heap() {
 pub(crate) fn evictor(sh: Arc<Shared>, ship_tx: Sender<Segment>, free_rx: Receiver<Segment>) {
     let mut seg: Option<Segment> = None;
     let mut trimmed_at = 0u64;
+    let mut tables_counted = Instant::now();
     loop {
         let evicted = sh.m.pages_evicted_clean.get() + sh.m.pages_evicted_dirty.get();
         if evicted - trimmed_at >= TRIM_EVERY_PAGES {
             trimmed_at = evicted;
             release_freed_heap();
+        }
+        if tables_counted.elapsed() >= TABLES_EVERY {
+            tables_counted = Instant::now();
+            sh.count_table_pages();
         }
         sh.cache.wait_for_work(&sh.shutdown);
         if sh.is_shutdown() {

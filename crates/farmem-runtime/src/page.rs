@@ -157,6 +157,34 @@ impl RegionInner {
     }
 }
 
+impl RegionInner {
+    /// Pages of local memory the region's page table takes: it is mapped
+    /// whole but costs memory only where pages were touched (32 bytes per
+    /// far page, 8 MiB per GiB used), which only the kernel knows.
+    pub(crate) fn table_pages(&self) -> u64 {
+        let bytes = std::mem::size_of_val(&*self.pages);
+        if bytes == 0 {
+            return 0;
+        }
+        let start = self.pages.as_ptr() as usize & !(PAGE as usize - 1);
+        let end = (self.pages.as_ptr() as usize + bytes).next_multiple_of(PAGE as usize);
+        let mut resident = vec![0u8; (end - start) / PAGE as usize];
+        // SAFETY: the range covers the table's own allocation (rounded out
+        // to pages, all mapped), with one output byte per page.
+        let rc = unsafe {
+            libc::mincore(
+                start as *mut libc::c_void,
+                end - start,
+                resident.as_mut_ptr(),
+            )
+        };
+        if rc != 0 {
+            return 0;
+        }
+        resident.iter().filter(|&&b| b & 1 != 0).count() as u64
+    }
+}
+
 impl Drop for RegionInner {
     fn drop(&mut self) {
         // SAFETY: the mapping was created by us with this start and length,

@@ -110,9 +110,11 @@ impl Runtime {
     }
 
     pub fn stats(&self) -> Stats {
+        self.sh.count_table_pages();
         self.sh.m.snapshot(
             self.sh.cache.resident(),
             self.sh.cache.buffers(),
+            self.sh.cache.table_pages(),
             self.sh.cache.limit(),
         )
     }

@@ -158,6 +158,13 @@ impl Shared {
         self.epoch.elapsed().as_nanos() as u64
     }
 
+    /// Counts the pages the regions' page tables take now, for the cache
+    /// to hold them against the limit.
+    pub(crate) fn count_table_pages(&self) {
+        let pages = self.regions.read().values().map(|r| r.table_pages()).sum();
+        self.cache.set_table_pages(pages);
+    }
+
     pub(crate) fn lookup(&self, addr: u64) -> Option<Arc<RegionInner>> {
         let regions = self.regions.read();
         let (_, r) = regions.range(..=addr).next_back()?;

@@ -130,6 +130,9 @@ pub struct Stats {
     /// Page buffers held for diff bases (kept and pooled), counted
     /// against the limit with the resident pages.
     pub snapshot_pages: u64,
+    /// Pages the runtime's page tables take (32 bytes per far page
+    /// touched), counted against the limit too.
+    pub table_pages: u64,
     pub limit_pages: u64,
     /// Missing-fault latency, message read to page installed.
     pub fault_latency: LatencySummary,
@@ -143,6 +146,7 @@ impl Metrics {
         &self,
         resident_pages: u64,
         snapshot_pages: u64,
+        table_pages: u64,
         limit_pages: u64,
     ) -> Stats {
         Stats {
@@ -172,6 +176,7 @@ impl Metrics {
             snapshots_skipped: self.snapshots_skipped.get(),
             resident_pages,
             snapshot_pages,
+            table_pages,
             limit_pages,
             fault_latency: self.fault_latency.summary(),
             wp_latency: self.wp_latency.summary(),

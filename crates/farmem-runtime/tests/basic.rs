@@ -486,3 +486,26 @@ fn sparse_writes_get_their_diff_bases_back() {
         "{s:?}"
     );
 }
+
+#[test]
+fn the_page_table_counts_where_pages_were_touched() {
+    if skip() {
+        return;
+    }
+    let store = Arc::new(MemStore::new(1 << 30));
+    let rt = Runtime::new(cfg(256, DirtyMode::Line), store.clone(), store.clone()).unwrap();
+    // 64 MiB: 16384 entries of 32 bytes, 128 pages of table.
+    let pages = 16384;
+    let r = rt.region(pages as u64 * PAGE).unwrap();
+    let before = rt.stats().table_pages;
+    assert!(before <= 1, "an untouched table takes no memory: {before}");
+    // One page in every 128: a first touch of every page of the table.
+    for p in (0..pages).step_by(128) {
+        r.write_at(p * PAGE as usize, &[1]).unwrap();
+    }
+    let s = rt.stats();
+    assert!(
+        (128..=130).contains(&s.table_pages),
+        "every table page touched once: {s:?}"
+    );
+}
