@@ -164,9 +164,18 @@ impl Cache {
         self.table_pages.store(pages, Ordering::SeqCst);
     }
 
+    /// The page tables' share of the limit: all of them, up to a quarter
+    /// of it. They cannot be evicted, so counting more could leave no room
+    /// for any page (a program touching an 8 GiB heap's every table entry
+    /// through a 256 KiB cache); past that the limit is exceeded by what
+    /// the tables take beyond it.
+    fn table_charge(&self) -> u64 {
+        self.table_pages().min(self.limit / 4)
+    }
+
     /// Local pages in use: resident ones, snapshot buffers and page tables.
     fn used(&self) -> u64 {
-        self.resident() + self.buffers() + self.table_pages()
+        self.resident() + self.buffers() + self.table_charge()
     }
 
     pub(crate) fn limit(&self) -> u64 {
@@ -370,7 +379,7 @@ impl Cache {
     pub(crate) fn try_reserve(&self, metrics: &Metrics) -> bool {
         loop {
             let cur = self.resident.load(Ordering::SeqCst);
-            let used = cur + self.buffers() + self.table_pages();
+            let used = cur + self.buffers() + self.table_charge();
             let over = used >= self.limit;
             if over && !self.store_refusing.load(Ordering::SeqCst) {
                 self.kick_evictor();

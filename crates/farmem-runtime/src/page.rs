@@ -1,6 +1,7 @@
 //! The bottom layer: a page's state and lock, the page buffers faults
 //! fetch into, and a region's table of pages over its remote backing.
 
+use std::ptr::NonNull;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Instant;
@@ -66,7 +67,7 @@ impl RunBuf {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
 pub(crate) enum State {
-    /// Not mapped; its data is on the store. Zero: see [`page_table`].
+    /// Not mapped; its data is on the store. Zero: see [`PageTable`].
     Absent = 0,
     /// A filler owns it and is fetching it.
     Fetching,
@@ -96,32 +97,101 @@ pub(crate) struct PageMeta {
     pub stored: bool,
 }
 
-/// One lock and state per page of a `len`-byte region, all zero bytes: an
-/// 8 GiB region has 2 Mi entries, and zeroed memory stays unbacked until a
-/// page is first touched, so the table costs nothing for pages never used.
-pub(crate) fn page_table(pages: usize) -> Box<[Mutex<PageMeta>]> {
-    if pages == 0 {
-        return Box::new([]);
-    }
-    let layout = std::alloc::Layout::array::<Mutex<PageMeta>>(pages).expect("page table size");
-    // SAFETY: all-zero bytes are a valid unlocked `Mutex<PageMeta>` (raw
-    // mutex state 0 = unlocked; Absent = 0, false, None = null, 0, false…;
-    // `zeroed_page_table_is_the_initial_state` checks it), and the pointer
-    // is owned by the returned Box, allocated with the Global allocator and
-    // that layout.
-    unsafe {
-        let p = std::alloc::alloc_zeroed(layout) as *mut Mutex<PageMeta>;
-        if p.is_null() {
-            std::alloc::handle_alloc_error(layout);
+/// One lock and state per page of a region, in a mapping of its own: all
+/// zero bytes at first (an 8 GiB region has 2 Mi entries), and backed
+/// only where pages were touched, so the table costs nothing for pages
+/// never used, and what it costs is what the kernel says is resident
+/// ([`PageTable::resident_pages`]).
+pub(crate) struct PageTable {
+    entries: NonNull<Mutex<PageMeta>>,
+    len: usize,
+    /// Bytes mapped: the entries rounded up to whole pages.
+    mapped: usize,
+}
+
+// SAFETY: the table owns its entries, which are Mutexes.
+unsafe impl Send for PageTable {}
+// SAFETY: as above: shared access goes through each entry's lock.
+unsafe impl Sync for PageTable {}
+
+impl PageTable {
+    pub(crate) fn new(pages: usize) -> Result<Self, RuntimeError> {
+        let bytes = pages
+            .checked_mul(std::mem::size_of::<Mutex<PageMeta>>())
+            .ok_or_else(|| RuntimeError::Config(format!("a table of {pages} pages")))?;
+        let mapped = bytes.max(1).next_multiple_of(PAGE as usize);
+        // SAFETY: a fresh anonymous mapping; nothing else refers to it.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                mapped,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(RuntimeError::Mmap(std::io::Error::last_os_error()));
         }
-        Box::from_raw(std::ptr::slice_from_raw_parts_mut(p, pages))
+        // SAFETY: advice on our own mapping: 4 KiB pages, so a touch backs
+        // 128 entries, not 64 Ki.
+        unsafe { libc::madvise(p, mapped, libc::MADV_NOHUGEPAGE) };
+        Ok(Self {
+            entries: NonNull::new(p.cast()).expect("mmap returned a mapping"),
+            len: pages,
+            mapped,
+        })
+    }
+
+    /// Pages of the table the kernel has backed (touched entries).
+    pub(crate) fn resident_pages(&self) -> u64 {
+        let mut resident = vec![0u8; self.mapped / PAGE as usize];
+        // SAFETY: our own mapping, with one output byte per page.
+        let rc = unsafe {
+            libc::mincore(
+                self.entries.as_ptr().cast(),
+                self.mapped,
+                resident.as_mut_ptr(),
+            )
+        };
+        if rc != 0 {
+            return 0;
+        }
+        resident.iter().filter(|&&b| b & 1 != 0).count() as u64
+    }
+}
+
+impl std::ops::Deref for PageTable {
+    type Target = [Mutex<PageMeta>];
+    fn deref(&self) -> &Self::Target {
+        // SAFETY: all-zero bytes are a valid unlocked `Mutex<PageMeta>` (raw
+        // mutex state 0 = unlocked; Absent = 0, false, None = null, 0,
+        // false…; `zeroed_page_table_is_the_initial_state` checks it), and
+        // the mapping holds `len` of them for the table's life.
+        unsafe { std::slice::from_raw_parts(self.entries.as_ptr(), self.len) }
+    }
+}
+
+impl Drop for PageTable {
+    fn drop(&mut self) {
+        // SAFETY: the entries are ours and dropped once (nothing in them
+        // needs dropping today; this keeps it right if that changes), then
+        // the mapping is unmapped once.
+        unsafe {
+            std::ptr::drop_in_place(std::ptr::slice_from_raw_parts_mut(
+                self.entries.as_ptr(),
+                self.len,
+            ));
+            libc::munmap(self.entries.as_ptr().cast(), self.mapped);
+        }
     }
 }
 
 pub(crate) struct RegionInner {
     pub start: u64,
     pub len: u64,
-    pub pages: Box<[Mutex<PageMeta>]>,
+    pub pages: PageTable,
     /// The store may hold something other than zeros for every page (else
     /// the slabs were zeroed, and a page never written back is filled
     /// locally instead of fetched).
@@ -158,30 +228,10 @@ impl RegionInner {
 }
 
 impl RegionInner {
-    /// Pages of local memory the region's page table takes: it is mapped
-    /// whole but costs memory only where pages were touched (32 bytes per
-    /// far page, 8 MiB per GiB used), which only the kernel knows.
+    /// Pages of local memory the region's page table takes: 32 bytes per
+    /// far page touched (8 MiB per GiB used).
     pub(crate) fn table_pages(&self) -> u64 {
-        let bytes = std::mem::size_of_val(&*self.pages);
-        if bytes == 0 {
-            return 0;
-        }
-        let start = self.pages.as_ptr() as usize & !(PAGE as usize - 1);
-        let end = (self.pages.as_ptr() as usize + bytes).next_multiple_of(PAGE as usize);
-        let mut resident = vec![0u8; (end - start) / PAGE as usize];
-        // SAFETY: the range covers the table's own allocation (rounded out
-        // to pages, all mapped), with one output byte per page.
-        let rc = unsafe {
-            libc::mincore(
-                start as *mut libc::c_void,
-                end - start,
-                resident.as_mut_ptr(),
-            )
-        };
-        if rc != 0 {
-            return 0;
-        }
-        resident.iter().filter(|&&b| b & 1 != 0).count() as u64
+        self.pages.resident_pages()
     }
 }
 
@@ -276,7 +326,7 @@ mod tests {
 
     #[test]
     fn zeroed_page_table_is_the_initial_state() {
-        let table = page_table(3);
+        let table = PageTable::new(3).unwrap();
         assert_eq!(table.len(), 3);
         for m in table.iter() {
             let g = m.try_lock().expect("a zeroed mutex is unlocked");
@@ -287,6 +337,7 @@ mod tests {
         // Entries lock independently.
         let _a = table[0].lock();
         assert!(table[1].try_lock().is_some());
-        assert!(page_table(0).is_empty());
+        assert!(PageTable::new(0).unwrap().is_empty());
+        assert_eq!(table.resident_pages(), 1, "entries touched: one page");
     }
 }

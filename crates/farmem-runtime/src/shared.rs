@@ -16,7 +16,7 @@ use farmem_policy::readahead::Readahead;
 use crate::cache::Cache;
 use crate::config::{Config, FaultPath};
 use crate::error::RuntimeError;
-use crate::page::{FetchJob, MAX_FAULT_AROUND, PAGE, RegionInner, Zeros, map_pages, page_table};
+use crate::page::{FetchJob, MAX_FAULT_AROUND, PAGE, PageTable, RegionInner, Zeros, map_pages};
 use crate::slab::{Backing, ResourceManager};
 use crate::stats::Metrics;
 use crate::store::{RemoteStore, SlabSource};
@@ -139,11 +139,12 @@ impl Shared {
             Backing::Eager(t) => t.len(),
             Backing::Lazy(t) => t.len(),
         };
+        let pages = PageTable::new((len / PAGE) as usize)?;
         let start = map_pages(len)?;
         let inner = Arc::new(RegionInner {
             start,
             len,
-            pages: page_table((len / PAGE) as usize),
+            pages,
             all_stored: stored,
             backing,
             dead: AtomicBool::new(false),
