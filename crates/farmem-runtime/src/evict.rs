@@ -521,7 +521,7 @@ pub(crate) fn sync_region(sh: &Shared, r: &Arc<RegionInner>) -> Result<(), Runti
             *last = Some(e);
         }
     };
-    for idx in 0..r.pages.len() {
+    for idx in r.pages.touched() {
         // A page mid-fetch may be about to turn dirty (a write fault is
         // installed writable before its state is set), and one mid-eviction
         // is not yet on the store: wait for both to settle.

@@ -144,8 +144,9 @@ impl PageTable {
         })
     }
 
-    /// Pages of the table the kernel has backed (touched entries).
-    pub(crate) fn resident_pages(&self) -> u64 {
+    /// For each page of the table, whether the kernel has backed it (an
+    /// entry on it was touched); None if it cannot say.
+    fn residency(&self) -> Option<Vec<bool>> {
         let mut resident = vec![0u8; self.mapped / PAGE as usize];
         // SAFETY: our own mapping, with one output byte per page.
         let rc = unsafe {
@@ -155,10 +156,29 @@ impl PageTable {
                 resident.as_mut_ptr(),
             )
         };
-        if rc != 0 {
-            return 0;
-        }
-        resident.iter().filter(|&&b| b & 1 != 0).count() as u64
+        (rc == 0).then(|| resident.iter().map(|&b| b & 1 != 0).collect())
+    }
+
+    /// Pages of the table the kernel has backed (touched entries).
+    pub(crate) fn resident_pages(&self) -> u64 {
+        self.residency()
+            .map_or(0, |r| r.iter().filter(|&&b| b).count() as u64)
+    }
+
+    /// Indices of the entries that may have left their initial state:
+    /// those on backed pages of the table. Any change takes the entry's
+    /// lock, which writes it, so an entry on a page never backed is still
+    /// Absent with nothing attached. Walking only these keeps a walk over
+    /// a large, sparsely used region from backing its whole table.
+    pub(crate) fn touched(&self) -> impl Iterator<Item = usize> + '_ {
+        let resident = self.residency();
+        let size = std::mem::size_of::<Mutex<PageMeta>>();
+        let page = PAGE as usize;
+        (0..self.len).filter(move |&i| match &resident {
+            Some(r) => r[i * size / page] || r[((i + 1) * size - 1) / page],
+            // Unknown: every entry, as before.
+            None => true,
+        })
     }
 }
 

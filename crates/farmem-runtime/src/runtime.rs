@@ -354,8 +354,8 @@ impl Drop for Region<'_> {
         sh.regions.write().remove(&r.start);
         // Resident pages leave the cache now; pages in a fetch or write-back
         // are released by the thread that owns them, which sees `dead`.
-        for (idx, p) in r.pages.iter().enumerate() {
-            let mut m = p.lock();
+        for idx in r.pages.touched() {
+            let mut m = r.pages[idx].lock();
             if matches!(m.state, State::Clean | State::Dirty) {
                 sh.cache.lock_policy().remove(r.page_addr(idx) / PAGE);
                 m.state = State::Absent;

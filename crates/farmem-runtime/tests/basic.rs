@@ -509,3 +509,40 @@ fn the_page_table_counts_where_pages_were_touched() {
         "every table page touched once: {s:?}"
     );
 }
+
+#[test]
+fn a_sync_of_a_large_region_touches_only_the_table_it_used() {
+    if skip() {
+        return;
+    }
+    let store = Arc::new(MemStore::new(8 << 30));
+    let c = Config {
+        zeroed_slabs: true,
+        slab_batch: 4 << 20,
+        ..cfg(64, DirtyMode::Line)
+    };
+    let rt = Runtime::new(c, store.clone(), store.clone()).unwrap();
+    // 4 GiB, backed lazily: 1 Mi entries, 8192 pages of table.
+    let r = rt.region(4 << 30).unwrap();
+    for p in 0..16usize {
+        r.write_at((1 << 30) + p * PAGE as usize, &[p as u8 + 1])
+            .unwrap();
+    }
+    r.sync().unwrap();
+    let s = rt.stats();
+    assert!(
+        s.table_pages <= 2,
+        "16 adjacent entries, one or two table pages: {s:?}"
+    );
+    let mut b = [0u8];
+    for p in 0..16usize {
+        r.read_at((1 << 30) + p * PAGE as usize, &mut b).unwrap();
+        assert_eq!(b, [p as u8 + 1]);
+    }
+    drop(r);
+    assert_eq!(
+        rt.stats().resident_pages,
+        0,
+        "a dropped region releases its pages"
+    );
+}
