@@ -6,7 +6,7 @@
 use std::io::Read;
 use std::process::{Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 
@@ -56,12 +56,17 @@ pub struct Measured {
     pub stdout: Vec<u8>,
     /// The last lines of its stderr.
     pub stderr_tail: String,
+    /// It ran past this limit and was stopped.
+    pub timed_out: Option<Duration>,
 }
 
 impl Measured {
-    /// `ok`, `exit N` or `signal N`.
+    /// `ok`, `exit N`, `signal N` or `timed out after D`.
     pub fn outcome(&self) -> String {
         use std::os::unix::process::ExitStatusExt;
+        if let Some(limit) = self.timed_out {
+            return format!("timed out after {}", humantime::format_duration(limit));
+        }
         match (self.status.code(), self.status.signal()) {
             (Some(0), _) => "ok".into(),
             (Some(c), _) => format!("exit {c}"),
@@ -71,8 +76,9 @@ impl Measured {
     }
 }
 
-/// Runs `cmd` to its end with its stdout and stderr captured (stdin empty).
-pub fn run(cmd: &mut Command) -> anyhow::Result<Measured> {
+/// Runs `cmd` to its end with its stdout and stderr captured (stdin empty);
+/// past `limit`, it is stopped as an interrupt would stop it (SIGTERM).
+pub fn run(cmd: &mut Command, limit: Option<Duration>) -> anyhow::Result<Measured> {
     check_interrupted()?;
     let start = Instant::now();
     let mut child = cmd
@@ -92,6 +98,40 @@ pub fn run(cmd: &mut Command) -> anyhow::Result<Measured> {
         let _ = stderr.read_to_end(&mut text);
         text
     });
+    // The watchdog stops the child at `limit` unless told it ended first.
+    // It signals through a pidfd, which names this process and no other
+    // even once it is reaped and its pid reused.
+    let (ended, ended_rx) = std::sync::mpsc::channel::<()>();
+    let watchdog = match limit {
+        Some(limit) => {
+            // SAFETY: pidfd_open on our own child, not yet reaped.
+            let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+            if fd < 0 {
+                let e = std::io::Error::last_os_error();
+                let _ = child.kill();
+                let _ = child.wait();
+                CHILD.store(0, Ordering::SeqCst);
+                return Err(e).context("watching the child for --run-timeout");
+            }
+            Some(std::thread::spawn(move || {
+                let late = matches!(
+                    ended_rx.recv_timeout(limit),
+                    Err(std::sync::mpsc::RecvTimeoutError::Timeout)
+                );
+                // SAFETY: our pidfd; the syscall reads nothing else (no
+                // siginfo), and the fd is closed once, here.
+                unsafe {
+                    if late {
+                        let null = std::ptr::null::<libc::siginfo_t>();
+                        libc::syscall(libc::SYS_pidfd_send_signal, fd, libc::SIGTERM, null, 0);
+                    }
+                    libc::close(fd as libc::c_int);
+                }
+                late
+            }))
+        }
+        None => None,
+    };
     let mut stdout = Vec::new();
     if let Some(mut out) = child.stdout.take() {
         let _ = out.read_to_end(&mut stdout);
@@ -114,6 +154,8 @@ pub fn run(cmd: &mut Command) -> anyhow::Result<Measured> {
     }
     CHILD.store(0, Ordering::SeqCst);
     let seconds = start.elapsed().as_secs_f64();
+    drop(ended);
+    let late = watchdog.is_some_and(|w| w.join().unwrap_or(false));
     let errors = errors.join().unwrap_or_default();
     Ok(Measured {
         status: std::os::unix::process::ExitStatusExt::from_raw(raw),
@@ -122,6 +164,7 @@ pub fn run(cmd: &mut Command) -> anyhow::Result<Measured> {
         max_rss_bytes: usage.ru_maxrss.max(0) as u64 * 1024,
         stdout,
         stderr_tail: tail(&String::from_utf8_lossy(&errors), 12),
+        timed_out: limit.filter(|_| late),
     })
 }
 
@@ -161,13 +204,28 @@ mod tests {
 
     #[test]
     fn a_child_is_measured_and_its_output_kept() {
-        let m = run(Command::new("sh").args(["-c", "echo out; echo err >&2; exit 3"])).unwrap();
+        let m = run(
+            Command::new("sh").args(["-c", "echo out; echo err >&2; exit 3"]),
+            Some(Duration::from_secs(600)),
+        )
+        .unwrap();
         assert_eq!(m.stdout, b"out\n");
         assert_eq!(m.stderr_tail, "err");
         assert_eq!(m.outcome(), "exit 3");
         assert!(m.max_rss_bytes > 0);
-        let m = run(Command::new("sh").args(["-c", "kill -9 $$"])).unwrap();
+        let m = run(Command::new("sh").args(["-c", "kill -9 $$"]), None).unwrap();
         assert_eq!(m.outcome(), "signal 9");
+    }
+
+    #[test]
+    fn a_child_past_its_limit_is_stopped_and_reported() {
+        let m = run(
+            Command::new("sh").args(["-c", "echo started; exec sleep 600"]),
+            Some(Duration::from_millis(300)),
+        )
+        .unwrap();
+        assert_eq!(m.outcome(), "timed out after 300ms");
+        assert_eq!(m.stdout, b"started\n");
     }
 
     #[test]

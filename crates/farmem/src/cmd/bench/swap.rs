@@ -62,6 +62,11 @@ pub struct Args {
     /// tmpfs). Default: the temp dir.
     #[arg(long)]
     swap_dir: Option<PathBuf>,
+    /// Stop a run that takes longer than this (`90s`, `15m`) and report it
+    /// as `timed out`, so one thrashing config does not hold up the rest.
+    /// Default: no limit.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    run_timeout: Option<std::time::Duration>,
     /// The program and its arguments, instead of --workload.
     #[arg(last = true, value_name = "CMD")]
     command: Vec<OsString>,
@@ -153,6 +158,8 @@ struct Bench {
     swap_bytes: u64,
     swap_dir: PathBuf,
     farmem_args: Vec<String>,
+    /// A run taking longer is stopped (`--run-timeout`).
+    run_timeout: Option<std::time::Duration>,
     /// Whether local runs are accounted in a cgroup too (root, cgroup v1).
     cgroups: bool,
 }
@@ -192,6 +199,7 @@ pub fn run(args: Args) -> Outcome {
         swap_bytes: 0,
         swap_dir: args.swap_dir.clone().unwrap_or_else(std::env::temp_dir),
         farmem_args: args.farmem_args.clone(),
+        run_timeout: args.run_timeout,
         cgroups: why_not.is_none(),
     };
     let load_before = loadavg();
@@ -383,7 +391,7 @@ impl Bench {
             cg.adopt(&mut cmd)?;
         }
         let before = kernel_swap::swap_counters();
-        let m = measure::run(&mut cmd)?;
+        let m = measure::run(&mut cmd, self.run_timeout)?;
         let after = kernel_swap::swap_counters();
         let mut r = self.describe_run(config, round, &m);
         let delta: serde_json::Map<String, Value> = after
