@@ -46,6 +46,30 @@ impl std::fmt::Debug for Buf {
     }
 }
 
+/// A fresh private anonymous read-write mapping of `len` bytes in 4 KiB
+/// pages, backed only where touched (no reservation, no huge pages: one
+/// touched or discarded page is one page of memory). The runtime's own
+/// memory is mapped this way: regions, their page tables, this arena.
+pub(crate) fn map_anonymous(len: usize) -> std::io::Result<NonNull<u8>> {
+    // SAFETY: a fresh anonymous mapping; nothing else refers to it.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: advice on our own mapping.
+    unsafe { libc::madvise(p, len, libc::MADV_NOHUGEPAGE) };
+    Ok(NonNull::new(p.cast()).expect("mmap returned a mapping"))
+}
+
 /// A fixed reservation of page slots; memory is taken only by slots in use.
 pub(crate) struct Arena {
     base: NonNull<u8>,
@@ -73,25 +97,8 @@ impl Arena {
         let len = slots
             .checked_mul(LEN)
             .ok_or_else(|| std::io::Error::other("buffer arena too large"))?;
-        // SAFETY: a fresh anonymous mapping; nothing else refers to it.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-                -1,
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(std::io::Error::last_os_error());
-        }
-        // SAFETY: advice on our own mapping: 4 KiB pages, so one discarded
-        // buffer gives its memory back.
-        unsafe { libc::madvise(p, len, libc::MADV_NOHUGEPAGE) };
         Ok(Self {
-            base: NonNull::new(p.cast()).expect("mmap returned a mapping"),
+            base: map_anonymous(len)?,
             slots,
             free: Mutex::new(FreeSlots {
                 heap: Default::default(),

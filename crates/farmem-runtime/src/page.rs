@@ -10,7 +10,7 @@ use parking_lot::Mutex;
 
 use farmem_policy::readahead::Readahead;
 
-use crate::bufs::Buf;
+use crate::bufs::{Buf, map_anonymous};
 use crate::error::RuntimeError;
 use crate::slab::{Backing, ResourceManager};
 
@@ -120,25 +120,10 @@ impl PageTable {
             .checked_mul(std::mem::size_of::<Mutex<PageMeta>>())
             .ok_or_else(|| RuntimeError::Config(format!("a table of {pages} pages")))?;
         let mapped = bytes.max(1).next_multiple_of(PAGE as usize);
-        // SAFETY: a fresh anonymous mapping; nothing else refers to it.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                mapped,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-                -1,
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(RuntimeError::Mmap(std::io::Error::last_os_error()));
-        }
-        // SAFETY: advice on our own mapping: 4 KiB pages, so a touch backs
-        // 128 entries, not 64 Ki.
-        unsafe { libc::madvise(p, mapped, libc::MADV_NOHUGEPAGE) };
+        // 4 KiB pages: a touch backs 128 entries, not 64 Ki.
+        let p = map_anonymous(mapped).map_err(RuntimeError::Mmap)?;
         Ok(Self {
-            entries: NonNull::new(p.cast()).expect("mmap returned a mapping"),
+            entries: p.cast(),
             len: pages,
             mapped,
         })
@@ -321,23 +306,8 @@ impl Drop for Zeros {
 /// serve, in 4 KiB pages only: a huge page would be fetched and tracked as
 /// one block. Returns its address.
 pub(crate) fn map_pages(len: u64) -> Result<u64, RuntimeError> {
-    // SAFETY: a fresh anonymous mapping; nothing else refers to it.
-    let p = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len as usize,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-            -1,
-            0,
-        )
-    };
-    if p == libc::MAP_FAILED {
-        return Err(RuntimeError::Mmap(std::io::Error::last_os_error()));
-    }
-    // SAFETY: advice on our own mapping.
-    unsafe { libc::madvise(p, len as usize, libc::MADV_NOHUGEPAGE) };
-    Ok(p as u64)
+    let p = map_anonymous(len as usize).map_err(RuntimeError::Mmap)?;
+    Ok(p.as_ptr() as u64)
 }
 
 #[cfg(test)]

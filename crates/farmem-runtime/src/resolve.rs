@@ -588,6 +588,18 @@ mod tests {
         assert_eq!(**m.snapshot.as_ref().unwrap(), [6; PAGE as usize]);
     }
 
+    /// A thread-path runtime with windows of up to 8 pages over a stored
+    /// region whose page i holds the byte i + 1.
+    fn stored_pages_numbered() -> Option<(Shared, Arc<MemStore>, Arc<RegionInner>)> {
+        let (sh, store, r) = setup_around(FaultPath::Thread, true, 8)?;
+        for idx in 0..8 {
+            store
+                .write(r.remote(idx).unwrap(), &[idx as u8 + 1; PAGE as usize])
+                .unwrap();
+        }
+        Some((sh, store, r))
+    }
+
     /// Faults on pages 0, 1 and 3 of a stored region, in order, each
     /// fetched by a thread; returns the store's reads after each.
     fn stream_of_three(sh: &Shared, store: &MemStore, r: &Arc<RegionInner>) -> Vec<u64> {
@@ -608,14 +620,9 @@ mod tests {
 
     #[test]
     fn a_thread_reads_a_window_with_its_page_in_one_request() {
-        let Some((sh, store, r)) = setup_around(FaultPath::Thread, true, 8) else {
+        let Some((sh, store, r)) = stored_pages_numbered() else {
             return;
         };
-        for idx in 0..8 {
-            store
-                .write(r.remote(idx).unwrap(), &[idx as u8 + 1; PAGE as usize])
-                .unwrap();
-        }
         // Page 0 starts a stream (window 1); page 1 continues it (window 2:
         // pages 1 and 2); page 3 continues it (window 4: pages 3 to 6).
         // One read each.
@@ -632,14 +639,9 @@ mod tests {
 
     #[test]
     fn a_failed_window_read_gives_the_window_back_and_fetches_the_page_alone() {
-        let Some((sh, store, r)) = setup_around(FaultPath::Thread, true, 8) else {
+        let Some((sh, store, r)) = stored_pages_numbered() else {
             return;
         };
-        for idx in 0..8 {
-            store
-                .write(r.remote(idx).unwrap(), &[idx as u8 + 1; PAGE as usize])
-                .unwrap();
-        }
         // The third read is the window at page 3: it fails once, then
         // page 3 is read alone (reads counts those that worked).
         store.fail_nth(2, FaultOp::Read);

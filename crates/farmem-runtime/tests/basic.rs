@@ -20,6 +20,17 @@ fn cfg(local_pages: u64, dirty: DirtyMode) -> Config {
     }
 }
 
+/// A 64-page cache over zeroed slabs taken 4 MiB at a time: a large region
+/// takes remote memory only where pages are written back.
+fn lazy_runtime(store: &Arc<MemStore>) -> Runtime {
+    let c = Config {
+        zeroed_slabs: true,
+        slab_batch: 4 << 20,
+        ..cfg(64, DirtyMode::Line)
+    };
+    Runtime::new(c, store.clone(), store.clone()).unwrap()
+}
+
 #[test]
 fn fresh_region_reads_zero_and_keeps_writes() {
     if skip() {
@@ -342,12 +353,7 @@ fn a_large_zeroed_region_takes_remote_memory_only_for_what_it_writes_back() {
         return;
     }
     let store = Arc::new(MemStore::new(8 << 30));
-    let c = Config {
-        zeroed_slabs: true,
-        slab_batch: 4 << 20,
-        ..cfg(64, DirtyMode::Line)
-    };
-    let rt = Runtime::new(c, store.clone(), store.clone()).unwrap();
+    let rt = lazy_runtime(&store);
     // An 8 GiB far heap, as `farmem run` gives every process.
     let r = rt.region(8 << 30).unwrap();
     assert_eq!(store.stats().slab_allocations, 0);
@@ -516,12 +522,7 @@ fn a_sync_of_a_large_region_touches_only_the_table_it_used() {
         return;
     }
     let store = Arc::new(MemStore::new(8 << 30));
-    let c = Config {
-        zeroed_slabs: true,
-        slab_batch: 4 << 20,
-        ..cfg(64, DirtyMode::Line)
-    };
-    let rt = Runtime::new(c, store.clone(), store.clone()).unwrap();
+    let rt = lazy_runtime(&store);
     // 4 GiB, backed lazily: 1 Mi entries, 8192 pages of table.
     let r = rt.region(4 << 30).unwrap();
     for p in 0..16usize {
