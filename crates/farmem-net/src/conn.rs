@@ -6,6 +6,8 @@
 //! replies meant for others in their slots and waking them, then hands the
 //! socket on. A single synchronous caller therefore reads its own reply
 //! directly, which keeps the round trip at the cost of the TCP round trip.
+//! The reader spins a while before it sleeps on the socket
+//! ([`farmem_policy::poll`]), yielding its CPU to anyone ready to run.
 
 use std::collections::HashMap;
 use std::io::{BufReader, Write};
@@ -15,10 +17,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread::{self, Thread};
 use std::time::{Duration, Instant};
 
+use farmem_policy::poll::AdaptivePoll;
 use farmem_wire::{Cap, HEADER_LEN, Msg, PROTOCOL_VERSION, auth};
 use parking_lot::{Mutex, RwLock};
 
-use crate::frame::read_frame;
+use crate::frame::{await_frame, read_frame, readable};
 use crate::{ClientConfig, NetError};
 
 /// The frame limit during the handshake, before the server has told us its own.
@@ -66,6 +69,8 @@ enum Slot {
 struct ReadSide {
     stream: BufReader<TcpStream>,
     body: Vec<u8>,
+    /// How long the reader spins for a reply before it sleeps.
+    poll: AdaptivePoll,
 }
 
 struct Inner {
@@ -135,6 +140,7 @@ impl Connection {
                 reader: Mutex::new(ReadSide {
                     stream: reader,
                     body: Vec::new(),
+                    poll: AdaptivePoll::new(cfg.poll),
                 }),
                 slots: Mutex::new(HashMap::new()),
                 dead: Mutex::new(None),
@@ -417,6 +423,7 @@ impl Connection {
     /// Reads one reply: ours (`Some`), or another waiter's, handed over.
     /// A failed read fails the connection for everyone.
     fn next_reply(&self, id: u64, rd: &mut ReadSide) -> Result<Option<Reply>, NetError> {
+        await_frame(&rd.stream, &mut rd.poll);
         let header = match read_frame(&mut rd.stream, &mut rd.body, self.inner.max_frame) {
             Ok(h) => h,
             Err(e) => {
@@ -543,27 +550,6 @@ fn present(
             got: other.op(),
         }),
     }
-}
-
-/// True when `stream` has something to read now: a reply, or (on a
-/// connection with nothing in flight) the end of the stream, or why the
-/// server closed it.
-fn readable(stream: &BufReader<TcpStream>) -> bool {
-    use std::os::fd::AsRawFd;
-    if !stream.buffer().is_empty() {
-        return true;
-    }
-    let mut byte = 0u8;
-    // SAFETY: a one-byte peek into a local, on a socket we own.
-    let n = unsafe {
-        libc::recv(
-            stream.get_ref().as_raw_fd(),
-            (&mut byte as *mut u8).cast(),
-            1,
-            libc::MSG_PEEK | libc::MSG_DONTWAIT,
-        )
-    };
-    n >= 0 || std::io::Error::last_os_error().kind() != std::io::ErrorKind::WouldBlock
 }
 
 /// A TCP connection to `addr` as every client wants it: within the

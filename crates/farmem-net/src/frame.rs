@@ -1,7 +1,11 @@
 //! Reading and writing whole frames on a byte stream.
 
-use std::io::{self, Read, Write};
+use std::io::{self, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::os::fd::AsRawFd;
+use std::time::Instant;
 
+use farmem_policy::poll::AdaptivePoll;
 use farmem_wire::{FrameHeader, HEADER_LEN, decode_header};
 
 use crate::NetError;
@@ -43,6 +47,62 @@ pub fn read_frame(
 pub fn write_all_frames(w: &mut impl Write, frames: &[u8]) -> Result<(), NetError> {
     w.write_all(frames)?;
     Ok(())
+}
+
+/// True when `stream` has something to read now: a frame, or the end of
+/// the stream, or an error.
+pub(crate) fn readable(stream: &BufReader<TcpStream>) -> bool {
+    if !stream.buffer().is_empty() {
+        return true;
+    }
+    let mut byte = 0u8;
+    // SAFETY: a one-byte peek into a local, on a socket we own.
+    let n = unsafe {
+        libc::recv(
+            stream.get_ref().as_raw_fd(),
+            (&mut byte as *mut u8).cast(),
+            1,
+            libc::MSG_PEEK | libc::MSG_DONTWAIT,
+        )
+    };
+    n >= 0 || io::Error::last_os_error().kind() != io::ErrorKind::WouldBlock
+}
+
+/// Before a blocking read of the next frame: spins for `poll`'s budget
+/// waiting for it, then sleeps up to `poll`'s cap, and tells `poll` how
+/// long the wait was (or that it outlasted the cap). Returns with the frame
+/// readable, or with the cap passed; the caller's read then blocks as
+/// usual, with the socket's own timeout.
+pub fn await_frame(stream: &BufReader<TcpStream>, poll: &mut AdaptivePoll) {
+    if !stream.buffer().is_empty() || poll.cap() == 0 {
+        return;
+    }
+    let start = Instant::now();
+    let waited = || start.elapsed().as_nanos() as u64;
+    loop {
+        if readable(stream) {
+            return poll.waited(waited());
+        }
+        if waited() >= poll.budget() {
+            break;
+        }
+        // Spin politely: any other thread ready on this CPU runs first, so
+        // a spin takes only time nobody else wanted.
+        std::thread::yield_now();
+    }
+    let left = poll.cap().saturating_sub(waited());
+    let mut fd = libc::pollfd {
+        fd: stream.get_ref().as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let timeout = libc::timespec {
+        tv_sec: (left / 1_000_000_000) as libc::time_t,
+        tv_nsec: (left % 1_000_000_000) as libc::c_long,
+    };
+    // SAFETY: one pollfd on a socket we own, and a valid timeout.
+    let ready = left > 0 && unsafe { libc::ppoll(&mut fd, 1, &timeout, std::ptr::null()) } > 0;
+    poll.waited(if ready { waited() } else { u64::MAX });
 }
 
 fn eof_is_disconnect(e: io::Error) -> NetError {

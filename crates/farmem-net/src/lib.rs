@@ -21,7 +21,7 @@ use std::time::Duration;
 
 pub use cluster::{Cluster, ControllerClient, LeaseKeeper, Redundancy, RedundancyError, Repaired};
 pub use conn::{Connection, Reply, Ticket};
-pub use frame::{read_frame, write_all_frames};
+pub use frame::{await_frame, read_frame, write_all_frames};
 pub use page_reader::{PageReadError, PageReader};
 
 use farmem_wire::{ErrorCode, WireError};
@@ -75,6 +75,9 @@ pub struct ClientConfig {
     /// down ([`NetError::NodeDown`]): a [`Cluster`] stops retrying it. Its
     /// requests time out after at most this long too.
     pub fail_after: Duration,
+    /// How long a thread waiting for a reply spins before it sleeps
+    /// ([`farmem_policy::poll`]).
+    pub poll: farmem_policy::poll::PollConfig,
 }
 
 impl ClientConfig {
@@ -86,6 +89,7 @@ impl ClientConfig {
             timeout: Duration::from_secs(10),
             delay: None,
             fail_after: DEFAULT_FAIL_AFTER,
+            poll: Default::default(),
         }
     }
 

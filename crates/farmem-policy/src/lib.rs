@@ -10,6 +10,7 @@ pub mod daemon;
 pub mod delay;
 pub mod diffbase;
 pub mod list;
+pub mod poll;
 pub mod prefetch;
 pub mod promote;
 pub mod readahead;
