@@ -299,13 +299,16 @@ impl EchoServer {
     fn start() -> anyhow::Result<Self> {
         let listener = TcpListener::bind("127.0.0.1:0")?;
         let addr = listener.local_addr()?;
-        std::thread::spawn(move || {
-            for stream in listener.incoming().flatten() {
-                std::thread::spawn(move || {
-                    let _ = Self::serve(stream);
-                });
-            }
-        });
+        // Named, so a profile tells the baseline's threads from the bench's.
+        std::thread::Builder::new()
+            .name("tcp-echo".into())
+            .spawn(move || {
+                for stream in listener.incoming().flatten() {
+                    let _ = std::thread::Builder::new()
+                        .name("tcp-echo".into())
+                        .spawn(move || Self::serve(stream));
+                }
+            })?;
         Ok(Self { addr })
     }
 
