@@ -103,6 +103,9 @@ fn kona_run(
         writable_on_write_fault,
         ..opts.base.clone()
     };
+    // Kona's hardware tracks lines without a copy: line mode here keeps a
+    // base at every first write, whatever share of the cache they take.
+    cfg.diff_base.max_share = 1.0;
     if !writable_on_write_fault {
         // Kona-VM as the paper runs it: two faults per page, none avoided.
         cfg.fault_around.max_blocks = 0;

@@ -86,8 +86,8 @@ pub(crate) struct Cache {
     /// Where snapshot buffers live; given back beyond the pool, their
     /// memory goes back to the system at once.
     arena: Arena,
-    /// Most buffers the pool keeps: [`POOL_LOW`], at most an eighth of the
-    /// cache (they count against it).
+    /// Most buffers the pool keeps: [`POOL_LOW`], at most half the share
+    /// of the cache diff bases may take (they count against it).
     pool_cap: u64,
     /// Snapshot buffers alive, kept by pages or pooled: local memory the
     /// limit counts with the resident pages.
@@ -135,7 +135,7 @@ impl Cache {
             store_refusing: AtomicBool::new(false),
             pool: Mutex::new(Vec::new()),
             arena: Arena::new(limit as usize + 64).map_err(RuntimeError::Mmap)?,
-            pool_cap: POOL_LOW.min(limit / 8),
+            pool_cap: POOL_LOW.min((limit as f64 * cfg.diff_base.max_share / 2.0) as u64),
             buffers: AtomicU64::new(0),
             table_pages: AtomicU64::new(0),
             diff: Mutex::new(DiffBase::new(cfg.diff_base)),
@@ -290,7 +290,10 @@ impl Cache {
             m.zero_base = true;
             return;
         }
-        if !ctx.lock(&self.diff).keep() {
+        let alive = self
+            .buffers()
+            .saturating_sub(ctx.lock(&self.pool).len() as u64);
+        if !ctx.lock(&self.diff).keep(alive, self.limit) {
             metrics.snapshots_skipped.inc();
             return;
         }

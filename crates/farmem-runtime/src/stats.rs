@@ -55,7 +55,8 @@ pub(crate) struct Metrics {
     /// ready: the page has no diff base and is written back whole.
     pub snapshots_missed: Counter,
     /// First writes that kept no diff base because pages lately came back
-    /// mostly dirty ([`farmem_policy::diffbase`]): written back whole.
+    /// mostly dirty, or bases already took their share of the cache
+    /// ([`farmem_policy::diffbase`]): written back whole.
     pub snapshots_skipped: Counter,
     pub fault_latency: LatencyHistogram,
     pub wp_latency: LatencyHistogram,

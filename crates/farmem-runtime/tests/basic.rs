@@ -58,7 +58,7 @@ fn fresh_region_reads_zero_and_keeps_writes() {
 
 fn evict_roundtrip(dirty: DirtyMode) -> (farmem_runtime::Stats, farmem_runtime::MemStoreStats) {
     let store = Arc::new(MemStore::new(1 << 30));
-    let rt = Runtime::new(cfg(64, dirty), store.clone(), store.clone()).unwrap();
+    let rt = Runtime::new(uncapped(cfg(64, dirty)), store.clone(), store.clone()).unwrap();
     let pages = 1024usize;
     let r = rt.region(pages as u64 * PAGE).unwrap();
     // One line per page, as Kona's microbenchmark.
@@ -468,12 +468,44 @@ fn pages_rewritten_whole_keep_no_diff_bases_and_the_limit_counts_them() {
 }
 
 #[test]
-fn sparse_writes_get_their_diff_bases_back() {
+fn diff_bases_take_no_more_than_their_share_of_the_cache() {
     if skip() {
         return;
     }
     let store = Arc::new(MemStore::new(1 << 30));
     let rt = Runtime::new(cfg(256, DirtyMode::Line), store.clone(), store.clone()).unwrap();
+    let pages = 2048;
+    let r = rt.region(pages as u64 * PAGE).unwrap();
+    // 8 bytes a page: diffing pays, but only 16 bases (a sixteenth of 256
+    // pages) may be alive at once, plus a pool of 8.
+    rewrite(&r, pages, 2, false);
+    let s = rt.stats();
+    assert!(s.snapshots > 0, "{s:?}");
+    assert!(s.snapshots_skipped > s.snapshots, "{s:?}");
+    assert!(s.snapshot_pages <= 16 + 8, "{s:?}");
+    // Pages written back whole and pages diffed both read back (rewrite checks).
+    assert!(rt.last_error().is_none(), "{:?}", rt.last_error());
+}
+
+/// `c` with diff bases allowed the whole cache: for tests of how lines are
+/// tracked, not of how many bases the cache affords.
+fn uncapped(mut c: Config) -> Config {
+    c.diff_base.max_share = 1.0;
+    c
+}
+
+#[test]
+fn sparse_writes_get_their_diff_bases_back() {
+    if skip() {
+        return;
+    }
+    let store = Arc::new(MemStore::new(1 << 30));
+    let rt = Runtime::new(
+        uncapped(cfg(256, DirtyMode::Line)),
+        store.clone(),
+        store.clone(),
+    )
+    .unwrap();
     let pages = 2048;
     let r = rt.region(pages as u64 * PAGE).unwrap();
     // Filled whole first: pages come back all dirty, bases stop.
