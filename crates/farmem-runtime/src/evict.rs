@@ -8,6 +8,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
+use farmem_policy::write_streak::Seen;
 
 use crate::bufs::Buf;
 use crate::config::DirtyMode;
@@ -75,6 +76,14 @@ fn claim(sh: &Shared, r: &Arc<RegionInner>, idx: usize, keep: bool) -> Option<(V
         _ => return None,
     };
     m.state = State::Busy;
+    if !keep {
+        let seen = match (was, std::mem::take(&mut m.unwatched)) {
+            (State::Dirty, true) => Seen::Unwatched,
+            (State::Dirty, false) => Seen::Written,
+            _ => Seen::Clean,
+        };
+        m.streak.evicted(seen);
+    }
     let page = r.page_addr(idx);
     // Remove here too: the block may have been re-inserted after the
     // evictor popped it (a sync completed in between).
@@ -289,6 +298,8 @@ fn ship(sh: &Shared, seg: &mut Segment) -> Result<(), (usize, StoreError)> {
         result = send_once(sh, seg);
         match &result {
             Ok(()) => break,
+            // The memory is being given back: nothing to retry or report.
+            Err(_) if sh.exiting.load(Ordering::SeqCst) => break,
             Err(e) => {
                 sh.m.writeback_errors.inc();
                 sh.report(format!(

@@ -9,6 +9,7 @@ use std::time::Instant;
 use parking_lot::Mutex;
 
 use farmem_policy::readahead::Readahead;
+use farmem_policy::write_streak::WriteStreak;
 
 use crate::bufs::{Buf, map_anonymous};
 use crate::error::RuntimeError;
@@ -95,6 +96,11 @@ pub(crate) struct PageMeta {
     /// The page was written back, so the store holds its data even if the
     /// region's slabs started zeroed ([`RegionInner::all_stored`]).
     pub stored: bool,
+    /// Its writes over past residencies: a fetch installs it writable when
+    /// it predicts one ([`farmem_policy::write_streak`]).
+    pub streak: WriteStreak,
+    /// Installed writable on its streak: Dirty without a write seen.
+    pub unwatched: bool,
 }
 
 /// One lock and state per page of a region, in a mapping of its own: all
@@ -252,7 +258,10 @@ impl Drop for RegionInner {
 pub(crate) struct FetchJob {
     pub region: Arc<RegionInner>,
     pub idx: usize,
+    /// Install writable and dirty: the access is a write, or the page's
+    /// streak predicts one (then `unwatched` too).
     pub write: bool,
+    pub unwatched: bool,
     /// Never written to the store: zero-fill instead of reading it.
     pub zero: bool,
     /// Its slot in the cache is taken already (a fault handed over by a

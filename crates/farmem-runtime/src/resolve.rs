@@ -70,11 +70,14 @@ impl Shared {
                 }
                 m.state = State::Fetching;
                 let zero = !(m.stored || r.all_stored);
+                let predicted = !f.write && m.streak.predicts_write();
                 drop(m);
+                let write = (f.write || predicted) && self.cfg.writable_on_write_fault;
                 Step::Fetch(FetchJob {
                     region: r,
                     idx,
-                    write: f.write && self.cfg.writable_on_write_fault,
+                    write,
+                    unwatched: write && predicted,
                     zero,
                     reserved,
                     t0: f.t0,
@@ -321,6 +324,10 @@ impl Shared {
         }
         if job.write {
             m.state = State::Dirty;
+            m.unwatched = job.unwatched;
+            if job.unwatched {
+                self.m.writes_predicted.inc();
+            }
             // The fetched bytes are the diff base.
             self.cache
                 .keep_diff_base(&mut m, job.zero, &buf.0, ctx, &self.m);

@@ -147,6 +147,13 @@ impl Runtime {
         *self.sh.on_lost.write() = Arc::new(hook);
     }
 
+    /// The process is exiting and is about to give its remote memory back:
+    /// write-backs the store refuses from now on (their pages die with the
+    /// process) are neither retried nor reported.
+    pub fn exiting(&self) {
+        self.sh.exiting.store(true, Ordering::SeqCst);
+    }
+
     /// The most recent error the background threads reported, if any.
     pub fn last_error(&self) -> Option<String> {
         self.sh.last_error.lock().clone()

@@ -62,6 +62,10 @@ pub(crate) struct Shared {
     pub regions: RwLock<BTreeMap<u64, Arc<RegionInner>>>,
     pub cache: Cache,
     pub shutdown: AtomicBool,
+    /// The process is exiting and gives its remote memory back
+    /// ([`crate::Runtime::exiting`]): write-backs refused from then on are
+    /// expected, and neither retried nor reported.
+    pub exiting: AtomicBool,
     /// Zeros for fault-around to install from (None: fault-around is off).
     pub zeros: Option<Zeros>,
     pub m: Metrics,
@@ -115,6 +119,7 @@ impl Shared {
             uffd,
             regions: RwLock::new(BTreeMap::new()),
             shutdown: AtomicBool::new(false),
+            exiting: AtomicBool::new(false),
             zeros,
             m: Metrics::default(),
             epoch: Instant::now(),

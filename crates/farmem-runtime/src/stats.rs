@@ -24,6 +24,9 @@ impl Stage {
 pub(crate) struct Metrics {
     pub faults_missing: Counter,
     pub faults_wp: Counter,
+    /// Pages installed writable because their streak predicted a write
+    /// ([`farmem_policy::write_streak`]): write-protect faults not taken.
+    pub writes_predicted: Counter,
     /// Faults that found their page mid-fetch or mid-eviction and waited.
     pub faults_waited: Counter,
     /// Fault messages that were already resolved when read (woken only).
@@ -96,6 +99,7 @@ pub struct StageTimes {
 pub struct Stats {
     pub faults_missing: u64,
     pub faults_wp: u64,
+    pub writes_predicted: u64,
     pub faults_waited: u64,
     pub faults_spurious: u64,
     pub pages_fetched: u64,
@@ -153,6 +157,7 @@ impl Metrics {
         Stats {
             faults_missing: self.faults_missing.get(),
             faults_wp: self.faults_wp.get(),
+            writes_predicted: self.writes_predicted.get(),
             faults_waited: self.faults_waited.get(),
             faults_spurious: self.faults_spurious.get(),
             pages_fetched: self.pages_fetched.get(),

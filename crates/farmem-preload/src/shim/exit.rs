@@ -83,6 +83,11 @@ fn release_remote() {
         return;
     }
     let _busy = Busy::enter();
+    let rt = RUNTIME.load(Ordering::Acquire);
+    if !rt.is_null() {
+        // SAFETY: the runtime is leaked, so it lives until the process ends.
+        unsafe { &*rt }.exiting();
+    }
     // SAFETY: leaked in init(), so it lives until the process ends.
     let store = unsafe { &*store };
     match store.release_all() {

@@ -507,9 +507,10 @@ impl Summary<'_> {
                 args.local_mem,
             );
             eprintln!(
-                "farmem: faults {} missing + {} write-protect; fetched {}; written back {}; evicted {} pages ({} dirty)",
+                "farmem: faults {} missing + {} write-protect ({} more avoided: pages fetched writable on their write history); fetched {}; written back {}; evicted {} pages ({} dirty)",
                 get("faults_missing"),
                 get("faults_wp"),
+                get("writes_predicted"),
                 ByteSize(get("bytes_fetched")),
                 ByteSize(get("bytes_written_back")),
                 get("pages_evicted_clean") + get("pages_evicted_dirty"),
