@@ -20,8 +20,9 @@ extern "C" fn on_stop(_sig: libc::c_int) {
     if pid > 0 {
         // SAFETY: kill(2) is async-signal-safe. SIGTERM rather than the
         // signal itself: `farmem run` ignores SIGINT (it waits for its
-        // program) and passes SIGTERM on.
-        unsafe { libc::kill(pid, libc::SIGTERM) };
+        // program) and passes SIGTERM on. To the child's whole process
+        // group: a shell's pipeline would outlive the shell.
+        unsafe { libc::kill(-pid, libc::SIGTERM) };
     }
 }
 
@@ -77,11 +78,15 @@ impl Measured {
 }
 
 /// Runs `cmd` to its end with its stdout and stderr captured (stdin empty);
-/// past `limit`, it is stopped as an interrupt would stop it (SIGTERM).
+/// past `limit`, it is stopped as an interrupt would stop it (SIGTERM to
+/// its process group, which it leads: `sh -c "a | b"` stops with `a` and
+/// `b`, which would otherwise hold the output pipe open).
 pub fn run(cmd: &mut Command, limit: Option<Duration>) -> anyhow::Result<Measured> {
+    use std::os::unix::process::CommandExt;
     check_interrupted()?;
     let start = Instant::now();
     let mut child = cmd
+        .process_group(0)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -98,9 +103,10 @@ pub fn run(cmd: &mut Command, limit: Option<Duration>) -> anyhow::Result<Measure
         let _ = stderr.read_to_end(&mut text);
         text
     });
-    // The watchdog stops the child at `limit` unless told it ended first.
-    // It signals through a pidfd, which names this process and no other
-    // even once it is reaped and its pid reused.
+    // The watchdog stops the child at `limit` unless told it ended first:
+    // its process group, then the child itself through a pidfd, which
+    // names this process and no other even once it is reaped. (The group's
+    // number cannot be reused while any process is in the group.)
     let (ended, ended_rx) = std::sync::mpsc::channel::<()>();
     let watchdog = match limit {
         Some(limit) => {
@@ -122,6 +128,7 @@ pub fn run(cmd: &mut Command, limit: Option<Duration>) -> anyhow::Result<Measure
                 // siginfo), and the fd is closed once, here.
                 unsafe {
                     if late {
+                        libc::kill(-pid, libc::SIGTERM);
                         let null = std::ptr::null::<libc::siginfo_t>();
                         libc::syscall(libc::SYS_pidfd_send_signal, fd, libc::SIGTERM, null, 0);
                     }
@@ -226,6 +233,15 @@ mod tests {
         .unwrap();
         assert_eq!(m.outcome(), "timed out after 300ms");
         assert_eq!(m.stdout, b"started\n");
+        // A pipeline outlives its shell unless its whole group is stopped.
+        let m = run(
+            Command::new("sh").args(["-c", "echo piped; sleep 600 | cat"]),
+            Some(Duration::from_millis(300)),
+        )
+        .unwrap();
+        assert_eq!(m.outcome(), "timed out after 300ms");
+        assert_eq!(m.stdout, b"piped\n");
+        assert!(m.seconds < 60.0, "{}", m.seconds);
     }
 
     #[test]
