@@ -395,6 +395,9 @@ impl Connection {
             if let Some(result) = self.take_if_done(id) {
                 return result;
             }
+            // Only here: past the deadline a reply is read only once it is
+            // known to be there, which is no wait to learn from.
+            await_frame(&rd.stream, &mut rd.poll);
             if let Some(reply) = self.next_reply(id, rd)? {
                 return Ok(reply);
             }
@@ -423,7 +426,6 @@ impl Connection {
     /// Reads one reply: ours (`Some`), or another waiter's, handed over.
     /// A failed read fails the connection for everyone.
     fn next_reply(&self, id: u64, rd: &mut ReadSide) -> Result<Option<Reply>, NetError> {
-        await_frame(&rd.stream, &mut rd.poll);
         let header = match read_frame(&mut rd.stream, &mut rd.body, self.inner.max_frame) {
             Ok(h) => h,
             Err(e) => {

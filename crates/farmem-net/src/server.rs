@@ -18,7 +18,7 @@ use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
 use farmem_core::Counter;
-use farmem_policy::poll::AdaptivePoll;
+use farmem_policy::poll::{AdaptivePoll, PollConfig};
 use farmem_wire::{ErrorCode, Msg, PROTOCOL_VERSION, Role, auth};
 
 use crate::NetError;
@@ -90,7 +90,7 @@ pub struct ServerConfig {
     pub max_connections: usize,
     /// How long a connection's thread spins for the next request before it
     /// sleeps ([`farmem_policy::poll`]).
-    pub poll: farmem_policy::poll::PollConfig,
+    pub poll: PollConfig,
 }
 
 /// Default idle timeout after login: long enough that no farmem client's
@@ -103,7 +103,7 @@ pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(600);
 /// sitting: a remote fault's p50 19 µs against 39 µs with the client's
 /// 100 µs cap, whose spin a program doing 20 µs of work between faults
 /// outlasts; PageRank no slower.
-pub const DEFAULT_SERVER_POLL: farmem_policy::poll::PollConfig = farmem_policy::poll::PollConfig {
+pub const DEFAULT_SERVER_POLL: PollConfig = PollConfig {
     max_us: 1000,
     start_us: 10,
 };
