@@ -7,7 +7,6 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use crate::cache::{Ctx, PolicyUpdate};
-use crate::config::DirtyMode;
 use crate::page::{FetchJob, MAX_FAULT_AROUND, PAGE, PageBuf, RunBuf, State};
 use crate::shared::Shared;
 
@@ -54,16 +53,16 @@ impl Shared {
 
     /// Step two for never-written pages: installs the `n` pages after
     /// `job`'s that [`Shared::reserve_around`] took, with one UFFDIO_COPY
-    /// from zeros. Line mode maps them writable: zeros are their diff
-    /// base, so no write needs a fault to be seen. Page mode maps them
-    /// write-protected: a first write must fault to mark a page dirty.
+    /// from zeros, writable: zeros are their diff base, so no write needs
+    /// a fault to be seen (page mode ships such a page whole once any of
+    /// it is not zero).
     pub(crate) fn install_around(&self, job: &FetchJob, n: usize, ctx: Ctx) {
         let Some(zeros) = self.zeros.as_ref().filter(|_| n > 0) else {
             return;
         };
         let r = &job.region;
         let first = job.idx + 1;
-        let writable = self.cfg.dirty == DirtyMode::Line;
+        let writable = true;
         // Counted before the install wakes the program (as in `install`).
         self.m.pages_zero_filled.add(n as u64);
         self.m.pages_faulted_around.add(n as u64);

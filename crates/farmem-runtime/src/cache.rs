@@ -95,6 +95,9 @@ pub(crate) struct Cache {
     /// Pages of the runtime's own bookkeeping that grow with far memory
     /// used (the regions' page tables), counted against the limit.
     table_pages: AtomicU64,
+    /// Pages of local memory the store holds (a compressed pool), as last
+    /// reported by the shipper.
+    store_pages: AtomicU64,
     /// Whether first writes keep a diff base.
     diff: Mutex<DiffBase>,
     /// Line mode: first writes take snapshots from the pool.
@@ -138,6 +141,7 @@ impl Cache {
             pool_cap: POOL_LOW.min((limit as f64 * cfg.diff_base.max_share / 2.0) as u64),
             buffers: AtomicU64::new(0),
             table_pages: AtomicU64::new(0),
+            store_pages: AtomicU64::new(0),
             diff: Mutex::new(DiffBase::new(cfg.diff_base)),
             line_mode: cfg.dirty == DirtyMode::Line,
             policy_updates: signal.then(|| crossbeam_channel::bounded(2 * limit as usize + 64)),
@@ -173,9 +177,27 @@ impl Cache {
         self.table_pages().min(self.limit / 4)
     }
 
-    /// Local pages in use: resident ones, snapshot buffers and page tables.
+    /// Pages of local memory the store holds now (a compressed pool).
+    pub(crate) fn store_pages(&self) -> u64 {
+        self.store_pages.load(Ordering::SeqCst)
+    }
+
+    /// The store now holds `bytes` of local memory: counted against the
+    /// limit, so the cache shrinks as a compressed pool grows.
+    pub(crate) fn set_store_bytes(&self, bytes: u64) {
+        self.store_pages
+            .store(bytes.div_ceil(PAGE), Ordering::SeqCst);
+    }
+
+    /// Local pages in use besides resident ones: snapshot buffers, page
+    /// tables and the store's own.
+    fn overheads(&self) -> u64 {
+        self.buffers() + self.table_charge() + self.store_pages()
+    }
+
+    /// Local pages in use: resident ones and the overheads.
     fn used(&self) -> u64 {
-        self.resident() + self.buffers() + self.table_charge()
+        self.resident() + self.overheads()
     }
 
     pub(crate) fn limit(&self) -> u64 {
@@ -270,11 +292,12 @@ impl Cache {
         }
     }
 
-    /// Line mode, a page about to be written: records what the store holds
-    /// for it, the base its dirty lines are diffed against. Zeros need no
-    /// copy (`zero_base`); else `current` is copied into a snapshot buffer.
-    /// Without one (a signal handler finding the pool empty) the page has
-    /// no diff base and is written back whole.
+    /// A page about to be written: records what the store holds for it,
+    /// the base its dirty lines are diffed against. Zeros need no copy
+    /// (`zero_base`, in both modes: a page still all zeros at eviction
+    /// stays unstored); else, in line mode, `current` is copied into a
+    /// snapshot buffer. Without one (a signal handler finding the pool
+    /// empty) the page has no diff base and is written back whole.
     pub(crate) fn keep_diff_base(
         &self,
         m: &mut PageMeta,
@@ -283,11 +306,11 @@ impl Cache {
         ctx: Ctx,
         metrics: &Metrics,
     ) {
-        if !self.line_mode {
-            return;
-        }
         if store_zero {
             m.zero_base = true;
+            return;
+        }
+        if !self.line_mode {
             return;
         }
         let alive = self
@@ -382,7 +405,7 @@ impl Cache {
     pub(crate) fn try_reserve(&self, metrics: &Metrics) -> bool {
         loop {
             let cur = self.resident.load(Ordering::SeqCst);
-            let used = cur + self.buffers() + self.table_charge();
+            let used = cur + self.overheads();
             let over = used >= self.limit;
             if over && !self.store_refusing.load(Ordering::SeqCst) {
                 self.kick_evictor();

@@ -216,7 +216,8 @@ fn revert(sh: &Shared, v: Victim, keep: bool) {
 
 /// Appends the page's dirty lines to the segment: those that differ from
 /// the snapshot (line mode), or all 64 (page mode: the same log carries
-/// whole pages, so the two modes differ only in tracking granularity).
+/// whole pages, so the two modes differ only in tracking granularity; a
+/// page over zeros goes whole once any line of it is not zero).
 /// A page with lines to ship and no remote memory yet is backed here; if
 /// none can be had it goes back to Dirty (reverted), and the error is
 /// returned.
@@ -228,7 +229,7 @@ fn diff_into(sh: &Shared, mut v: Victim, seg: &mut Segment) -> Result<(), Runtim
     let data = unsafe { std::slice::from_raw_parts(v.page as *const u8, PAGE as usize) };
     let mut mask = 0u64;
     for (i, cur) in data.chunks_exact(LINE).enumerate() {
-        let changed = whole
+        let changed = (whole && !v.zero_base)
             || v.force >> i & 1 == 1
             || match &v.snapshot {
                 Some(s) => s[i * LINE..(i + 1) * LINE] != *cur,
@@ -240,6 +241,9 @@ fn diff_into(sh: &Shared, mut v: Victim, seg: &mut Segment) -> Result<(), Runtim
     }
     if v.snapshot.is_some() && !whole {
         sh.cache.observe_diff(mask.count_ones());
+    }
+    if whole && mask != 0 {
+        mask = u64::MAX;
     }
     if mask != 0 {
         let remote = match v.remote {
@@ -313,7 +317,7 @@ fn ship(sh: &Shared, seg: &mut Segment) -> Result<(), (usize, StoreError)> {
     }
     sh.m.st_ship.since(t);
     let keep = seg.keep;
-    match result {
+    let settled = match result {
         Ok(()) => {
             sh.m.log_batches.inc();
             sh.m.dirty_lines_shipped.add(seg.lines.len() as u64);
@@ -344,7 +348,11 @@ fn ship(sh: &Shared, seg: &mut Segment) -> Result<(), (usize, StoreError)> {
             }
             Err((n, e))
         }
-    }
+    };
+    // Counted once the shipped pages have left the cache: a compressed
+    // pool grows by less than the pages it took.
+    sh.cache.set_store_bytes(sh.store.local_bytes());
+    settled
 }
 
 /// Write-protects claimed dirty pages so racing writes wait for us; returns

@@ -21,6 +21,7 @@
 // cache; shared; around; resolve; evict, signal, handler; runtime; bench,
 // preload_env, remote.
 mod around;
+pub mod backend;
 pub mod bench;
 mod bufs;
 mod cache;

@@ -14,6 +14,7 @@ use std::path::PathBuf;
 use farmem_net::Redundancy;
 use farmem_policy::cache::PolicyConfig;
 
+use crate::backend::Backend;
 use crate::config::{Config, DirtyMode, FaultPath};
 
 /// Controller address (required: without it the shim stays local).
@@ -24,7 +25,9 @@ pub const LOCAL_MEM: &CStr = c"FARMEM_LOCAL_MEM";
 pub const FAR_MEM: &CStr = c"FARMEM_FAR_MEM";
 /// Smallest allocation placed far, a byte size.
 pub const THRESHOLD: &CStr = c"FARMEM_THRESHOLD";
-/// `line` or `page`.
+/// Where evicted pages go: `remote` or `compressed` ([`Backend`]).
+pub const BACKEND: &CStr = c"FARMEM_BACKEND";
+/// `line` or `page`; unset: the backend's ([`Backend::default_dirty`]).
 pub const DIRTY: &CStr = c"FARMEM_DIRTY";
 /// `thread` or `signal`.
 pub const FAULT_PATH: &CStr = c"FARMEM_FAULT_PATH";
@@ -107,6 +110,7 @@ pub struct PreloadEnv {
     pub local_bytes: u64,
     pub far_bytes: u64,
     pub threshold: u64,
+    pub backend: Backend,
     pub dirty: DirtyMode,
     pub fault_path: FaultPath,
     pub fault_around: u32,
@@ -179,9 +183,13 @@ impl PreloadEnv {
         let local_bytes = size(get, LOCAL_MEM, DEFAULT_LOCAL_BYTES)?;
         let far_bytes = size(get, FAR_MEM, DEFAULT_FAR_BYTES)?;
         let parsed = |var: &CStr, e: &dyn std::fmt::Display| format!("{}: {e}", key(var));
+        let backend: Backend = match get(BACKEND) {
+            Some(b) => b.parse().map_err(|e| parsed(BACKEND, &e))?,
+            None => Backend::default(),
+        };
         let dirty = match get(DIRTY) {
             Some(d) => d.parse().map_err(|e| parsed(DIRTY, &e))?,
-            None => DirtyMode::default(),
+            None => backend.default_dirty(),
         };
         let fault_path = match get(FAULT_PATH) {
             Some(f) => f.parse().map_err(|e| parsed(FAULT_PATH, &e))?,
@@ -229,6 +237,7 @@ impl PreloadEnv {
             // A bad one is reported where it is used, at the shim's first
             // allocation, which goes on with the default.
             threshold: threshold(get).unwrap_or(DEFAULT_THRESHOLD),
+            backend,
             dirty,
             fault_path,
             fault_around,
@@ -253,6 +262,7 @@ impl PreloadEnv {
             (key(LOCAL_MEM), Some(self.local_bytes.to_string().into())),
             (key(FAR_MEM), Some(self.far_bytes.to_string().into())),
             (key(THRESHOLD), Some(self.threshold.to_string().into())),
+            (key(BACKEND), Some(self.backend.to_string().into())),
             (key(DIRTY), Some(self.dirty.to_string().into())),
             (key(FAULT_PATH), Some(self.fault_path.to_string().into())),
             (
@@ -322,6 +332,7 @@ mod tests {
             local_bytes: 64 << 20,
             far_bytes: 1 << 30,
             threshold: 4096,
+            backend: "compressed".parse().unwrap(),
             dirty: DirtyMode::Page,
             fault_path: FaultPath::Signal,
             fault_around: 0,
@@ -361,6 +372,17 @@ mod tests {
         assert_eq!(e.fallback, Fallback::Fail);
         assert_eq!((e.replicas, e.redundancy, e.policy), (None, None, None));
         assert_eq!(e.fault_around, Config::default().fault_around.max_blocks);
+        assert_eq!((e.backend, e.dirty), (Backend::Remote, DirtyMode::Line));
+        let c = read(&env(&[
+            ("FARMEM_CONTROLLER", "c:1"),
+            ("FARMEM_BACKEND", "compressed"),
+        ]))
+        .unwrap();
+        assert_eq!(
+            c.dirty,
+            DirtyMode::Page,
+            "a compressed pool stores pages whole"
+        );
     }
 
     #[test]
@@ -371,6 +393,7 @@ mod tests {
         assert!(bad("FARMEM_LOCAL_MEM", "lots").starts_with("FARMEM_LOCAL_MEM=\"lots\""));
         assert!(bad("FARMEM_FALLBACK", "maybe").contains("expected `local` or `fail`"));
         assert!(bad("FARMEM_DIRTY", "word").starts_with("FARMEM_DIRTY: "));
+        assert!(bad("FARMEM_BACKEND", "tape").contains("expected one of: remote, compressed"));
         assert!(bad("FARMEM_POLICY", "mru").contains("mru"));
         assert!(bad("FARMEM_REPLICAS", "0").contains("from 1 to 255"));
         assert!(bad("FARMEM_LEASE_MS", "-1").starts_with("FARMEM_LEASE_MS `-1`"));

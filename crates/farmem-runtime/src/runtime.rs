@@ -115,6 +115,7 @@ impl Runtime {
             self.sh.cache.resident(),
             self.sh.cache.buffers(),
             self.sh.cache.table_pages(),
+            self.sh.cache.store_pages(),
             self.sh.cache.limit(),
         )
     }

@@ -138,6 +138,9 @@ pub struct Stats {
     /// Pages the runtime's page tables take (32 bytes per far page
     /// touched), counted against the limit too.
     pub table_pages: u64,
+    /// Pages of local memory the backend holds (a compressed pool),
+    /// counted against the limit too.
+    pub store_pages: u64,
     pub limit_pages: u64,
     /// Missing-fault latency, message read to page installed.
     pub fault_latency: LatencySummary,
@@ -152,6 +155,7 @@ impl Metrics {
         resident_pages: u64,
         snapshot_pages: u64,
         table_pages: u64,
+        store_pages: u64,
         limit_pages: u64,
     ) -> Stats {
         Stats {
@@ -183,6 +187,7 @@ impl Metrics {
             resident_pages,
             snapshot_pages,
             table_pages,
+            store_pages,
             limit_pages,
             fault_latency: self.fault_latency.summary(),
             wp_latency: self.wp_latency.summary(),

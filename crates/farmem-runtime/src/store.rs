@@ -74,6 +74,12 @@ pub trait RemoteStore: Send + Sync + 'static {
     fn read_in_signal(&self, _addr: u64, _buf: &mut [u8]) -> bool {
         false
     }
+
+    /// Local memory the store itself holds (a compressed pool), which the
+    /// runtime counts against its limit like its own pages.
+    fn local_bytes(&self) -> u64 {
+        0
+    }
 }
 
 /// Hands out remote memory in large slabs (Kona's Resource Manager asks the controller).

@@ -1136,3 +1136,66 @@ int main(void) {
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
 }
+
+/// The demo's PageRank under `--backend compressed`, on both fault paths:
+/// the same ranks as without far memory, pages kept compressed within the
+/// limit and the rest on the memory nodes; a backend it does not know is
+/// refused by name.
+#[test]
+fn the_compressed_backend_gives_the_same_ranks_and_reports_its_pool() {
+    if let Some(why) = unavailable() {
+        eprintln!("skipping: {why}");
+        return;
+    }
+    let worker = ["demo", "--worker", "--size", "48MiB", "--iterations", "2"];
+    let checksum = |out: &std::process::Output| {
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let line = stdout.lines().find_map(|l| l.strip_prefix("result "));
+        let v: serde_json::Value = serde_json::from_str(line.expect("a result line")).unwrap();
+        v["checksum"].as_str().unwrap().to_string()
+    };
+    let local = Command::new(farmem()).args(worker).output().unwrap();
+    assert!(local.status.success());
+    for fault_path in ["thread", "signal"] {
+        let stats = std::env::temp_dir().join(format!(
+            "farmem-run-compressed-{fault_path}-{}.json",
+            std::process::id()
+        ));
+        let far = Command::new(farmem())
+            .args(["run", "--memnodes", "1", "--local-mem", "12MiB"])
+            .args(["--backend", "compressed", "--fault-path", fault_path])
+            .arg("--stats-json")
+            .arg(&stats)
+            .arg("--")
+            .arg(farmem())
+            .args(worker)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&far.stderr);
+        assert!(far.status.success(), "{stderr}");
+        assert_eq!(checksum(&far), checksum(&local), "{fault_path}: {stderr}");
+        assert!(stderr.contains("farmem: compressed pool: kept"), "{stderr}");
+        let report: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
+        let _ = std::fs::remove_file(&stats);
+        assert_eq!(report["backend"], "compressed", "{report}");
+        assert_eq!(report["dirty"], "page", "{report}");
+        let pool = &report["compressed"];
+        let n = |k: &str| pool[k].as_u64().unwrap_or(0);
+        assert!(n("stored") > 0 && n("hits") > 0, "{fault_path}: {pool}");
+        // Within its fifth of the 12 MiB.
+        assert!(n("bytes") <= (12 << 20) / 5, "{pool}");
+        let t = |k: &str| report["total"][k].as_u64().unwrap_or(0);
+        assert!(t("pages_evicted_dirty") > 0, "{report}");
+    }
+    let out = Command::new(farmem())
+        .args(["run", "--backend", "tape", "--", "true"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("unknown backend \"tape\"; expected one of: remote, compressed"),
+        "{stderr}"
+    );
+}

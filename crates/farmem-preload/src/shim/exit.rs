@@ -122,8 +122,12 @@ fn write_stats() {
         // Nothing went far (a shell, an exec'd helper): nothing to report.
         return;
     }
+    let pool = POOL.load(Ordering::Acquire);
+    // SAFETY: like the runtime, the pool is leaked at init.
+    let compressed = (!pool.is_null()).then(|| unsafe { &*pool }.stats());
     let line = serde_json::json!({
         "pid": pid,
+        "compressed": compressed,
         "far_bytes_in_use": in_use,
         "far_bytes_peak": peak,
         "local_bytes": rt.config().local_bytes,

@@ -6,6 +6,7 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
+use farmem_runtime::backend::{Built, CompressedStore};
 use farmem_runtime::preload_env::{self, Fallback, NO_FAR_MEMORY_EXIT, PreloadEnv};
 use farmem_runtime::remote::RackStore;
 use farmem_runtime::{FaultPath, Runtime};
@@ -83,9 +84,16 @@ fn init() -> Result<(), String> {
     // The kernel's own accesses to far pages fail on the signal path: the
     // I/O interposers touch them first.
     let touch_for_io = (cfg.fault_path == FaultPath::Signal).then_some(cfg.local_bytes);
-    let rt = Runtime::new(cfg, store.clone(), store.clone())
+    let backend = env.backend.build(store.clone(), cfg.local_bytes);
+    let rt = Runtime::new(cfg, backend.store(), store.clone())
         .map_err(|e| format!("starting the far-memory runtime: {e}"))?;
     STORE.store(Arc::into_raw(store) as *mut RackStore, Ordering::Release);
+    if let Built::Compressed(pool) = backend {
+        POOL.store(
+            Arc::into_raw(pool) as *mut CompressedStore,
+            Ordering::Release,
+        );
+    }
     start_heap(Box::leak(Box::new(rt)), env.far_bytes)?;
     if let Some(local) = touch_for_io {
         super::touch::enable(local);

@@ -7,6 +7,7 @@ use std::ffi::{CStr, c_char, c_int, c_void};
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU8, AtomicUsize, Ordering};
 
 use farmem_runtime::Runtime;
+use farmem_runtime::backend::CompressedStore;
 use farmem_runtime::preload_env;
 use farmem_runtime::remote::RackStore;
 
@@ -28,6 +29,9 @@ static THRESHOLD: AtomicUsize = AtomicUsize::new(0);
 pub(super) static RUNTIME: AtomicPtr<Runtime> = AtomicPtr::new(std::ptr::null_mut());
 /// The rack the runtime took its remote memory from, to give it back at exit.
 pub(super) static STORE: AtomicPtr<RackStore> = AtomicPtr::new(std::ptr::null_mut());
+/// The compressed pool in front of it (`FARMEM_BACKEND=compressed`), for
+/// the stats line; null otherwise.
+pub(super) static POOL: AtomicPtr<CompressedStore> = AtomicPtr::new(std::ptr::null_mut());
 pub(super) static INIT_PID: AtomicUsize = AtomicUsize::new(0);
 
 /// The heap's book-keeping under a spin lock (no allocation, no futex

@@ -10,6 +10,7 @@ use std::time::Instant;
 use anyhow::{Context, bail};
 use farmem_core::ByteSize;
 use farmem_net::{ClientConfig, ControllerClient, NetError};
+use farmem_runtime::backend::Backend;
 use farmem_runtime::preload_env::{self, PreloadEnv};
 use serde_json::{Map, Value, json};
 
@@ -79,9 +80,18 @@ pub struct Args {
     /// Memory nodes to start when no --controller is given.
     #[arg(long, default_value_t = 2)]
     memnodes: usize,
-    /// Dirty tracking: `line` (Kona) or `page`.
-    #[arg(long, default_value_t = farmem_runtime::DirtyMode::default())]
-    dirty: farmem_runtime::DirtyMode,
+    /// Where evicted pages go: `remote` (the memory nodes) or `compressed`
+    /// (first a pool of LZ4-compressed pages inside --local-mem, at most a
+    /// fifth of it, as the kernel's zswap keeps; all-zero pages take no
+    /// bytes; pages that do not shrink to 3/4, and the pool's oldest when
+    /// it is full, go on to the memory nodes) (FARMEM_BACKEND).
+    #[arg(long, default_value = "remote")]
+    backend: Backend,
+    /// Dirty tracking: `line` (Kona: only changed cache lines are written
+    /// back) or `page`. Default: line for `remote`, page for `compressed`
+    /// (its pool stores pages whole).
+    #[arg(long)]
+    dirty: Option<farmem_runtime::DirtyMode>,
     /// Replacement policy of the local cache, at page granularity: lru, fifo, 4-way (alias
     /// set-assoc; Kona), clock, kona-pc (alias 2q; Linux active/inactive), filter (UniMem's
     /// Filter-Cache), workingset (kona-pc that activates a page missing again soon after its
@@ -188,7 +198,8 @@ pub fn run(args: Args) -> Outcome {
     let _ = std::fs::remove_file(&stats_tmp);
     let (processes, fallbacks): (Vec<Value>, Vec<Value>) =
         lines.into_iter().partition(|l| l.get("fallback").is_none());
-    let total = sum_stats(&processes);
+    let total = sum_stats(&processes, "stats");
+    let compressed = sum_stats(&processes, "compressed");
     let run = Summary {
         shown: &shown,
         code,
@@ -197,6 +208,7 @@ pub fn run(args: Args) -> Outcome {
         processes: &processes,
         fallbacks: &fallbacks,
         total: &total,
+        compressed: &compressed,
     };
     match &target {
         Ok(_) => run.print(&args),
@@ -213,14 +225,16 @@ pub fn run(args: Args) -> Outcome {
             "local_mem": args.local_mem.bytes(),
             "far_mem": far,
             "threshold": args.threshold.bytes(),
-            "dirty": args.dirty.to_string(),
+            "backend": args.backend.to_string(),
+            "dirty": dirty(&args).to_string(),
             "fault_path": args.fault_path.to_string(),
             "fault_around": args.fault_around,
             "controller": target.as_ref().ok(),
             "fallback_reason": target.as_ref().err(),
             "peak_resident_bytes": resident,
-            "page_amplification": page_amplification(&total),
+            "page_amplification": page_amplification(&total, dirty(&args)),
             "total": total,
+            "compressed": (!compressed.is_empty()).then_some(&compressed),
             "processes": processes,
             "fallbacks": fallbacks,
         });
@@ -382,7 +396,8 @@ fn shim_env(
         local_bytes: args.local_mem.bytes(),
         far_bytes: far,
         threshold: args.threshold.bytes(),
-        dirty: args.dirty,
+        backend: args.backend,
+        dirty: dirty(args),
         fault_path: args.fault_path,
         fault_around: args.fault_around,
         policy: args.policy.clone(),
@@ -473,6 +488,8 @@ struct Summary<'a> {
     processes: &'a [Value],
     fallbacks: &'a [Value],
     total: &'a Map<String, Value>,
+    /// Counters of the compressed pools (`--backend compressed`), summed.
+    compressed: &'a Map<String, Value>,
 }
 
 impl Summary<'_> {
@@ -516,13 +533,33 @@ impl Summary<'_> {
                 get("pages_evicted_clean") + get("pages_evicted_dirty"),
                 get("pages_evicted_dirty"),
             );
-            if let Some(amp) = page_amplification(self.total) {
+            self.print_compressed();
+            if let Some(amp) = page_amplification(self.total, dirty(args)) {
                 eprintln!(
                     "farmem: dirty amplification avoided: whole dirty pages would have been {amp:.1}x the lines written back"
                 );
             }
         }
         self.print_fallbacks();
+    }
+
+    /// What the compressed pool kept, passed on, and served.
+    fn print_compressed(&self) {
+        if self.compressed.is_empty() {
+            return;
+        }
+        let get = |k: &str| self.compressed.get(k).and_then(Value::as_u64).unwrap_or(0);
+        let ratio = get("bytes_in") as f64 / get("bytes_out").max(1) as f64;
+        eprintln!(
+            "farmem: compressed pool: kept {} pages ({ratio:.1}x smaller) and {} all-zero ones; {} did not shrink and {} were demoted to the memory nodes; {} page reads from the pool, {} from the memory nodes; {} held at exit",
+            get("stored"),
+            get("stored_zero"),
+            get("passed_down"),
+            get("demoted"),
+            get("hits"),
+            get("misses"),
+            ByteSize(get("bytes")),
+        );
     }
 
     /// The processes that got no far memory: how many, why, and what that
@@ -612,18 +649,26 @@ fn read_stats(path: &Path) -> Vec<Value> {
 /// whole dirty pages would have cost over the dirty lines actually written
 /// back. None when nothing dirty was written back, or in page mode (every
 /// page is written whole, so the truly dirty lines are not known).
-fn page_amplification(total: &Map<String, Value>) -> Option<f64> {
+fn page_amplification(total: &Map<String, Value>, dirty: farmem_runtime::DirtyMode) -> Option<f64> {
+    if dirty == farmem_runtime::DirtyMode::Page {
+        return None;
+    }
     let get = |k: &str| total.get(k).and_then(Value::as_u64).unwrap_or(0);
     let lines = get("dirty_lines_shipped");
     let pages = get("pages_evicted_dirty") + get("pages_synced");
     (lines > 0 && lines < pages * 64).then(|| pages as f64 * 64.0 / lines as f64)
 }
 
-/// Integer counters summed over processes.
-fn sum_stats(processes: &[Value]) -> Map<String, Value> {
+/// The dirty tracking asked for, or the backend's.
+fn dirty(args: &Args) -> farmem_runtime::DirtyMode {
+    args.dirty.unwrap_or_else(|| args.backend.default_dirty())
+}
+
+/// Integer counters of the processes' `key` object, summed.
+fn sum_stats(processes: &[Value], key: &str) -> Map<String, Value> {
     let mut total = Map::new();
     for p in processes {
-        if let Some(stats) = p.get("stats").and_then(Value::as_object) {
+        if let Some(stats) = p.get(key).and_then(Value::as_object) {
             for (k, v) in stats {
                 if let Some(n) = v.as_u64() {
                     let sum = total.get(k).and_then(Value::as_u64).unwrap_or(0) + n;

@@ -45,8 +45,13 @@ pub struct Args {
     /// Rounds; each runs every config once (default 2; --quick: 1).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=50))]
     rounds: Option<u32>,
-    /// Configs, comma-separated: local, swapfile, zram, zswap, farmem.
-    #[arg(long, default_value = "local,swapfile,zram,zswap,farmem")]
+    /// Configs, comma-separated: local, swapfile, zram, zswap, farmem
+    /// (`farmem run --backend remote`), farmem-compressed (`--backend
+    /// compressed`).
+    #[arg(
+        long,
+        default_value = "local,swapfile,zram,zswap,farmem,farmem-compressed"
+    )]
     configs: String,
     /// A small, fast run (32 MiB demo, 2 iterations, 1 round).
     #[arg(long)]
@@ -181,7 +186,7 @@ pub fn run(args: Args) -> Outcome {
     if let (true, Some(why)) = (kernel, &why_not) {
         return skip(&args, why);
     }
-    if configs.contains(&Config::Farmem) {
+    if configs.iter().any(|c| matches!(c, Config::Farmem(_))) {
         crate::cmd::run::find_preload()?;
     }
     measure::catch_interrupts();
@@ -376,10 +381,11 @@ impl Bench {
                 cgroup = Some(Cgroup::create(b.name(), Some(self.limit))?);
                 cmd = self.program();
             }
-            Config::Farmem => {
+            Config::Farmem(backend) => {
                 cmd = Command::new(std::env::current_exe().context("finding the farmem binary")?);
                 cmd.arg("run")
                     .args(["--local-mem", &self.limit.to_string()])
+                    .args(["--backend", backend.arg()])
                     .arg("--stats-json")
                     .arg(&stats.0)
                     .args(&self.farmem_args)
@@ -424,7 +430,7 @@ impl Bench {
         if let Some(s) = &swap {
             r["setup"] = s.describe();
         }
-        if config == Config::Farmem {
+        if matches!(config, Config::Farmem(_)) {
             self.farmem_stats(&mut r, &stats);
         }
         measure::check_interrupted()?;

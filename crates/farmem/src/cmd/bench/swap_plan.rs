@@ -13,8 +13,25 @@ pub enum Config {
     Local,
     /// A cgroup v1 limit and a kernel swap backing.
     Kernel(Backing),
-    /// `farmem run --local-mem X`.
-    Farmem,
+    /// `farmem run --local-mem X --backend B`.
+    Farmem(FarBackend),
+}
+
+/// The `farmem run --backend` a farmem config runs with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FarBackend {
+    Remote,
+    Compressed,
+}
+
+impl FarBackend {
+    /// The `--backend` value.
+    pub fn arg(self) -> &'static str {
+        match self {
+            FarBackend::Remote => "remote",
+            FarBackend::Compressed => "compressed",
+        }
+    }
 }
 
 impl Config {
@@ -22,7 +39,8 @@ impl Config {
         match self {
             Config::Local => "local",
             Config::Kernel(b) => b.name(),
-            Config::Farmem => "farmem",
+            Config::Farmem(FarBackend::Remote) => "farmem",
+            Config::Farmem(FarBackend::Compressed) => "farmem-compressed",
         }
     }
 }
@@ -37,8 +55,11 @@ pub fn parse_configs(s: &str) -> anyhow::Result<Vec<Config>> {
             "swapfile" => Config::Kernel(Backing::Swapfile),
             "zram" => Config::Kernel(Backing::Zram),
             "zswap" => Config::Kernel(Backing::Zswap),
-            "farmem" => Config::Farmem,
-            _ => bail!("--configs: unknown config `{name}` (local, swapfile, zram, zswap, farmem)"),
+            "farmem" => Config::Farmem(FarBackend::Remote),
+            "farmem-compressed" => Config::Farmem(FarBackend::Compressed),
+            _ => bail!(
+                "--configs: unknown config `{name}` (local, swapfile, zram, zswap, farmem, farmem-compressed)"
+            ),
         };
         anyhow::ensure!(!out.contains(&c), "--configs: `{name}` given twice");
         out.push(c);
@@ -109,14 +130,14 @@ mod tests {
             vec![
                 Config::Local,
                 Config::Kernel(Backing::Zswap),
-                Config::Farmem
+                Config::Farmem(FarBackend::Remote)
             ]
         );
         assert_eq!(
-            parse_configs("local,swapfile,zram,zswap,farmem")
+            parse_configs("local,swapfile,zram,zswap,farmem,farmem-compressed")
                 .unwrap()
                 .len(),
-            5
+            6
         );
         assert!(parse_configs("swap").is_err());
         assert!(parse_configs("local,local").is_err());

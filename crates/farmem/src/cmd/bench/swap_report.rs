@@ -131,7 +131,7 @@ impl Report<'_> {
             "cgroup_peak_bytes_max": max_u64("/cgroup/peak_bytes"),
             "setup": all.first().map(|r| r["setup"].clone()),
         });
-        if c == Config::Farmem {
+        if matches!(c, Config::Farmem(_)) {
             v["farmem_faults_missing_median"] = json!(med("/farmem/faults_missing"));
             v["farmem_faults_wp_median"] = json!(med("/farmem/faults_wp"));
         }
@@ -246,6 +246,7 @@ pub fn print_table(report: &Value) {
 mod tests {
     use super::*;
     use crate::cmd::bench::kernel_swap::Backing;
+    use crate::cmd::bench::swap_plan::FarBackend;
 
     #[test]
     fn median_of_odd_and_even_counts() {
@@ -262,7 +263,11 @@ mod tests {
 
     #[test]
     fn ratios_matches_and_failures_are_reported() {
-        let configs = [Config::Local, Config::Kernel(Backing::Zram), Config::Farmem];
+        let configs = [
+            Config::Local,
+            Config::Kernel(Backing::Zram),
+            Config::Farmem(FarBackend::Remote),
+        ];
         let runs = [
             run("local", "ok", 2.0, "aa"),
             run("zram", "ok", 6.0, "aa"),

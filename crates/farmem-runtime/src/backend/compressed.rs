@@ -1,0 +1,737 @@
+//! A compressed pool in local memory in front of another store (xDM's
+//! `compressed` backend; the kernel's zswap in front of a swap device).
+//!
+//! Pages written whole are compressed with LZ4 and kept here when they
+//! shrink enough ([`farmem_policy::tier`] decides); all-zero pages are kept
+//! as a mark; the rest go to the store below. A page read back stays in the
+//! pool, so a clean page evicted again costs nothing to evict and a
+//! decompression to fetch. Past its size the pool demotes its oldest pages
+//! to the store below, and only forgets one once the store below has it.
+//!
+//! The pool's bytes are local memory: [`RemoteStore::local_bytes`] reports
+//! them and the runtime counts them against its limit.
+//!
+//! Ordering: the runtime never reads a page while its write-back is in
+//! flight, nor writes one page from two threads at once, so a page's own
+//! calls arrive in order. Demotion is the pool's own doing and can overlap
+//! them: a page is forgotten after its demotion only if nobody stored it
+//! again meanwhile, and a page passed down waits for a demotion of its old
+//! contents to land first, so the old bytes cannot overwrite the new below.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use parking_lot::{Condvar, Mutex};
+use serde::Serialize;
+
+use farmem_core::Counter;
+use farmem_policy::tier::{Admit, CompressedTierConfig};
+
+use crate::store::{RemoteStore, StoreError};
+
+const PAGE: usize = farmem_core::PAGE_SIZE as usize;
+const LINE: usize = farmem_core::CACHE_LINE as usize;
+/// Bytes of bookkeeping charged per kept page besides its data (the map
+/// entry, the allocation's header, the demotion queue's slot).
+const ENTRY_OVERHEAD: u64 = 64;
+
+/// What the pool has done, for reports and tests.
+#[derive(Debug, Clone, Copy, Default, Serialize, PartialEq, Eq)]
+pub struct CompressedStats {
+    /// Pages kept now, compressed or as zeros.
+    pub pages: u64,
+    /// Local bytes the pool takes now, bookkeeping included.
+    pub bytes: u64,
+    /// Pages written whole that were kept compressed, and as zeros.
+    pub stored: u64,
+    pub stored_zero: u64,
+    /// Bytes of the pages kept compressed, before and after.
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+    /// Pages written whole that did not shrink enough and went below.
+    pub passed_down: u64,
+    /// Pages moved below to keep the pool within its size.
+    pub demoted: u64,
+    /// Pages read from the pool, and from the store below.
+    pub hits: u64,
+    pub misses: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    stored: Counter,
+    stored_zero: Counter,
+    bytes_in: Counter,
+    bytes_out: Counter,
+    passed_down: Counter,
+    demoted: Counter,
+    hits: Counter,
+    misses: Counter,
+}
+
+struct Entry {
+    /// LZ4 block; None: the page is all zeros.
+    data: Option<Box<[u8]>>,
+    /// Which store of the page this is: a demotion forgets only the one it copied.
+    seq: u64,
+    demoting: bool,
+}
+
+impl Entry {
+    fn charge(&self) -> u64 {
+        ENTRY_OVERHEAD + self.data.as_ref().map_or(0, |d| d.len() as u64)
+    }
+
+    /// Decompresses into `out` (one page).
+    fn load(&self, page: u64, out: &mut [u8]) -> Result<(), StoreError> {
+        match &self.data {
+            None => {
+                out.fill(0);
+                Ok(())
+            }
+            Some(d) => match lz4_flex::block::decompress_into(d, out) {
+                Ok(n) if n == PAGE => Ok(()),
+                Ok(n) => Err(corrupt(page, &format!("{n} bytes"))),
+                Err(e) => Err(corrupt(page, &e.to_string())),
+            },
+        }
+    }
+}
+
+fn corrupt(page: u64, what: &str) -> StoreError {
+    StoreError::Lost(format!(
+        "compressed page {page:#x} in the local pool does not decode ({what})"
+    ))
+}
+
+/// A page being demoted: a copy of its entry when picked.
+struct Victim {
+    page: u64,
+    seq: u64,
+    data: Option<Box<[u8]>>,
+}
+
+#[derive(Default)]
+struct Pool {
+    pages: HashMap<u64, Entry>,
+    /// Pages in the order they were stored, oldest first; an item whose
+    /// seq no longer matches its page's entry is stale and skipped.
+    order: VecDeque<(u64, u64)>,
+    /// Local bytes charged for the kept pages.
+    bytes: u64,
+    /// Of `bytes`, those of pages being demoted now.
+    demoting_bytes: u64,
+    next_seq: u64,
+}
+
+impl Pool {
+    fn insert(&mut self, page: u64, data: Option<Box<[u8]>>) {
+        self.next_seq += 1;
+        let e = Entry {
+            data,
+            seq: self.next_seq,
+            demoting: false,
+        };
+        self.bytes += e.charge();
+        self.order.push_back((page, e.seq));
+        if let Some(old) = self.pages.insert(page, e) {
+            self.forget_charge(&old);
+        }
+    }
+
+    fn forget_charge(&mut self, e: &Entry) {
+        self.bytes -= e.charge();
+        if e.demoting {
+            self.demoting_bytes -= e.charge();
+        }
+    }
+
+    fn remove(&mut self, page: u64) {
+        if let Some(old) = self.pages.remove(&page) {
+            self.forget_charge(&old);
+        }
+    }
+
+    /// Marks the oldest pages for demotion until the rest fit in `max`;
+    /// returns a copy of each.
+    fn pick_victims(&mut self, max: u64) -> Vec<Victim> {
+        let mut victims = Vec::new();
+        while self.bytes - self.demoting_bytes > max {
+            let Some((page, seq)) = self.order.pop_front() else {
+                break;
+            };
+            let Some(e) = self.pages.get_mut(&page) else {
+                continue;
+            };
+            if e.seq != seq || e.demoting {
+                continue;
+            }
+            e.demoting = true;
+            let charge = e.charge();
+            victims.push(Victim {
+                page,
+                seq,
+                data: e.data.clone(),
+            });
+            self.demoting_bytes += charge;
+        }
+        victims
+    }
+}
+
+/// What one page's part of a write does.
+enum Staged {
+    /// Kept in the pool (already inserted).
+    Kept,
+    /// For the store below, as given.
+    Below,
+}
+
+/// A compressed pool of at most `max_bytes` in front of `below`.
+pub struct CompressedStore {
+    below: Arc<dyn RemoteStore>,
+    cfg: CompressedTierConfig,
+    max_bytes: u64,
+    pool: Mutex<Pool>,
+    /// Signalled when demotions land.
+    demoted: Condvar,
+    /// `pool.bytes`, readable without the lock.
+    bytes: AtomicU64,
+    counters: Counters,
+}
+
+impl CompressedStore {
+    /// A pool of at most `max_bytes` (from [`CompressedTierConfig::pool_bytes`]).
+    pub fn new(below: Arc<dyn RemoteStore>, cfg: CompressedTierConfig, max_bytes: u64) -> Self {
+        Self {
+            below,
+            cfg,
+            max_bytes,
+            pool: Mutex::new(Pool::default()),
+            demoted: Condvar::new(),
+            bytes: AtomicU64::new(0),
+            counters: Counters::default(),
+        }
+    }
+
+    pub fn stats(&self) -> CompressedStats {
+        let pool = self.pool.lock();
+        let c = &self.counters;
+        CompressedStats {
+            pages: pool.pages.len() as u64,
+            bytes: pool.bytes,
+            stored: c.stored.get(),
+            stored_zero: c.stored_zero.get(),
+            bytes_in: c.bytes_in.get(),
+            bytes_out: c.bytes_out.get(),
+            passed_down: c.passed_down.get(),
+            demoted: c.demoted.get(),
+            hits: c.hits.get(),
+            misses: c.misses.get(),
+        }
+    }
+
+    fn publish(&self, pool: &Pool) {
+        self.bytes.store(pool.bytes, Ordering::Relaxed);
+    }
+
+    /// Compresses a whole page and keeps it, or says it goes below (after
+    /// forgetting any older copy here, once a demotion of it has landed).
+    fn store_page(&self, page: u64, data: &[u8]) -> Staged {
+        let zero = data.iter().all(|&b| b == 0);
+        let mut out = [0u8; lz4_flex::block::get_maximum_output_size(PAGE)];
+        let compressed = if zero {
+            None
+        } else {
+            lz4_flex::block::compress_into(data, &mut out).ok()
+        };
+        match self.cfg.admit(PAGE, zero, compressed) {
+            Admit::Zero => {
+                let mut pool = self.pool.lock();
+                pool.insert(page, None);
+                self.publish(&pool);
+                self.counters.stored_zero.inc();
+                Staged::Kept
+            }
+            Admit::Pool => {
+                let n = compressed.unwrap_or(PAGE);
+                let mut pool = self.pool.lock();
+                pool.insert(page, Some(out[..n].into()));
+                self.publish(&pool);
+                self.counters.stored.inc();
+                self.counters.bytes_in.add(PAGE as u64);
+                self.counters.bytes_out.add(n as u64);
+                Staged::Kept
+            }
+            Admit::Below => {
+                let mut pool = self.pool.lock();
+                while pool.pages.get(&page).is_some_and(|e| e.demoting) {
+                    self.demoted.wait(&mut pool);
+                }
+                pool.remove(page);
+                self.publish(&pool);
+                self.counters.passed_down.inc();
+                Staged::Below
+            }
+        }
+    }
+
+    /// Parts of one page, as (offset, bytes): applied to the kept copy if
+    /// there is one, else all for below.
+    fn patch(&self, page: u64, parts: &[(usize, &[u8])]) -> Result<Staged, StoreError> {
+        let mut whole = [0u8; PAGE];
+        {
+            let pool = self.pool.lock();
+            match pool.pages.get(&page) {
+                Some(e) => e.load(page, &mut whole)?,
+                None => return Ok(Staged::Below),
+            }
+        }
+        for (off, bytes) in parts {
+            whole[*off..off + bytes.len()].copy_from_slice(bytes);
+        }
+        Ok(self.store_page(page, &whole))
+    }
+
+    /// Applies `records` one by one through [`RemoteStore::write`]: lines
+    /// that do not sit within one page (never the runtime's).
+    fn write_each(&self, records: &[(u64, [u8; LINE])]) -> Result<(), StoreError> {
+        records.iter().try_for_each(|(a, l)| self.write(*a, l))
+    }
+
+    /// Ships `below` and the demotion batch the pool needs now, together.
+    fn send_below(&self, mut below: Vec<(u64, [u8; LINE])>) -> Result<(), StoreError> {
+        let victims = self.demote_into(&mut below)?;
+        let landed = if below.is_empty() {
+            Ok(())
+        } else {
+            self.below.write_lines(&below)
+        };
+        self.finish_demotion(&victims, landed.is_ok());
+        landed
+    }
+
+    /// Moves the oldest pages below until the pool fits, as one batch.
+    /// Appends their lines to `lines` for the caller's one write below;
+    /// returns the victims for [`Self::finish_demotion`].
+    fn demote_into(
+        &self,
+        lines: &mut Vec<(u64, [u8; LINE])>,
+    ) -> Result<Vec<(u64, u64)>, StoreError> {
+        let victims = {
+            let mut pool = self.pool.lock();
+            pool.pick_victims(self.max_bytes)
+        };
+        let mut done = Vec::with_capacity(victims.len());
+        let mut page_buf = [0u8; PAGE];
+        let mut failed = None;
+        for Victim { page, seq, data } in victims {
+            let e = Entry {
+                data,
+                seq,
+                demoting: true,
+            };
+            if failed.is_none() {
+                match e.load(page, &mut page_buf) {
+                    Ok(()) => push_lines(lines, page, &page_buf),
+                    Err(err) => failed = Some(err),
+                }
+            }
+            done.push((page, seq));
+        }
+        match failed {
+            None => Ok(done),
+            Some(e) => {
+                self.finish_demotion(&done, false);
+                Err(e)
+            }
+        }
+    }
+
+    /// The demotion batch landed below (`ok`) or did not: forget the pages
+    /// not stored again since, or keep them all.
+    fn finish_demotion(&self, victims: &[(u64, u64)], ok: bool) {
+        if victims.is_empty() {
+            return;
+        }
+        let mut pool = self.pool.lock();
+        for &(page, seq) in victims {
+            let Some(e) = pool.pages.get_mut(&page) else {
+                continue;
+            };
+            if e.seq != seq {
+                continue;
+            }
+            if ok {
+                pool.remove(page);
+                self.counters.demoted.inc();
+            } else {
+                e.demoting = false;
+                let charge = e.charge();
+                pool.demoting_bytes -= charge;
+                pool.order.push_front((page, seq));
+            }
+        }
+        self.publish(&pool);
+        drop(pool);
+        self.demoted.notify_all();
+    }
+
+    /// Calls `f(page, offset_in_page, range_in_buffer)` per page piece.
+    fn pieces(addr: u64, len: usize, mut f: impl FnMut(u64, usize, std::ops::Range<usize>)) {
+        let mut done = 0;
+        while done < len {
+            let a = addr + done as u64;
+            let off = a as usize % PAGE;
+            let n = (PAGE - off).min(len - done);
+            f(a - off as u64, off, done..done + n);
+            done += n;
+        }
+    }
+}
+
+fn push_lines(lines: &mut Vec<(u64, [u8; LINE])>, page: u64, data: &[u8]) {
+    for (i, chunk) in data.chunks_exact(LINE).enumerate() {
+        let mut line = [0u8; LINE];
+        line.copy_from_slice(chunk);
+        lines.push((page + (i * LINE) as u64, line));
+    }
+}
+
+impl RemoteStore for CompressedStore {
+    fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), StoreError> {
+        let mut pieces = Vec::new();
+        Self::pieces(addr, buf.len(), |page, off, r| pieces.push((page, off, r)));
+        // Pieces the pool does not hold, read below in contiguous runs.
+        let mut runs: Vec<std::ops::Range<usize>> = Vec::new();
+        let mut whole = [0u8; PAGE];
+        for (page, off, r) in pieces {
+            let pool = self.pool.lock();
+            let Some(e) = pool.pages.get(&page) else {
+                drop(pool);
+                self.counters.misses.inc();
+                match runs.last_mut() {
+                    Some(last) if last.end == r.start => last.end = r.end,
+                    _ => runs.push(r),
+                }
+                continue;
+            };
+            self.counters.hits.inc();
+            if r.len() == PAGE {
+                e.load(page, &mut buf[r])?;
+            } else {
+                e.load(page, &mut whole)?;
+                buf[r.clone()].copy_from_slice(&whole[off..off + r.len()]);
+            }
+        }
+        for r in runs {
+            self.below.read(addr + r.start as u64, &mut buf[r])?;
+        }
+        Ok(())
+    }
+
+    fn write(&self, addr: u64, data: &[u8]) -> Result<(), StoreError> {
+        let mut pieces = Vec::new();
+        Self::pieces(addr, data.len(), |page, off, r| pieces.push((page, off, r)));
+        for (page, off, r) in pieces {
+            let bytes = &data[r.clone()];
+            let staged = if r.len() == PAGE {
+                self.store_page(page, bytes)
+            } else {
+                self.patch(page, &[(off, bytes)])?
+            };
+            if let Staged::Below = staged {
+                self.below.write(page + off as u64, bytes)?;
+            }
+        }
+        self.send_below(Vec::new())
+    }
+
+    fn write_lines(&self, lines: &[(u64, [u8; 64])]) -> Result<(), StoreError> {
+        let in_page = |a: u64| a as usize % PAGE + LINE <= PAGE;
+        if !lines.iter().all(|(a, _)| in_page(*a)) {
+            return self.write_each(lines);
+        }
+        let page_of = |a: u64| a - a % PAGE as u64;
+        let mut below = Vec::new();
+        for group in lines.chunk_by(|x, y| page_of(x.0) == page_of(y.0)) {
+            let page = page_of(group[0].0);
+            let whole = group.len() == PAGE / LINE
+                && group
+                    .iter()
+                    .enumerate()
+                    .all(|(k, (a, _))| *a == page + (k * LINE) as u64);
+            let staged = if whole {
+                let mut data = [0u8; PAGE];
+                for (chunk, (_, l)) in data.chunks_exact_mut(LINE).zip(group) {
+                    chunk.copy_from_slice(l);
+                }
+                self.store_page(page, &data)
+            } else {
+                let parts: Vec<(usize, &[u8])> = group
+                    .iter()
+                    .map(|(a, l)| ((a - page) as usize, &l[..]))
+                    .collect();
+                self.patch(page, &parts)?
+            };
+            if let Staged::Below = staged {
+                below.extend_from_slice(group);
+            }
+        }
+        self.send_below(below)
+    }
+
+    fn prepare_read_in_signal(&self) -> Result<bool, StoreError> {
+        self.below.prepare_read_in_signal()
+    }
+
+    /// From the pool when every page asked for is there, from below when
+    /// none is; a mix takes the ordinary path.
+    fn read_in_signal(&self, addr: u64, buf: &mut [u8]) -> bool {
+        let Some(pool) = self.pool.try_lock() else {
+            return false;
+        };
+        let mut kept = 0;
+        let mut total = 0;
+        Self::pieces(addr, buf.len(), |page, _, _| {
+            total += 1;
+            kept += pool.pages.contains_key(&page) as usize;
+        });
+        if kept == 0 {
+            drop(pool);
+            return self.below.read_in_signal(addr, buf);
+        }
+        if kept < total || !(addr as usize).is_multiple_of(PAGE) || !buf.len().is_multiple_of(PAGE)
+        {
+            return false;
+        }
+        let ok = buf.chunks_exact_mut(PAGE).enumerate().all(|(i, out)| {
+            let page = addr + (i * PAGE) as u64;
+            pool.pages
+                .get(&page)
+                .is_some_and(|e| e.load(page, out).is_ok())
+        });
+        if ok {
+            self.counters.hits.add(total as u64);
+        }
+        ok
+    }
+
+    fn local_bytes(&self) -> u64 {
+        self.bytes.load(Ordering::Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{FaultOp, MemStore, SlabSource};
+    use proptest::prelude::*;
+
+    const P: u64 = PAGE as u64;
+
+    fn setup(max_bytes: u64) -> (Arc<MemStore>, CompressedStore, u64) {
+        let below = Arc::new(MemStore::new(1 << 30));
+        let base = below.allocate(64 * P).unwrap()[0].0;
+        let store = CompressedStore::new(below.clone(), CompressedTierConfig::default(), max_bytes);
+        (below, store, base)
+    }
+
+    fn lines_of(addr: u64, data: &[u8]) -> Vec<(u64, [u8; 64])> {
+        let mut v = Vec::new();
+        push_lines(&mut v, addr, data);
+        v
+    }
+
+    /// Text-like: compresses well.
+    fn compressible(seed: u8) -> Vec<u8> {
+        (0..PAGE)
+            .map(|i| b"farmem pages "[(i + seed as usize) % 13])
+            .collect()
+    }
+
+    fn random(seed: u64) -> Vec<u8> {
+        let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        (0..PAGE)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect()
+    }
+
+    fn read(s: &CompressedStore, addr: u64, len: usize) -> Vec<u8> {
+        let mut buf = vec![0xAA; len];
+        s.read(addr, &mut buf).unwrap();
+        buf
+    }
+
+    #[test]
+    fn compressible_and_zero_pages_stay_local_and_read_back() {
+        let (below, s, base) = setup(1 << 20);
+        let text = compressible(3);
+        s.write_lines(&lines_of(base, &text)).unwrap();
+        s.write_lines(&lines_of(base + P, &[0u8; PAGE])).unwrap();
+        assert_eq!(below.stats().lines_written, 0, "nothing went below");
+        assert_eq!(read(&s, base, PAGE), text);
+        assert_eq!(read(&s, base + P, PAGE), vec![0u8; PAGE]);
+        let st = s.stats();
+        assert_eq!((st.stored, st.stored_zero, st.pages), (1, 1, 2));
+        assert!(st.bytes_out < PAGE as u64 / 4, "{st:?}");
+        assert_eq!(s.local_bytes(), st.bytes);
+        assert_eq!(st.bytes, 2 * ENTRY_OVERHEAD + st.bytes_out);
+    }
+
+    #[test]
+    fn incompressible_pages_pass_down_and_replace_the_kept_copy() {
+        let (below, s, base) = setup(1 << 20);
+        s.write_lines(&lines_of(base, &compressible(0))).unwrap();
+        let noise = random(7);
+        s.write_lines(&lines_of(base, &noise)).unwrap();
+        assert_eq!(below.stats().lines_written, 64);
+        assert_eq!(s.stats().pages, 0);
+        assert_eq!(s.local_bytes(), 0);
+        assert_eq!(read(&s, base, PAGE), noise);
+    }
+
+    #[test]
+    fn lines_patch_a_kept_page_and_pass_down_otherwise() {
+        let (below, s, base) = setup(1 << 20);
+        let mut want = compressible(1);
+        s.write_lines(&lines_of(base, &want)).unwrap();
+        s.write_lines(&[(base + 128, [9u8; 64]), (base + 4032, [8u8; 64])])
+            .unwrap();
+        want[128..192].fill(9);
+        want[4032..].fill(8);
+        assert_eq!(read(&s, base, PAGE), want);
+        assert_eq!(below.stats().lines_written, 0);
+        // Not kept: the lines go below as they are.
+        s.write_lines(&[(base + 5 * P + 64, [5u8; 64])]).unwrap();
+        assert_eq!(below.stats().lines_written, 1);
+        let got = read(&s, base + 5 * P, PAGE);
+        assert_eq!(&got[64..128], &[5u8; 64]);
+        // A read across pages: kept, below, kept.
+        s.write_lines(&lines_of(base + 6 * P, &compressible(2)))
+            .unwrap();
+        let got = read(&s, base + P - 10, 5 * P as usize + 20);
+        assert_eq!(&got[..10], &want[PAGE - 10..]);
+        assert_eq!(&got[4 * PAGE + 10 + 64..4 * PAGE + 10 + 128], &[5u8; 64]);
+        assert_eq!(&got[5 * PAGE + 10..], &compressible(2)[..10]);
+    }
+
+    #[test]
+    fn a_full_pool_demotes_its_oldest_pages_and_loses_none() {
+        // Room for about three pages.
+        let (below, s, base) = setup(3 * (ENTRY_OVERHEAD + 40));
+        for i in 0..10 {
+            s.write_lines(&lines_of(base + i * P, &compressible(i as u8)))
+                .unwrap();
+        }
+        let st = s.stats();
+        assert!(st.bytes <= 3 * (ENTRY_OVERHEAD + 40), "{st:?}");
+        assert_eq!(st.demoted + st.pages, 10, "{st:?}");
+        assert!(st.demoted >= 7);
+        assert_eq!(below.stats().lines_written, 64 * st.demoted);
+        for i in 0..10 {
+            assert_eq!(
+                read(&s, base + i * P, PAGE),
+                compressible(i as u8),
+                "page {i}"
+            );
+        }
+        // The newest are the ones kept.
+        assert!(s.pool.lock().pages.contains_key(&(base + 9 * P)));
+    }
+
+    #[test]
+    fn a_failed_demotion_keeps_the_pages_and_a_retry_lands_them() {
+        let (below, s, base) = setup(ENTRY_OVERHEAD + 40);
+        s.write_lines(&lines_of(base, &compressible(1))).unwrap();
+        below.fail_nth(0, FaultOp::Write);
+        let second = lines_of(base + P, &compressible(2));
+        assert!(s.write_lines(&second).is_err());
+        // Both still readable: the first was not forgotten.
+        assert_eq!(read(&s, base, PAGE), compressible(1));
+        assert_eq!(read(&s, base + P, PAGE), compressible(2));
+        s.write_lines(&second).unwrap();
+        assert_eq!(s.stats().demoted, 1);
+        assert_eq!(read(&s, base, PAGE), compressible(1));
+        assert_eq!(read(&s, base + P, PAGE), compressible(2));
+    }
+
+    #[test]
+    fn reads_in_signal_handlers_come_from_the_pool_or_below() {
+        let (_below, s, base) = setup(1 << 20);
+        s.write_lines(&lines_of(base, &compressible(4))).unwrap();
+        let mut buf = vec![0u8; PAGE];
+        assert!(s.read_in_signal(base, &mut buf));
+        assert_eq!(buf, compressible(4));
+        assert!(s.read_in_signal(base + P, &mut buf));
+        assert_eq!(buf, vec![0u8; PAGE]);
+        // A mix takes the ordinary path.
+        let mut two = vec![0u8; 2 * PAGE];
+        assert!(!s.read_in_signal(base, &mut two));
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Page(u64, u8),
+        Noise(u64, u64),
+        Zero(u64),
+        Line(u64, u8, u8),
+        Bytes(u64, u16, u8),
+        Read(u64, u16),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        let page = 0..8u64;
+        prop_oneof![
+            (page.clone(), any::<u8>()).prop_map(|(p, s)| Op::Page(p, s)),
+            (page.clone(), any::<u64>()).prop_map(|(p, s)| Op::Noise(p, s)),
+            page.clone().prop_map(Op::Zero),
+            (page.clone(), 0..64u8, any::<u8>()).prop_map(|(p, l, b)| Op::Line(p, l, b)),
+            (page.clone(), 0..8192u16, any::<u8>()).prop_map(|(p, o, b)| Op::Bytes(p, o, b)),
+            (page, 0..12000u16).prop_map(|(p, n)| Op::Read(p, n)),
+        ]
+    }
+
+    proptest! {
+        /// Whatever mix of whole pages, lines, bytes and reads, with a pool
+        /// small enough to demote, reads return what a plain store would.
+        #[test]
+        fn reads_match_a_plain_store(ops in proptest::collection::vec(op(), 1..60)) {
+            let (_below, s, base) = setup(2 * (ENTRY_OVERHEAD + 60));
+            let oracle = MemStore::new(1 << 30);
+            let obase = oracle.allocate(64 * P).unwrap()[0].0;
+            for op in ops {
+                let (off, lines) = match op {
+                    Op::Page(p, seed) => (p * P, lines_of(0, &compressible(seed))),
+                    Op::Noise(p, seed) => (p * P, lines_of(0, &random(seed))),
+                    Op::Zero(p) => (p * P, lines_of(0, &[0u8; PAGE])),
+                    Op::Line(p, l, b) => (p * P + l as u64 * 64, vec![(0, [b; 64])]),
+                    Op::Bytes(p, o, b) => {
+                        let data = vec![b; 100];
+                        s.write(base + p * P + o as u64, &data).unwrap();
+                        oracle.write(obase + p * P + o as u64, &data).unwrap();
+                        continue;
+                    }
+                    Op::Read(p, n) => {
+                        let got = read(&s, base + p * P, n as usize);
+                        let mut want = vec![0u8; n as usize];
+                        oracle.read(obase + p * P, &mut want).unwrap();
+                        prop_assert_eq!(got, want);
+                        continue;
+                    }
+                };
+                let shift = |b: u64| lines.iter().map(|(a, l)| (b + off + a, *l)).collect::<Vec<_>>();
+                s.write_lines(&shift(base)).unwrap();
+                oracle.write_lines(&shift(obase)).unwrap();
+            }
+            let st = s.stats();
+            prop_assert!(st.bytes <= 2 * (ENTRY_OVERHEAD + 60) || st.pages <= 1, "{:?}", st);
+        }
+    }
+}

@@ -1,0 +1,152 @@
+//! The compressed backend under a real runtime: evicted pages kept
+//! compressed within the local limit, passed down or demoted to the store
+//! below, and nothing lost when the store below fails.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use farmem_runtime::backend::{Backend, CompressedStore};
+use farmem_runtime::{Config, DirtyMode, FaultPath, MemStore, PAGE, RemoteStore, Runtime};
+
+mod common;
+use common::skip;
+
+const LOCAL_PAGES: u64 = 64;
+
+fn cfg() -> Config {
+    Config {
+        local_bytes: LOCAL_PAGES * PAGE,
+        dirty: DirtyMode::Page,
+        slab_batch: 16 << 20,
+        store_attempts: 2,
+        ..Config::default()
+    }
+}
+
+/// A compressed pool over `below`, sized for [`cfg`]'s limit.
+fn pool(below: &Arc<MemStore>) -> Arc<CompressedStore> {
+    let backend: Backend = "compressed".parse().unwrap();
+    let Backend::Compressed(tier) = backend else {
+        unreachable!()
+    };
+    let below: Arc<dyn RemoteStore> = below.clone();
+    Arc::new(CompressedStore::new(
+        below,
+        tier,
+        tier.pool_bytes(LOCAL_PAGES * PAGE),
+    ))
+}
+
+/// Page `p`'s bytes: every 7th page all zeros, every 5th noise, the rest
+/// half noise, half zeros (about 2 KiB compressed: a few fill the pool).
+fn page(p: usize) -> Vec<u8> {
+    let mut x = (p as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    let mut noise = || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x as u8
+    };
+    let n = PAGE as usize;
+    match p {
+        _ if p.is_multiple_of(7) => vec![0; n],
+        _ if p.is_multiple_of(5) => (0..n).map(|_| noise()).collect(),
+        _ => (0..n)
+            .map(|i| if i < n / 2 { noise() } else { 0 })
+            .collect(),
+    }
+}
+
+#[test]
+fn the_pool_keeps_evicted_pages_within_the_limit_and_loses_none() {
+    if skip() {
+        return;
+    }
+    for path in [FaultPath::Thread, FaultPath::Signal] {
+        keeps_within_the_limit(path);
+    }
+}
+
+fn keeps_within_the_limit(fault_path: FaultPath) {
+    let below = Arc::new(MemStore::new(1 << 30));
+    let pool = pool(&below);
+    let c = Config {
+        fault_path,
+        ..cfg()
+    };
+    let rt = Runtime::new(c, pool.clone(), below.clone()).unwrap();
+    let pages = 512usize;
+    let r = rt.region(pages as u64 * PAGE).unwrap();
+    for p in 0..pages {
+        r.write_at(p * PAGE as usize, &page(p)).unwrap();
+    }
+    // Newest first: the pages evicted last are in the pool; the older
+    // ones were passed down or demoted.
+    let mut got = vec![0u8; PAGE as usize];
+    for p in (0..pages).rev() {
+        r.read_at(p * PAGE as usize, &mut got).unwrap();
+        assert!(got == page(p), "{fault_path}: page {p}");
+    }
+    // Waits out write-backs in flight, so the counters agree.
+    r.sync().unwrap();
+    let s = rt.stats();
+    let c = pool.stats();
+    assert!(c.stored > 0 && c.stored_zero > 0, "{c:?}");
+    assert!(c.passed_down > 0 && c.demoted > 0, "{c:?}");
+    assert!(c.hits > 0 && c.misses > 0, "{c:?}");
+    // The pool counts against the limit, and stays within its share: an
+    // eviction takes a page from the cache and gives the pool less than
+    // one (one more for rounding up the pool's bytes).
+    let pool_pages = (LOCAL_PAGES * PAGE / 5).div_ceil(PAGE);
+    assert!(s.store_pages > 0 && s.store_pages <= pool_pages, "{s:?}");
+    assert!(
+        s.resident_pages + s.store_pages <= s.limit_pages + 1,
+        "{s:?}"
+    );
+    assert_eq!(s.limit_overruns, 0, "{s:?}");
+    // Only what did not stay in the pool crossed to the store below.
+    let lines = below.stats().lines_written;
+    assert_eq!(lines, 64 * (c.passed_down + c.demoted), "{c:?}");
+}
+
+#[test]
+fn a_failing_store_below_keeps_pages_resident_and_dirty_and_loses_none() {
+    if skip() {
+        return;
+    }
+    let below = Arc::new(MemStore::new(1 << 30));
+    let pool = pool(&below);
+    let rt = Runtime::new(cfg(), pool.clone(), below.clone()).unwrap();
+    // Past the high watermark: the evictor writes back, the pool takes
+    // what it can until it must demote, and the store below refuses.
+    let pages = 62usize;
+    let r = rt.region(pages as u64 * PAGE).unwrap();
+    below.set_refuse_writes(true);
+    for p in 0..pages {
+        r.write_at(p * PAGE as usize, &page(p)).unwrap();
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while rt.stats().writeback_kept == 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let s = rt.stats();
+    assert!(s.writeback_errors > 0 && s.writeback_kept > 0, "{s:?}");
+    assert!(rt.last_error().is_some());
+    let mut got = vec![0u8; PAGE as usize];
+    for p in 0..pages {
+        r.read_at(p * PAGE as usize, &mut got).unwrap();
+        assert!(got == page(p), "page {p} while the store refuses");
+    }
+    below.set_refuse_writes(false);
+    r.sync().unwrap();
+    let extents = r.extents().unwrap();
+    drop(r);
+    drop(rt);
+    // A new runtime over the same pool and store reads every page back.
+    let rt = Runtime::new(cfg(), pool.clone(), below.clone()).unwrap();
+    let r = rt.region_over(&extents).unwrap();
+    for p in 0..pages {
+        r.read_at(p * PAGE as usize, &mut got).unwrap();
+        assert!(got == page(p), "page {p} after the store came back");
+    }
+}
