@@ -17,7 +17,8 @@ use farmem_policy::cache::PolicyConfig;
 use crate::backend::Backend;
 use crate::config::{Config, DirtyMode, FaultPath};
 
-/// Controller address (required: without it the shim stays local).
+/// Controller address (required unless the backend needs no rack:
+/// without it, or such a backend, the shim stays local).
 pub const CONTROLLER: &CStr = c"FARMEM_CONTROLLER";
 /// Local cache for far pages, a byte size.
 pub const LOCAL_MEM: &CStr = c"FARMEM_LOCAL_MEM";
@@ -25,7 +26,7 @@ pub const LOCAL_MEM: &CStr = c"FARMEM_LOCAL_MEM";
 pub const FAR_MEM: &CStr = c"FARMEM_FAR_MEM";
 /// Smallest allocation placed far, a byte size.
 pub const THRESHOLD: &CStr = c"FARMEM_THRESHOLD";
-/// Where evicted pages go: `remote` or `compressed` ([`Backend`]).
+/// Where evicted pages go ([`Backend`]: `remote`, `compressed`, `file:PATH`, ...).
 pub const BACKEND: &CStr = c"FARMEM_BACKEND";
 /// `line` or `page`; unset: the backend's ([`Backend::default_dirty`]).
 pub const DIRTY: &CStr = c"FARMEM_DIRTY";
@@ -106,7 +107,8 @@ impl std::fmt::Display for Fallback {
 /// Everything `farmem run` tells the shim of one program.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PreloadEnv {
-    pub controller: String,
+    /// None only for a backend that needs no rack (`file:PATH`).
+    pub controller: Option<String>,
     pub local_bytes: u64,
     pub far_bytes: u64,
     pub threshold: u64,
@@ -153,6 +155,15 @@ pub fn controller(get: Getter<'_>) -> Option<String> {
     non_empty(get, CONTROLLER)
 }
 
+/// Whether far memory was asked for: a controller, or a backend that
+/// needs none.
+pub fn asked(get: Getter<'_>) -> bool {
+    controller(get).is_some()
+        || non_empty(get, BACKEND)
+            .and_then(|b| b.parse::<Backend>().ok())
+            .is_some_and(|b| !b.needs_rack())
+}
+
 /// `FARMEM_FALLBACK`.
 pub fn fallback(get: Getter<'_>) -> Result<Fallback, String> {
     get(FALLBACK).as_deref().unwrap_or("").parse()
@@ -177,16 +188,18 @@ pub fn log(get: Getter<'_>) -> String {
 impl PreloadEnv {
     /// Reads and checks every variable; the first one wrong is the error.
     pub fn read(get: Getter<'_>) -> Result<Self, String> {
-        let controller =
-            controller(get).ok_or_else(|| format!("{} is not set", key(CONTROLLER)))?;
+        let backend: Backend = match get(BACKEND) {
+            Some(b) => b.parse().map_err(|e| format!("{}: {e}", key(BACKEND)))?,
+            None => Backend::default(),
+        };
+        let controller = controller(get);
+        if controller.is_none() && backend.needs_rack() {
+            return Err(format!("{} is not set", key(CONTROLLER)));
+        }
         let fallback = fallback(get)?;
         let local_bytes = size(get, LOCAL_MEM, DEFAULT_LOCAL_BYTES)?;
         let far_bytes = size(get, FAR_MEM, DEFAULT_FAR_BYTES)?;
         let parsed = |var: &CStr, e: &dyn std::fmt::Display| format!("{}: {e}", key(var));
-        let backend: Backend = match get(BACKEND) {
-            Some(b) => b.parse().map_err(|e| parsed(BACKEND, &e))?,
-            None => Backend::default(),
-        };
         let dirty = match get(DIRTY) {
             Some(d) => d.parse().map_err(|e| parsed(DIRTY, &e))?,
             None => backend.default_dirty(),
@@ -258,7 +271,7 @@ impl PreloadEnv {
     pub fn vars(&self) -> Vec<(&'static str, Option<OsString>)> {
         let path = |p: &Option<PathBuf>| p.clone().map(PathBuf::into_os_string);
         let vars = [
-            (key(CONTROLLER), Some(self.controller.clone().into())),
+            (key(CONTROLLER), self.controller.clone().map(Into::into)),
             (key(LOCAL_MEM), Some(self.local_bytes.to_string().into())),
             (key(FAR_MEM), Some(self.far_bytes.to_string().into())),
             (key(THRESHOLD), Some(self.threshold.to_string().into())),
@@ -328,7 +341,7 @@ mod tests {
     #[test]
     fn what_farmem_run_writes_the_shim_reads_back() {
         let written = PreloadEnv {
-            controller: "127.0.0.1:7000".into(),
+            controller: Some("127.0.0.1:7000".into()),
             local_bytes: 64 << 20,
             far_bytes: 1 << 30,
             threshold: 4096,
@@ -372,7 +385,10 @@ mod tests {
         assert_eq!(e.fallback, Fallback::Fail);
         assert_eq!((e.replicas, e.redundancy, e.policy), (None, None, None));
         assert_eq!(e.fault_around, Config::default().fault_around.max_blocks);
-        assert_eq!((e.backend, e.dirty), (Backend::Remote, DirtyMode::Line));
+        assert_eq!(
+            (&e.backend, e.dirty),
+            (&Backend::default(), DirtyMode::Line)
+        );
         let c = read(&env(&[
             ("FARMEM_CONTROLLER", "c:1"),
             ("FARMEM_BACKEND", "compressed"),
@@ -394,6 +410,18 @@ mod tests {
         assert!(bad("FARMEM_FALLBACK", "maybe").contains("expected `local` or `fail`"));
         assert!(bad("FARMEM_DIRTY", "word").starts_with("FARMEM_DIRTY: "));
         assert!(bad("FARMEM_BACKEND", "tape").contains("expected one of: remote, compressed"));
+        // A file needs no rack; everything else does.
+        let file = read(&env(&[("FARMEM_BACKEND", "file:/var/tmp")])).unwrap();
+        assert_eq!(file.controller, None);
+        assert_eq!(file.dirty, DirtyMode::Page);
+        assert!(asked(&|v: &CStr| (v == BACKEND).then(|| "file:/x".into())));
+        assert!(!asked(
+            &|v: &CStr| (v == BACKEND).then(|| "compressed".into())
+        ));
+        assert_eq!(
+            read(&env(&[("FARMEM_BACKEND", "compressed")])).unwrap_err(),
+            "FARMEM_CONTROLLER is not set"
+        );
         assert!(bad("FARMEM_POLICY", "mru").contains("mru"));
         assert!(bad("FARMEM_REPLICAS", "0").contains("from 1 to 255"));
         assert!(bad("FARMEM_LEASE_MS", "-1").starts_with("FARMEM_LEASE_MS `-1`"));

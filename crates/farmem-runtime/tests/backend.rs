@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use farmem_runtime::backend::{Backend, CompressedStore};
-use farmem_runtime::{Config, DirtyMode, FaultPath, MemStore, PAGE, RemoteStore, Runtime};
+use farmem_runtime::{Config, DirtyMode, FaultPath, MemStore, PAGE, Runtime};
 
 mod common;
 use common::skip;
@@ -26,15 +26,14 @@ fn cfg() -> Config {
 /// A compressed pool over `below`, sized for [`cfg`]'s limit.
 fn pool(below: &Arc<MemStore>) -> Arc<CompressedStore> {
     let backend: Backend = "compressed".parse().unwrap();
-    let Backend::Compressed(tier) = backend else {
-        unreachable!()
-    };
-    let below: Arc<dyn RemoteStore> = below.clone();
-    Arc::new(CompressedStore::new(
-        below,
-        tier,
-        tier.pool_bytes(LOCAL_PAGES * PAGE),
-    ))
+    let built = backend
+        .build(
+            Some((below.clone(), below.clone())),
+            LOCAL_PAGES * PAGE,
+            1 << 30,
+        )
+        .unwrap();
+    built.pool.expect("a compressed pool")
 }
 
 /// Page `p`'s bytes: every 7th page all zeros, every 5th noise, the rest
@@ -149,4 +148,55 @@ fn a_failing_store_below_keeps_pages_resident_and_dirty_and_loses_none() {
         r.read_at(p * PAGE as usize, &mut got).unwrap();
         assert!(got == page(p), "page {p} after the store came back");
     }
+}
+
+/// A file below, alone and behind the pool: every page written crosses
+/// it and reads back, on both fault paths.
+#[test]
+fn a_file_backend_keeps_every_page_alone_and_behind_the_pool() {
+    if skip() {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("farmem-backend-file-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for name in ["file", "tiered:compressed,file"] {
+        for fault_path in [FaultPath::Thread, FaultPath::Signal] {
+            let backend: Backend = format!("{name}:{}", dir.display()).parse().unwrap();
+            let built = backend.build(None, LOCAL_PAGES * PAGE, 16 << 20).unwrap();
+            let file = built.file.clone().expect("a file");
+            let c = Config {
+                fault_path,
+                ..cfg()
+            };
+            let rt = Runtime::new(c, built.store.clone(), built.slabs.clone()).unwrap();
+            let pages = 400usize;
+            let r = rt.region(pages as u64 * PAGE).unwrap();
+            for p in 0..pages {
+                r.write_at(p * PAGE as usize, &page(p)).unwrap();
+            }
+            let mut got = vec![0u8; PAGE as usize];
+            for p in (0..pages).rev() {
+                r.read_at(p * PAGE as usize, &mut got).unwrap();
+                assert!(got == page(p), "{name} {fault_path}: page {p}");
+            }
+            r.sync().unwrap();
+            let f = file.stats();
+            assert!(f.writes > 0 && f.reads > 0, "{name} {fault_path}: {f:?}");
+            if let Some(pool) = &built.pool {
+                assert!(pool.stats().stored > 0, "{:?}", pool.stats());
+            } else {
+                // Alone, it holds every page evicted dirty.
+                assert!(
+                    f.bytes_written >= (pages as u64 - LOCAL_PAGES) * PAGE,
+                    "{f:?}"
+                );
+            }
+        }
+    }
+    assert_eq!(
+        std::fs::read_dir(&dir).unwrap().count(),
+        0,
+        "nothing left behind"
+    );
+    let _ = std::fs::remove_dir(&dir);
 }

@@ -1199,3 +1199,76 @@ fn the_compressed_backend_gives_the_same_ranks_and_reports_its_pool() {
         "{stderr}"
     );
 }
+
+/// `--backend file:DIR`: the demo's ranks as without far memory, with no
+/// rack at all and nothing left in DIR; a path that cannot hold far memory
+/// stops the run before the program starts, naming the path and why.
+#[test]
+fn a_file_backend_needs_no_rack_and_refuses_what_cannot_hold_far_memory() {
+    if let Some(why) = unavailable() {
+        eprintln!("skipping: {why}");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("farmem-run-file-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let worker = ["demo", "--worker", "--size", "32MiB", "--iterations", "2"];
+    let result = |out: &std::process::Output| {
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let line = stdout.lines().find_map(|l| l.strip_prefix("result "));
+        let v: serde_json::Value = serde_json::from_str(line.expect("a result line")).unwrap();
+        v["checksum"].clone()
+    };
+    let local = Command::new(farmem()).args(worker).output().unwrap();
+    for backend in ["file", "tiered:compressed,file"] {
+        let far = Command::new(farmem())
+            .args([
+                "run",
+                "--local-mem",
+                "8MiB",
+                "--far-mem",
+                "256MiB",
+                "--backend",
+            ])
+            .arg(format!("{backend}:{}", dir.display()))
+            .arg("--")
+            .arg(farmem())
+            .args(worker)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&far.stderr);
+        assert!(far.status.success(), "{backend}: {stderr}");
+        assert_eq!(result(&far), result(&local), "{backend}: {stderr}");
+        assert!(stderr.contains("written back"), "{stderr}");
+        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0, "{backend}");
+    }
+    let _ = std::fs::remove_dir(&dir);
+    let existing =
+        std::env::temp_dir().join(format!("farmem-run-file-{}.keep", std::process::id()));
+    std::fs::write(&existing, b"mine").unwrap();
+    for (path, why) in [
+        ("/nonexistent-dir/far", "opening for direct I/O"),
+        ("/dev/shm", "tmpfs"),
+        (existing.to_str().unwrap(), "will not overwrite it"),
+    ] {
+        let out = Command::new(farmem())
+            .args([
+                "run",
+                "--backend",
+                &format!("file:{path}"),
+                "--",
+                "echo",
+                "ran",
+            ])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(70), "{path}: {stderr}");
+        assert!(out.stdout.is_empty(), "{path}: the program must not run");
+        assert!(
+            stderr.contains(path) && stderr.contains(why),
+            "{path}: {stderr}"
+        );
+    }
+    assert_eq!(std::fs::read(&existing).unwrap(), b"mine");
+    let _ = std::fs::remove_file(&existing);
+}

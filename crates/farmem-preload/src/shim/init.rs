@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use farmem_runtime::backend::{Built, CompressedStore};
+use farmem_runtime::backend::CompressedStore;
 use farmem_runtime::preload_env::{self, Fallback, NO_FAR_MEMORY_EXIT, PreloadEnv};
 use farmem_runtime::remote::RackStore;
 use farmem_runtime::{FaultPath, Runtime};
@@ -60,7 +60,7 @@ pub(super) fn ensure_init() -> bool {
 /// way one `farmem:` line says why, and a `fallback` line goes to
 /// `FARMEM_STATS_JSON` for `farmem run`'s summary.
 fn give_up(reason: &str) {
-    let asked = preload_env::controller(&getenv).is_some();
+    let asked = preload_env::asked(&getenv);
     let local = !asked || preload_env::fallback(&getenv) == Ok(Fallback::Local);
     record_fallback(reason, local);
     if local {
@@ -79,16 +79,30 @@ fn init() -> Result<(), String> {
     start_logging()?;
     let env = PreloadEnv::read(&getenv)?;
     let cfg = env.config()?;
-    let store = connect(&env)?;
-    keep_lease(&store, env.lease_ms);
+    let rack = match &env.controller {
+        Some(controller) if env.backend.needs_rack() => Some(connect(&env, controller)?),
+        _ => None,
+    };
+    if let Some(rack) = &rack {
+        keep_lease(rack, env.lease_ms);
+    }
     // The kernel's own accesses to far pages fail on the signal path: the
     // I/O interposers touch them first.
     let touch_for_io = (cfg.fault_path == FaultPath::Signal).then_some(cfg.local_bytes);
-    let backend = env.backend.build(store.clone(), cfg.local_bytes);
-    let rt = Runtime::new(cfg, backend.store(), store.clone())
+    let built = env
+        .backend
+        .build(
+            rack.clone().map(|r| (r.clone() as _, r as _)),
+            cfg.local_bytes,
+            env.far_bytes,
+        )
+        .map_err(|e| format!("backend {}: {e}", env.backend))?;
+    let rt = Runtime::new(cfg, built.store, built.slabs)
         .map_err(|e| format!("starting the far-memory runtime: {e}"))?;
-    STORE.store(Arc::into_raw(store) as *mut RackStore, Ordering::Release);
-    if let Built::Compressed(pool) = backend {
+    if let Some(rack) = rack {
+        STORE.store(Arc::into_raw(rack) as *mut RackStore, Ordering::Release);
+    }
+    if let Some(pool) = built.pool {
         POOL.store(
             Arc::into_raw(pool) as *mut CompressedStore,
             Ordering::Release,
@@ -122,7 +136,7 @@ const REPAIR_BYTES_PER_SEC: u64 = 256 << 20;
 
 /// Connects to the controller (proving the token if there is one) and sets
 /// the rack client's copies or erasure coding.
-fn connect(env: &PreloadEnv) -> Result<Arc<RackStore>, String> {
+fn connect(env: &PreloadEnv, controller: &str) -> Result<Arc<RackStore>, String> {
     // One owner per process image, so a lease that runs out gives back only
     // the memory of the process that died: the pid alone is reused (by
     // exec, or in another pid namespace on the same rack).
@@ -133,7 +147,6 @@ fn connect(env: &PreloadEnv) -> Result<Arc<RackStore>, String> {
     let name = format!("{}-{}-{started:x}", env.name, unsafe { libc::getpid() });
     let token = token(env)?;
     let anonymous = token.is_empty();
-    let controller = &env.controller;
     let cfg = farmem_net::ClientConfig::new(name, farmem_wire::Role::Compute).with_token(token);
     let store = match farmem_net::Cluster::connect(controller, cfg, 2) {
         Ok(cluster) => Arc::new(RackStore::new(cluster)),
@@ -230,7 +243,7 @@ fn start_heap(rt: &'static Runtime, far: u64) -> Result<(), String> {
 /// and before any allocator holds a lock, if `farmem run` asked for it.
 extern "C" fn start_at_load() {
     super::real::resolve();
-    if preload_env::controller(&getenv).is_some() {
+    if preload_env::asked(&getenv) {
         ensure_init();
     }
 }

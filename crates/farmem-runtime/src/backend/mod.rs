@@ -1,105 +1,206 @@
-//! Where evicted pages go (xDM's backends, seed 004 §3): the rack's memory
-//! nodes, or a compressed pool in local memory in front of them.
+//! Where evicted pages go (xDM's backends, seed 004 §3).
 //!
-//! | backend      | store                                    |
-//! |--------------|------------------------------------------|
-//! | `remote`     | the memory nodes ([`crate::remote::RackStore`]) |
-//! | `compressed` | [`CompressedStore`] over the memory nodes |
+//! | backend                   | store |
+//! |---------------------------|-------|
+//! | `remote`                  | the rack's memory nodes ([`crate::remote::RackStore`]) |
+//! | `file:PATH`               | a file or block device, direct I/O ([`FileStore`]) |
+//! | `compressed`              | [`CompressedStore`] over the memory nodes (`tiered:compressed,remote`) |
+//! | `tiered:compressed,file:PATH` | [`CompressedStore`] over a file |
 //!
 //! A backend is chosen by name (`farmem run --backend`, `FARMEM_BACKEND`)
-//! and built over the store below it with [`Backend::build`].
+//! and built with [`Backend::build`]; only those ending in `remote` need a
+//! rack.
 
 pub mod compressed;
+pub mod file;
 
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use farmem_policy::tier::CompressedTierConfig;
 
 pub use compressed::{CompressedStats, CompressedStore};
+pub use file::{FileBackendError, FileStats, FileStore};
 
 use crate::config::DirtyMode;
-use crate::store::RemoteStore;
+use crate::store::{RemoteStore, SlabSource};
 
-/// A backend and its parameters.
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
-pub enum Backend {
-    /// Every evicted page goes to the memory nodes.
+/// The last tier: where pages go that no tier above keeps.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum Bottom {
+    /// The rack's memory nodes.
     #[default]
     Remote,
-    /// A compressed pool within the local limit first; pages that do not
-    /// shrink, and the oldest past the pool's size, go to the memory nodes.
-    Compressed(CompressedTierConfig),
+    /// A file or block device.
+    File(PathBuf),
+}
+
+/// A backend and its parameters.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Backend {
+    /// A compressed pool in front of the bottom tier, within the local limit.
+    pub compressed: Option<CompressedTierConfig>,
+    pub bottom: Bottom,
 }
 
 /// The names [`Backend`] parses, for help and errors.
-pub const NAMES: &str = "remote, compressed";
+pub const NAMES: &str = "remote, compressed, file:PATH, tiered:compressed,file:PATH";
+
+fn bottom(s: &str) -> Option<Bottom> {
+    match s {
+        "remote" => Some(Bottom::Remote),
+        _ => s
+            .strip_prefix("file:")
+            .filter(|p| !p.is_empty())
+            .map(|p| Bottom::File(p.into())),
+    }
+}
 
 impl std::str::FromStr for Backend {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s.trim() {
-            "" | "remote" => Ok(Self::Remote),
-            "compressed" => Ok(Self::Compressed(CompressedTierConfig::default())),
-            other => Err(format!(
-                "unknown backend {other:?}; expected one of: {NAMES}"
-            )),
-        }
+        let s = s.trim();
+        let compressed = Some(CompressedTierConfig::default());
+        let parsed = match s {
+            "" => Some(Self::default()),
+            "compressed" => Some(Self {
+                compressed,
+                bottom: Bottom::Remote,
+            }),
+            _ => match s.strip_prefix("tiered:") {
+                Some(tiers) => tiers
+                    .strip_prefix("compressed,")
+                    .and_then(bottom)
+                    .map(|bottom| Self { compressed, bottom }),
+                None => bottom(s).map(|bottom| Self {
+                    compressed: None,
+                    bottom,
+                }),
+            },
+        };
+        parsed.ok_or_else(|| format!("unknown backend {s:?}; expected one of: {NAMES}"))
     }
 }
 
 impl std::fmt::Display for Backend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Self::Remote => "remote",
-            Self::Compressed(_) => "compressed",
+        let bottom = match &self.bottom {
+            Bottom::Remote => "remote".to_string(),
+            Bottom::File(p) => format!("file:{}", p.display()),
+        };
+        match (&self.compressed, &self.bottom) {
+            (None, _) => f.write_str(&bottom),
+            (Some(_), Bottom::Remote) => f.write_str("compressed"),
+            (Some(_), _) => write!(f, "tiered:compressed,{bottom}"),
+        }
+    }
+}
+
+/// The stores a runtime uses, built from a [`Backend`].
+pub struct Built {
+    pub store: Arc<dyn RemoteStore>,
+    pub slabs: Arc<dyn SlabSource>,
+    /// The compressed pool, when there is one.
+    pub pool: Option<Arc<CompressedStore>>,
+    /// The file, when the bottom tier is one.
+    pub file: Option<Arc<FileStore>>,
+}
+
+impl Backend {
+    /// Whether the bottom tier is the rack's memory nodes.
+    pub fn needs_rack(&self) -> bool {
+        self.bottom == Bottom::Remote
+    }
+
+    /// The dirty tracking that suits the backend when none is asked for:
+    /// line diffs for the memory nodes (Kona: only changed lines cross the
+    /// link), whole pages for a compressed pool, which stores pages whole
+    /// and would decompress and compress a page again for each diff, and
+    /// for a file, which can only write whole blocks.
+    pub fn default_dirty(&self) -> DirtyMode {
+        if self.compressed.is_some() || self.bottom != Bottom::Remote {
+            DirtyMode::Page
+        } else {
+            DirtyMode::default()
+        }
+    }
+
+    /// The stores for a runtime of `local_bytes` and a far heap of
+    /// `far_bytes`: over `rack` (its store and slab source) when the
+    /// bottom tier is remote, else over a file created here.
+    pub fn build(
+        &self,
+        rack: Option<(Arc<dyn RemoteStore>, Arc<dyn SlabSource>)>,
+        local_bytes: u64,
+        far_bytes: u64,
+    ) -> Result<Built, String> {
+        let (bottom, slabs, file): (Arc<dyn RemoteStore>, Arc<dyn SlabSource>, _) =
+            match (&self.bottom, rack) {
+                (Bottom::Remote, Some((store, slabs))) => (store, slabs, None),
+                (Bottom::Remote, None) => return Err("the remote backend needs a rack".into()),
+                (Bottom::File(path), _) => {
+                    let f =
+                        Arc::new(FileStore::create(path, far_bytes).map_err(|e| e.to_string())?);
+                    (f.clone(), f.clone(), Some(f))
+                }
+            };
+        let pool = self.compressed.map(|cfg| {
+            Arc::new(CompressedStore::new(
+                bottom.clone(),
+                cfg,
+                cfg.pool_bytes(local_bytes),
+            ))
+        });
+        let store = match &pool {
+            Some(p) => p.clone(),
+            None => bottom,
+        };
+        Ok(Built {
+            store,
+            slabs,
+            pool,
+            file,
         })
     }
 }
 
-/// The store a runtime with `local_bytes` of local memory uses.
-pub enum Built {
-    Remote(Arc<dyn RemoteStore>),
-    Compressed(Arc<CompressedStore>),
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-impl Built {
-    pub fn store(&self) -> Arc<dyn RemoteStore> {
-        match self {
-            Self::Remote(s) => s.clone(),
-            Self::Compressed(s) => s.clone(),
+    #[test]
+    fn names_round_trip_and_unknown_ones_are_refused() {
+        for name in [
+            "remote",
+            "compressed",
+            "file:/var/tmp/far",
+            "tiered:compressed,file:/dev/nvme0n1",
+        ] {
+            let b: Backend = name.parse().unwrap();
+            assert_eq!(b.to_string(), name);
         }
-    }
-
-    /// The compressed pool's counters, when there is one.
-    pub fn compressed_stats(&self) -> Option<CompressedStats> {
-        match self {
-            Self::Remote(_) => None,
-            Self::Compressed(s) => Some(s.stats()),
+        assert_eq!(
+            "tiered:compressed,remote"
+                .parse::<Backend>()
+                .unwrap()
+                .to_string(),
+            "compressed"
+        );
+        for bad in [
+            "tape",
+            "file:",
+            "tiered:file:/x,compressed",
+            "tiered:compressed",
+        ] {
+            let e = bad.parse::<Backend>().unwrap_err();
+            assert!(
+                e.contains("expected one of: remote, compressed, file:PATH"),
+                "{e}"
+            );
         }
-    }
-}
-
-impl Backend {
-    /// The dirty tracking that suits the backend when none is asked for:
-    /// line diffs for the memory nodes (Kona: only changed lines cross the
-    /// link), whole pages for a compressed pool, which stores pages whole
-    /// and would decompress and compress a page again for each diff.
-    pub fn default_dirty(&self) -> DirtyMode {
-        match self {
-            Self::Remote => DirtyMode::default(),
-            Self::Compressed(_) => DirtyMode::Page,
-        }
-    }
-
-    /// This backend over `below` (the rack) for a runtime of `local_bytes`.
-    pub fn build(&self, below: Arc<dyn RemoteStore>, local_bytes: u64) -> Built {
-        match self {
-            Self::Remote => Built::Remote(below),
-            Self::Compressed(cfg) => Built::Compressed(Arc::new(CompressedStore::new(
-                below,
-                *cfg,
-                cfg.pool_bytes(local_bytes),
-            ))),
-        }
+        let b: Backend = "file:/x".parse().unwrap();
+        assert!(!b.needs_rack());
+        assert_eq!(b.default_dirty(), DirtyMode::Page);
+        assert_eq!(Backend::default().default_dirty(), DirtyMode::Line);
     }
 }

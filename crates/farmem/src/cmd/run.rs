@@ -10,7 +10,7 @@ use std::time::Instant;
 use anyhow::{Context, bail};
 use farmem_core::ByteSize;
 use farmem_net::{ClientConfig, ControllerClient, NetError};
-use farmem_runtime::backend::Backend;
+use farmem_runtime::backend::{Backend, Bottom};
 use farmem_runtime::preload_env::{self, PreloadEnv};
 use serde_json::{Map, Value, json};
 
@@ -80,11 +80,16 @@ pub struct Args {
     /// Memory nodes to start when no --controller is given.
     #[arg(long, default_value_t = 2)]
     memnodes: usize,
-    /// Where evicted pages go: `remote` (the memory nodes) or `compressed`
-    /// (first a pool of LZ4-compressed pages inside --local-mem, at most a
-    /// fifth of it, as the kernel's zswap keeps; all-zero pages take no
-    /// bytes; pages that do not shrink to 3/4, and the pool's oldest when
-    /// it is full, go on to the memory nodes) (FARMEM_BACKEND).
+    /// Where evicted pages go (FARMEM_BACKEND): `remote`, the memory
+    /// nodes; `file:PATH`, a file (PATH is a directory to make it in, or a
+    /// new file's name; deleted at once, its blocks kept for the run) or a
+    /// block device, written with direct I/O so the page cache holds none
+    /// of it, its --far-mem reserved at start, and no rack started;
+    /// `compressed`, first a pool of LZ4-compressed pages inside
+    /// --local-mem (at most a fifth of it, as zswap keeps; all-zero pages
+    /// take no bytes), then the memory nodes for pages that do not shrink
+    /// to 3/4 and for the pool's oldest when it is full;
+    /// `tiered:compressed,file:PATH`, the same pool in front of a file.
     #[arg(long, default_value = "remote")]
     backend: Backend,
     /// Dirty tracking: `line` (Kona: only changed cache lines are written
@@ -209,6 +214,7 @@ pub fn run(args: Args) -> Outcome {
         fallbacks: &fallbacks,
         total: &total,
         compressed: &compressed,
+        backend: &args.backend,
     };
     match &target {
         Ok(_) => run.print(&args),
@@ -279,7 +285,8 @@ fn min_local_mem() -> u64 {
 
 /// The rack the program's processes use, kept alive until it ends.
 struct Target {
-    controller: String,
+    /// None for a backend that needs no rack.
+    controller: Option<String>,
     /// Passed on as FARMEM_TOKEN_FILE (absolute: a process may chdir and exec).
     token_file: Option<PathBuf>,
     /// Copies of each far byte (FARMEM_REPLICAS).
@@ -294,6 +301,16 @@ struct Target {
 /// common failures come out here, naming the controller, before the
 /// program has run.
 fn far_target(args: &Args, far: u64) -> anyhow::Result<Target> {
+    if !args.backend.needs_rack() {
+        check_backend(&args.backend, far)?;
+        return Ok(Target {
+            controller: None,
+            token_file: None,
+            replicas: 1,
+            redundancy: None,
+            _rack: None,
+        });
+    }
     let (controller, token, rack) = connect_target(
         args.controller.as_deref(),
         args.token_file.as_deref(),
@@ -325,12 +342,23 @@ fn far_target(args: &Args, far: u64) -> anyhow::Result<Target> {
         (None, None) => None,
     };
     Ok(Target {
-        controller,
+        controller: Some(controller),
         token_file,
         replicas,
         redundancy: args.redundancy,
         _rack: rack,
     })
+}
+
+/// Builds `backend` once as each process will, so a file that cannot be
+/// had (unwritable, no direct I/O, no room for the far heap) is named here,
+/// before the program has run; the file goes with the check.
+fn check_backend(backend: &Backend, far: u64) -> anyhow::Result<()> {
+    let local = 1 << 20;
+    backend
+        .build(None, local, far)
+        .map(drop)
+        .map_err(|e| anyhow::anyhow!("--backend {backend}: {e}"))
 }
 
 /// Connects and authenticates to `controller` as a process would, and
@@ -396,7 +424,7 @@ fn shim_env(
         local_bytes: args.local_mem.bytes(),
         far_bytes: far,
         threshold: args.threshold.bytes(),
-        backend: args.backend,
+        backend: args.backend.clone(),
         dirty: dirty(args),
         fault_path: args.fault_path,
         fault_around: args.fault_around,
@@ -490,6 +518,7 @@ struct Summary<'a> {
     total: &'a Map<String, Value>,
     /// Counters of the compressed pools (`--backend compressed`), summed.
     compressed: &'a Map<String, Value>,
+    backend: &'a Backend,
 }
 
 impl Summary<'_> {
@@ -550,8 +579,12 @@ impl Summary<'_> {
         }
         let get = |k: &str| self.compressed.get(k).and_then(Value::as_u64).unwrap_or(0);
         let ratio = get("bytes_in") as f64 / get("bytes_out").max(1) as f64;
+        let below = match self.backend.bottom {
+            Bottom::Remote => "the memory nodes",
+            Bottom::File(_) => "the file",
+        };
         eprintln!(
-            "farmem: compressed pool: kept {} pages ({ratio:.1}x smaller) and {} all-zero ones; {} did not shrink and {} were demoted to the memory nodes; {} page reads from the pool, {} from the memory nodes; {} held at exit",
+            "farmem: compressed pool: kept {} pages ({ratio:.1}x smaller) and {} all-zero ones; {} did not shrink and {} were demoted to {below}; {} page reads from the pool, {} from {below}; {} held at exit",
             get("stored"),
             get("stored_zero"),
             get("passed_down"),

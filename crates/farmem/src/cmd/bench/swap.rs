@@ -47,7 +47,8 @@ pub struct Args {
     rounds: Option<u32>,
     /// Configs, comma-separated: local, swapfile, zram, zswap, farmem
     /// (`farmem run --backend remote`), farmem-compressed (`--backend
-    /// compressed`).
+    /// compressed`), farmem-file (`--backend file:` the --swap-dir, where
+    /// the swap file goes too).
     #[arg(
         long,
         default_value = "local,swapfile,zram,zswap,farmem,farmem-compressed"
@@ -385,7 +386,8 @@ impl Bench {
                 cmd = Command::new(std::env::current_exe().context("finding the farmem binary")?);
                 cmd.arg("run")
                     .args(["--local-mem", &self.limit.to_string()])
-                    .args(["--backend", backend.arg()])
+                    .arg("--backend")
+                    .arg(backend.arg(&self.swap_dir))
                     .arg("--stats-json")
                     .arg(&stats.0)
                     .args(&self.farmem_args)

@@ -22,14 +22,17 @@ pub enum Config {
 pub enum FarBackend {
     Remote,
     Compressed,
+    /// A file in the directory the kernel's swap file goes in.
+    File,
 }
 
 impl FarBackend {
-    /// The `--backend` value.
-    pub fn arg(self) -> &'static str {
+    /// The `--backend` value; a file goes in `swap_dir`.
+    pub fn arg(self, swap_dir: &std::path::Path) -> String {
         match self {
-            FarBackend::Remote => "remote",
-            FarBackend::Compressed => "compressed",
+            FarBackend::Remote => "remote".into(),
+            FarBackend::Compressed => "compressed".into(),
+            FarBackend::File => format!("file:{}", swap_dir.display()),
         }
     }
 }
@@ -41,6 +44,7 @@ impl Config {
             Config::Kernel(b) => b.name(),
             Config::Farmem(FarBackend::Remote) => "farmem",
             Config::Farmem(FarBackend::Compressed) => "farmem-compressed",
+            Config::Farmem(FarBackend::File) => "farmem-file",
         }
     }
 }
@@ -57,8 +61,9 @@ pub fn parse_configs(s: &str) -> anyhow::Result<Vec<Config>> {
             "zswap" => Config::Kernel(Backing::Zswap),
             "farmem" => Config::Farmem(FarBackend::Remote),
             "farmem-compressed" => Config::Farmem(FarBackend::Compressed),
+            "farmem-file" => Config::Farmem(FarBackend::File),
             _ => bail!(
-                "--configs: unknown config `{name}` (local, swapfile, zram, zswap, farmem, farmem-compressed)"
+                "--configs: unknown config `{name}` (local, swapfile, zram, zswap, farmem, farmem-compressed, farmem-file)"
             ),
         };
         anyhow::ensure!(!out.contains(&c), "--configs: `{name}` given twice");
@@ -134,10 +139,10 @@ mod tests {
             ]
         );
         assert_eq!(
-            parse_configs("local,swapfile,zram,zswap,farmem,farmem-compressed")
+            parse_configs("local,swapfile,zram,zswap,farmem,farmem-compressed,farmem-file")
                 .unwrap()
                 .len(),
-            6
+            7
         );
         assert!(parse_configs("swap").is_err());
         assert!(parse_configs("local,local").is_err());
