@@ -10,6 +10,11 @@
 //! local limit; past it the oldest kept pages are demoted to the tier
 //! below, as zswap's shrinker writes its least recently stored back.
 //!
+//! Compressing data that does not shrink costs a compression per
+//! write-back and saves nothing: [`CompressionGate`] stops trying after a
+//! window of pages mostly passed down, and probes one page in sixteen to
+//! see the data change (zswap tries every page).
+//!
 //! Where the seed is silent: xDM chooses a backend per application, not per
 //! page, and gives no pool size; the defaults here are zswap's
 //! (`max_pool_percent` 20, pages that do not shrink are rejected), with the
@@ -82,9 +87,115 @@ impl CompressedTierConfig {
     }
 }
 
+/// When to stop trying to compress: data that does not shrink costs a
+/// compression per write-back and saves nothing.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct GateConfig {
+    /// Pages per verdict (default 256).
+    pub window: u32,
+    /// Below this share of pages kept in a window, the gate closes
+    /// (default 0.1).
+    pub min_kept: f64,
+    /// While closed, one page in this many is still tried, so a change in
+    /// the data is seen (default 16).
+    pub probe_every: u32,
+}
+
+impl Default for GateConfig {
+    fn default() -> Self {
+        Self {
+            window: 256,
+            min_kept: 0.1,
+            probe_every: 16,
+        }
+    }
+}
+
+/// Whether the next page is worth compressing (see [`GateConfig`]): open
+/// while enough pages of the last window were kept; closed, it tries one
+/// page in `probe_every` and opens again on a window of probes that shrank.
+#[derive(Debug, Clone)]
+pub struct CompressionGate {
+    cfg: GateConfig,
+    open: bool,
+    tried: u32,
+    kept: u32,
+    /// Pages let through untried since the last probe.
+    skipped: u32,
+}
+
+impl CompressionGate {
+    pub fn new(cfg: GateConfig) -> Self {
+        Self {
+            cfg,
+            open: true,
+            tried: 0,
+            kept: 0,
+            skipped: 0,
+        }
+    }
+
+    /// Whether to compress the next page; if so, [`Self::observe`] its outcome.
+    pub fn should_try(&mut self) -> bool {
+        if self.open || self.skipped + 1 >= self.cfg.probe_every.max(1) {
+            self.skipped = 0;
+            return true;
+        }
+        self.skipped += 1;
+        false
+    }
+
+    /// A page tried went where `admit` says.
+    pub fn observe(&mut self, admit: Admit) {
+        self.tried += 1;
+        self.kept += u32::from(admit != Admit::Below);
+        if self.tried >= self.cfg.window.max(1) {
+            self.open = f64::from(self.kept) >= f64::from(self.tried) * self.cfg.min_kept;
+            self.tried = 0;
+            self.kept = 0;
+        }
+    }
+
+    pub fn is_open(&self) -> bool {
+        self.open
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Pages tried out of `n`, each kept when `kept(i)` says.
+    fn run(gate: &mut CompressionGate, n: u32, kept: impl Fn(u32) -> bool) -> u32 {
+        let mut tried = 0;
+        for i in 0..n {
+            if gate.should_try() {
+                tried += 1;
+                gate.observe(if kept(i) { Admit::Pool } else { Admit::Below });
+            }
+        }
+        tried
+    }
+
+    #[test]
+    fn the_gate_closes_on_data_that_does_not_shrink_and_reopens_when_it_does() {
+        let mut g = CompressionGate::new(GateConfig::default());
+        // Compressible: every page tried.
+        assert_eq!(run(&mut g, 1024, |_| true), 1024);
+        assert!(g.is_open());
+        // Noise: a window of 256 closes it; then one in 16 is tried.
+        let tried = run(&mut g, 256 + 16 * 100, |_| false);
+        assert!(!g.is_open());
+        assert_eq!(tried, 256 + 100);
+        // Compressible again: reopened within one window of probes.
+        let tried = run(&mut g, 16 * 256, |_| true);
+        assert!(g.is_open());
+        assert!(tried < 16 * 256 && tried > 256, "{tried}");
+        // One page in eight kept is enough to stay open.
+        let mut g = CompressionGate::new(GateConfig::default());
+        assert_eq!(run(&mut g, 2560, |i| i % 8 == 0), 2560);
+        assert!(g.is_open());
+    }
 
     #[test]
     fn zero_pages_take_nothing_and_incompressible_ones_pass_down() {

@@ -14,6 +14,7 @@ pub mod native;
 pub mod record;
 pub mod registry;
 pub mod space;
+pub mod synthetic;
 pub mod trace;
 pub mod zipf;
 

@@ -98,11 +98,12 @@ fn prepare() -> Result<Option<String>, String> {
 }
 
 /// Nothing of the bench run `pid` is left, and zswap is as it was.
-fn assert_undone(pid: u32, zswap_before: Option<String>) {
+/// Nothing of bench `pid`'s set-up is left (None: of any bench).
+fn assert_undone(pid: Option<u32>, zswap_before: Option<String>) {
     // Under the lock no other bench is midway, so any swap on would be ours.
     let _lock = bench_lock();
     assert!(swaps().is_empty(), "swap left on: {:?}", swaps());
-    let ours = format!("-{pid}-");
+    let ours = pid.map_or("-".to_string(), |pid| format!("-{pid}-"));
     for dir in [PathBuf::from(CGROUP_ROOT), std::env::temp_dir()] {
         let left: Vec<String> = std::fs::read_dir(&dir)
             .unwrap()
@@ -135,7 +136,13 @@ fn bench_swap_runs_every_config_and_undoes_its_setup() {
     let v: Value = serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)));
 
-    let mut expected = vec!["local", "swapfile", "farmem"];
+    let mut expected = vec![
+        "local",
+        "swapfile",
+        "farmem",
+        "farmem-compressed",
+        "farmem-file",
+    ];
     if Path::new("/sys/class/zram-control").exists() || Path::new("/sys/block/zram0").exists() {
         expected.push("zram");
     }
@@ -171,12 +178,14 @@ fn bench_swap_runs_every_config_and_undoes_its_setup() {
                 assert!(r["swap_outs"].as_u64().unwrap() > 0, "{r}");
                 assert_eq!(r["setup"]["backing"], name, "{r}");
             }
-            "farmem" => assert!(r["farmem"]["faults_missing"].as_u64().unwrap() > 0, "{r}"),
+            "farmem" | "farmem-compressed" | "farmem-file" => {
+                assert!(r["farmem"]["faults_missing"].as_u64().unwrap() > 0, "{r}")
+            }
             _ => panic!("unexpected config {name}"),
         }
     }
 
-    assert_undone(pid, zswap_before);
+    assert_undone(Some(pid), zswap_before);
 }
 
 /// Ctrl-C (SIGINT) while zswap is on: the bench stops its program and
@@ -219,5 +228,56 @@ fn an_interrupted_bench_swap_undoes_its_setup() {
     let status = child.wait().unwrap();
     assert!(!status.success(), "{seen:?} {rest:?}");
     assert!(rest.iter().any(|l| l.contains("interrupted")), "{rest:?}");
-    assert_undone(pid, zswap_before);
+    assert_undone(Some(pid), zswap_before);
+}
+
+/// `farmem eval xdm` gathers one bench swap per workload and share: every
+/// config ran and agreed, and each row names the best of farmem's backends
+/// and of the kernel's.
+#[test]
+fn eval_xdm_compares_every_backend_with_the_kernels_swap() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let zswap_before = match prepare() {
+        Ok(z) => z,
+        Err(why) => return eprintln!("skipped: {why}"),
+    };
+    let out = Command::new(farmem())
+        .args(["eval", "xdm", "--quick", "--scale", "16MiB"])
+        .args(["--workloads", "text,kv", "--json"])
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{}\n{stderr}", out.status);
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = v["rows"].as_array().expect("rows");
+    let seen: Vec<_> = rows
+        .iter()
+        .map(|r| (r["workload"].as_str().unwrap(), r["local"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        seen,
+        [("text", "25%"), ("text", "50%"), ("kv", "25%"), ("kv", "50%")]
+    );
+    for r in rows {
+        assert_eq!(r["results_match"], true, "{r}");
+        // The kernel may run out of memory (zswap did on kv here); farmem may not.
+        assert_eq!(r["farmem_all_ok"], true, "{r}");
+        for c in r["configs"].as_array().unwrap() {
+            let failed = c["runs"].as_u64().unwrap() - c["ok"].as_u64().unwrap();
+            assert_eq!(failed, c["oom_killed"].as_u64().unwrap(), "{c}");
+        }
+        let names: Vec<_> = r["configs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["name"].as_str().unwrap())
+            .collect();
+        for want in ["local", "swapfile", "farmem", "farmem-compressed", "farmem-file"] {
+            assert!(names.contains(&want), "{want} missing: {r}");
+        }
+        assert!(r["best_farmem"]["name"].as_str().unwrap().starts_with("farmem"), "{r}");
+        assert!(r["best_farmem_to_best_kernel"].as_f64().unwrap() > 0.0, "{r}");
+    }
+    assert_undone(None, zswap_before);
 }

@@ -8,6 +8,9 @@
 //! decompression to fetch. Past its size the pool demotes its oldest pages
 //! to the store below, and only forgets one once the store below has it.
 //!
+//! Data that does not shrink is soon passed down untried
+//! ([`CompressionGate`]), one page in sixteen still tried.
+//!
 //! The pool's bytes are local memory: [`RemoteStore::local_bytes`] reports
 //! them and the runtime counts them against its limit.
 //!
@@ -26,7 +29,7 @@ use parking_lot::{Condvar, Mutex};
 use serde::Serialize;
 
 use farmem_core::Counter;
-use farmem_policy::tier::{Admit, CompressedTierConfig};
+use farmem_policy::tier::{Admit, CompressedTierConfig, CompressionGate, GateConfig};
 
 use crate::store::{RemoteStore, StoreError};
 
@@ -49,8 +52,11 @@ pub struct CompressedStats {
     /// Bytes of the pages kept compressed, before and after.
     pub bytes_in: u64,
     pub bytes_out: u64,
-    /// Pages written whole that did not shrink enough and went below.
+    /// Pages written whole that did not shrink enough, or were not tried
+    /// (below), and went below.
     pub passed_down: u64,
+    /// Of those, pages not even tried: the data was not shrinking.
+    pub untried: u64,
     /// Pages moved below to keep the pool within its size.
     pub demoted: u64,
     /// Pages read from the pool, and from the store below.
@@ -65,6 +71,7 @@ struct Counters {
     bytes_in: Counter,
     bytes_out: Counter,
     passed_down: Counter,
+    untried: Counter,
     demoted: Counter,
     hits: Counter,
     misses: Counter,
@@ -194,6 +201,8 @@ pub struct CompressedStore {
     cfg: CompressedTierConfig,
     max_bytes: u64,
     pool: Mutex<Pool>,
+    /// Whether compressing is paying off now.
+    gate: Mutex<CompressionGate>,
     /// Signalled when demotions land.
     demoted: Condvar,
     /// `pool.bytes`, readable without the lock.
@@ -209,6 +218,7 @@ impl CompressedStore {
             cfg,
             max_bytes,
             pool: Mutex::new(Pool::default()),
+            gate: Mutex::new(CompressionGate::new(GateConfig::default())),
             demoted: Condvar::new(),
             bytes: AtomicU64::new(0),
             counters: Counters::default(),
@@ -226,6 +236,7 @@ impl CompressedStore {
             bytes_in: c.bytes_in.get(),
             bytes_out: c.bytes_out.get(),
             passed_down: c.passed_down.get(),
+            untried: c.untried.get(),
             demoted: c.demoted.get(),
             hits: c.hits.get(),
             misses: c.misses.get(),
@@ -241,12 +252,19 @@ impl CompressedStore {
     fn store_page(&self, page: u64, data: &[u8]) -> Staged {
         let zero = data.iter().all(|&b| b == 0);
         let mut out = [0u8; lz4_flex::block::get_maximum_output_size(PAGE)];
-        let compressed = if zero {
-            None
-        } else {
+        let tried = !zero && self.gate.lock().should_try();
+        let compressed = if tried {
             lz4_flex::block::compress_into(data, &mut out).ok()
+        } else {
+            None
         };
-        match self.cfg.admit(PAGE, zero, compressed) {
+        let admit = self.cfg.admit(PAGE, zero, compressed);
+        if tried {
+            self.gate.lock().observe(admit);
+        } else if !zero {
+            self.counters.untried.inc();
+        }
+        match admit {
             Admit::Zero => {
                 let mut pool = self.pool.lock();
                 pool.insert(page, None);
@@ -620,6 +638,30 @@ mod tests {
         assert_eq!(&got[..10], &want[PAGE - 10..]);
         assert_eq!(&got[4 * PAGE + 10 + 64..4 * PAGE + 10 + 128], &[5u8; 64]);
         assert_eq!(&got[5 * PAGE + 10..], &compressible(2)[..10]);
+    }
+
+    #[test]
+    fn noise_soon_goes_below_untried_and_text_is_tried_again() {
+        let (below, s, base) = setup(1 << 30);
+        for i in 0..1024u64 {
+            s.write_lines(&lines_of(base + (i % 32) * P, &random(i))).unwrap();
+        }
+        let st = s.stats();
+        assert_eq!(st.passed_down, 1024, "{st:?}");
+        assert!(st.untried > 600, "{st:?}");
+        assert_eq!(below.stats().lines_written, 64 * 1024);
+        for i in 0..32u64 {
+            assert_eq!(read(&s, base + i * P, PAGE), random(992 + i), "page {i}");
+        }
+        // Text again: kept once the probes see it shrink.
+        for i in 0..8192u64 {
+            s.write_lines(&lines_of(base + (i % 32) * P, &compressible(i as u8))).unwrap();
+        }
+        let st = s.stats();
+        assert!(st.stored > 4096, "{st:?}");
+        for i in 0..32u64 {
+            assert_eq!(read(&s, base + i * P, PAGE), compressible((8160 + i) as u8));
+        }
     }
 
     #[test]

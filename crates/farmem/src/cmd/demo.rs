@@ -17,7 +17,7 @@ use std::time::Instant;
 
 use anyhow::{Context, bail};
 use farmem_core::{ByteSize, Ratio};
-use farmem_workloads::native;
+use farmem_workloads::{native, synthetic};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{Value, json};
 
@@ -50,6 +50,11 @@ pub struct Args {
     /// runs execute).
     #[arg(long, hide = true)]
     worker: bool,
+    /// The worker's program: `pagerank`, or one of farmem_workloads's
+    /// synthetic ones (kv, scan, text, noise) over --size for --iterations
+    /// passes (`farmem bench swap --workload`, `farmem eval xdm`).
+    #[arg(long, hide = true, default_value = "pagerank")]
+    kind: String,
 }
 
 /// Local memory for the far run.
@@ -321,6 +326,24 @@ fn supervise(
 /// stdout as `progress N TEXT` and `result JSON` lines.
 fn worker(args: &Args) -> Outcome {
     use std::io::Write;
+    if args.kind != "pagerank" {
+        let kind: synthetic::Kind = args.kind.parse().map_err(anyhow::Error::msg)?;
+        let mut out = std::io::stdout().lock();
+        let start = Instant::now();
+        let sum = synthetic::run(kind, args.size.bytes(), args.iterations, 42, |i| {
+            let _ = writeln!(out, "progress {i} pass {i} of {}", args.iterations);
+            let _ = out.flush();
+        });
+        let result = json!({
+            "seconds": start.elapsed().as_secs_f64(),
+            "kind": kind.name(),
+            "bytes": args.size.bytes(),
+            "checksum": format!("{sum:016x}"),
+            "peak_rss_bytes": peak_rss(),
+        });
+        writeln!(out, "result {result}")?;
+        return Ok(std::process::ExitCode::SUCCESS);
+    }
     let (scale, ef) = graph_shape(args.size.bytes());
     let mut out = std::io::stdout().lock();
     let start = Instant::now();

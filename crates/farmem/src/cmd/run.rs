@@ -584,10 +584,11 @@ impl Summary<'_> {
             Bottom::File(_) => "the file",
         };
         eprintln!(
-            "farmem: compressed pool: kept {} pages ({ratio:.1}x smaller) and {} all-zero ones; {} did not shrink and {} were demoted to {below}; {} page reads from the pool, {} from {below}; {} held at exit",
+            "farmem: compressed pool: kept {} pages ({ratio:.1}x smaller) and {} all-zero ones; {} did not shrink ({} of them not tried: the data had stopped shrinking) and {} were demoted to {below}; {} page reads from the pool, {} from {below}; {} held at exit",
             get("stored"),
             get("stored_zero"),
             get("passed_down"),
+            get("untried"),
             get("demoted"),
             get("hits"),
             get("misses"),

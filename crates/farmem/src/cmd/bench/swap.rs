@@ -29,13 +29,18 @@ use crate::cmd::Outcome;
 #[derive(clap::Args)]
 pub struct Args {
     /// The program: `demo`, the quick start's PageRank (`farmem demo`'s
-    /// worker); a command line after `--` replaces it.
+    /// worker), or a synthetic one over --size for --iterations passes:
+    /// `kv` (random reads and writes of 256 B records), `scan` (sequential
+    /// reads), `text` (pages of words, rewritten and re-read: compressible)
+    /// or `noise` (the same with random bytes). A command line after `--`
+    /// replaces it.
     #[arg(long, default_value = "demo")]
     workload: String,
-    /// Graph size of the demo (default 1GiB; --quick: 32MiB).
+    /// Memory of the built-in workload: the graph of the demo, the array of
+    /// the others (default 1GiB; --quick: 32MiB).
     #[arg(long)]
     size: Option<ByteSize>,
-    /// PageRank rounds of the demo (default 3; --quick: 2).
+    /// PageRank rounds of the demo, passes of the others (default 3; --quick: 2).
     #[arg(long)]
     iterations: Option<usize>,
     /// Local memory of each limited config: a share of the footprint the
@@ -51,7 +56,7 @@ pub struct Args {
     /// the swap file goes too).
     #[arg(
         long,
-        default_value = "local,swapfile,zram,zswap,farmem,farmem-compressed"
+        default_value = "local,swapfile,zram,zswap,farmem,farmem-compressed,farmem-file"
     )]
     configs: String,
     /// A small, fast run (32 MiB demo, 2 iterations, 1 round).
@@ -93,16 +98,26 @@ impl Workload {
                 demo: false,
             });
         }
-        anyhow::ensure!(
-            args.workload == "demo",
-            "--workload {}: the only built-in workload is `demo`; give any other program after `--`",
-            args.workload
-        );
+        let kind = match args.workload.as_str() {
+            "demo" | "pagerank" => "pagerank",
+            other => {
+                other
+                    .parse::<farmem_workloads::synthetic::Kind>()
+                    .map_err(|e| {
+                        anyhow::anyhow!(
+                            "--workload: {e}, or demo; give any other program after `--`"
+                        )
+                    })?;
+                other
+            }
+        };
         let exe = std::env::current_exe().context("finding the farmem binary")?;
         let argv = [
             exe.into_os_string(),
             "demo".into(),
             "--worker".into(),
+            "--kind".into(),
+            kind.into(),
             "--size".into(),
             size.bytes().to_string().into(),
             "--iterations".into(),
@@ -217,7 +232,7 @@ pub fn run(args: Args) -> Outcome {
     } = bench.rounds(&configs, &order, local)?;
     let report = swap_report::Report {
         workload: json!({
-            "kind": if bench.workload.demo { "demo" } else { "command" },
+            "kind": if bench.workload.demo { args.workload.as_str() } else { "command" },
             "command": bench.workload.shown(),
             "size_bytes": bench.workload.demo.then_some(size.bytes()),
             "iterations": bench.workload.demo.then_some(iterations),

@@ -1,10 +1,11 @@
-//! `farmem eval`: rebuild a paper's evaluation from simulator runs. One
+//! `farmem eval`: rebuild a paper's evaluation, from simulator runs or real ones. One
 //! module per evaluation; they share the flags below.
 
 mod daemon;
 mod faults;
 mod fig3;
 mod unimem;
+mod xdm;
 
 use std::path::PathBuf;
 
@@ -33,6 +34,12 @@ const EVALS: &[Eval] = &[
         "unimem",
         "UniMem §4: AMAT and data amplification of the local-cache systems",
         unimem::run,
+    ),
+    (
+        "xdm",
+        "xDM: workloads x far-memory backends beside the kernel's swap file, zram and zswap \
+         at 25% and 50% local (root; ~45 min; --quick: 64 MiB, one round, ~3 min)",
+        xdm::run,
     ),
     (
         "faults",
