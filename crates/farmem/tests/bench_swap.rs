@@ -253,11 +253,21 @@ fn eval_xdm_compares_every_backend_with_the_kernels_swap() {
     let rows = v["rows"].as_array().expect("rows");
     let seen: Vec<_> = rows
         .iter()
-        .map(|r| (r["workload"].as_str().unwrap(), r["local"].as_str().unwrap()))
+        .map(|r| {
+            (
+                r["workload"].as_str().unwrap(),
+                r["local"].as_str().unwrap(),
+            )
+        })
         .collect();
     assert_eq!(
         seen,
-        [("text", "25%"), ("text", "50%"), ("kv", "25%"), ("kv", "50%")]
+        [
+            ("text", "25%"),
+            ("text", "50%"),
+            ("kv", "25%"),
+            ("kv", "50%")
+        ]
     );
     for r in rows {
         assert_eq!(r["results_match"], true, "{r}");
@@ -273,11 +283,26 @@ fn eval_xdm_compares_every_backend_with_the_kernels_swap() {
             .iter()
             .map(|c| c["name"].as_str().unwrap())
             .collect();
-        for want in ["local", "swapfile", "farmem", "farmem-compressed", "farmem-file"] {
+        for want in [
+            "local",
+            "swapfile",
+            "farmem",
+            "farmem-compressed",
+            "farmem-file",
+        ] {
             assert!(names.contains(&want), "{want} missing: {r}");
         }
-        assert!(r["best_farmem"]["name"].as_str().unwrap().starts_with("farmem"), "{r}");
-        assert!(r["best_farmem_to_best_kernel"].as_f64().unwrap() > 0.0, "{r}");
+        assert!(
+            r["best_farmem"]["name"]
+                .as_str()
+                .unwrap()
+                .starts_with("farmem"),
+            "{r}"
+        );
+        assert!(
+            r["best_farmem_to_best_kernel"].as_f64().unwrap() > 0.0,
+            "{r}"
+        );
     }
     assert_undone(None, zswap_before);
 }

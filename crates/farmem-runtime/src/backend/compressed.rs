@@ -644,7 +644,8 @@ mod tests {
     fn noise_soon_goes_below_untried_and_text_is_tried_again() {
         let (below, s, base) = setup(1 << 30);
         for i in 0..1024u64 {
-            s.write_lines(&lines_of(base + (i % 32) * P, &random(i))).unwrap();
+            s.write_lines(&lines_of(base + (i % 32) * P, &random(i)))
+                .unwrap();
         }
         let st = s.stats();
         assert_eq!(st.passed_down, 1024, "{st:?}");
@@ -655,7 +656,8 @@ mod tests {
         }
         // Text again: kept once the probes see it shrink.
         for i in 0..8192u64 {
-            s.write_lines(&lines_of(base + (i % 32) * P, &compressible(i as u8))).unwrap();
+            s.write_lines(&lines_of(base + (i % 32) * P, &compressible(i as u8)))
+                .unwrap();
         }
         let st = s.stats();
         assert!(st.stored > 4096, "{st:?}");

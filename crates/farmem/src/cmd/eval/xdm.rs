@@ -84,7 +84,8 @@ pub fn run(args: Args) -> Outcome {
             let row = row(w, share, &report);
             // The kernel running out of memory is a result; farmem failing,
             // or any two runs disagreeing, is not.
-            failed |= row["results_match"] != json!(true) || !row["farmem_all_ok"].as_bool().unwrap_or(false);
+            failed |= row["results_match"] != json!(true)
+                || !row["farmem_all_ok"].as_bool().unwrap_or(false);
             rows.push(row);
         }
     }
