@@ -391,14 +391,10 @@ mod tests {
         );
         let c = read(&env(&[
             ("FARMEM_CONTROLLER", "c:1"),
-            ("FARMEM_BACKEND", "compressed"),
+            ("FARMEM_BACKEND", "tiered:compressed,file:/var/tmp"),
         ]))
         .unwrap();
-        assert_eq!(
-            c.dirty,
-            DirtyMode::Page,
-            "a compressed pool stores pages whole"
-        );
+        assert_eq!(c.dirty, DirtyMode::Page, "a file writes whole blocks");
     }
 
     #[test]

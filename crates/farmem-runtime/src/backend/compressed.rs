@@ -193,6 +193,9 @@ enum Staged {
     Kept,
     /// For the store below, as given.
     Below,
+    /// Patched here from the kept copy, then too big to keep: the whole
+    /// page is for the store below, which never had the kept copy.
+    Patched(Box<[u8; PAGE]>),
 }
 
 /// A compressed pool of at most `max_bytes` in front of `below`.
@@ -309,7 +312,10 @@ impl CompressedStore {
         for (off, bytes) in parts {
             whole[*off..off + bytes.len()].copy_from_slice(bytes);
         }
-        Ok(self.store_page(page, &whole))
+        Ok(match self.store_page(page, &whole) {
+            Staged::Below => Staged::Patched(Box::new(whole)),
+            kept => kept,
+        })
     }
 
     /// Applies `records` one by one through [`RemoteStore::write`]: lines
@@ -459,8 +465,10 @@ impl RemoteStore for CompressedStore {
             } else {
                 self.patch(page, &[(off, bytes)])?
             };
-            if let Staged::Below = staged {
-                self.below.write(page + off as u64, bytes)?;
+            match staged {
+                Staged::Kept => {}
+                Staged::Below => self.below.write(page + off as u64, bytes)?,
+                Staged::Patched(whole) => self.below.write(page, &whole[..])?,
             }
         }
         self.send_below(Vec::new())
@@ -493,8 +501,10 @@ impl RemoteStore for CompressedStore {
                     .collect();
                 self.patch(page, &parts)?
             };
-            if let Staged::Below = staged {
-                below.extend_from_slice(group);
+            match staged {
+                Staged::Kept => {}
+                Staged::Below => below.extend_from_slice(group),
+                Staged::Patched(whole) => push_lines(&mut below, page, &whole[..]),
             }
         }
         self.send_below(below)
@@ -726,6 +736,8 @@ mod tests {
         Noise(u64, u64),
         Zero(u64),
         Line(u64, u8, u8),
+        /// Most of a page's lines, in noise: a kept page patched too big to keep.
+        NoisyLines(u64, u64),
         Bytes(u64, u16, u8),
         Read(u64, u16),
     }
@@ -737,6 +749,7 @@ mod tests {
             (page.clone(), any::<u64>()).prop_map(|(p, s)| Op::Noise(p, s)),
             page.clone().prop_map(Op::Zero),
             (page.clone(), 0..64u8, any::<u8>()).prop_map(|(p, l, b)| Op::Line(p, l, b)),
+            (page.clone(), any::<u64>()).prop_map(|(p, s)| Op::NoisyLines(p, s)),
             (page.clone(), 0..8192u16, any::<u8>()).prop_map(|(p, o, b)| Op::Bytes(p, o, b)),
             (page, 0..12000u16).prop_map(|(p, n)| Op::Read(p, n)),
         ]
@@ -756,6 +769,11 @@ mod tests {
                     Op::Noise(p, seed) => (p * P, lines_of(0, &random(seed))),
                     Op::Zero(p) => (p * P, lines_of(0, &[0u8; PAGE])),
                     Op::Line(p, l, b) => (p * P + l as u64 * 64, vec![(0, [b; 64])]),
+                    Op::NoisyLines(p, seed) => {
+                        let mut lines = lines_of(0, &random(seed));
+                        lines.truncate(56);
+                        (p * P, lines)
+                    }
                     Op::Bytes(p, o, b) => {
                         let data = vec![b; 100];
                         s.write(base + p * P + o as u64, &data).unwrap();

@@ -113,15 +113,14 @@ impl Backend {
     }
 
     /// The dirty tracking that suits the backend when none is asked for:
-    /// line diffs for the memory nodes (Kona: only changed lines cross the
-    /// link), whole pages for a compressed pool, which stores pages whole
-    /// and would decompress and compress a page again for each diff, and
-    /// for a file, which can only write whole blocks.
+    /// whole pages for a file, which writes whole blocks (a line would cost
+    /// a read and a write of its page); else line diffs (Kona: only changed
+    /// lines cross the link, and a compressed pool patches the few lines of
+    /// a page it keeps rather than take the whole page again).
     pub fn default_dirty(&self) -> DirtyMode {
-        if self.compressed.is_some() || self.bottom != Bottom::Remote {
-            DirtyMode::Page
-        } else {
-            DirtyMode::default()
+        match self.bottom {
+            Bottom::File(_) => DirtyMode::Page,
+            Bottom::Remote => DirtyMode::default(),
         }
     }
 
@@ -202,5 +201,7 @@ mod tests {
         assert!(!b.needs_rack());
         assert_eq!(b.default_dirty(), DirtyMode::Page);
         assert_eq!(Backend::default().default_dirty(), DirtyMode::Line);
+        let pool: Backend = "compressed".parse().unwrap();
+        assert_eq!(pool.default_dirty(), DirtyMode::Line);
     }
 }

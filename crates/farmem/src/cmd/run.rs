@@ -93,8 +93,8 @@ pub struct Args {
     #[arg(long, default_value = "remote")]
     backend: Backend,
     /// Dirty tracking: `line` (Kona: only changed cache lines are written
-    /// back) or `page`. Default: line for `remote`, page for `compressed`
-    /// (its pool stores pages whole).
+    /// back) or `page`. Default: page when the last tier is a file (it
+    /// writes whole blocks), else line.
     #[arg(long)]
     dirty: Option<farmem_runtime::DirtyMode>,
     /// Replacement policy of the local cache, at page granularity: lru, fifo, 4-way (alias
