@@ -73,12 +73,13 @@ fn runtime_benches_report_both_modes_over_a_local_rack() {
     for mode in ["line", "page"] {
         assert!(v[mode]["pages_evicted"].as_u64().unwrap() > 0, "{v}");
     }
-    // Page mode takes a fault per page written (missing, or write-protect
-    // on a page faulted around), Kona-VM two; line mode, faulting fresh
-    // memory around in windows of up to 32 pages, far fewer.
-    assert_eq!(v["page"]["faults"].as_u64(), Some(4096), "{v}");
+    // Kona-VM takes two faults per page written (missing, then
+    // write-protect); line and page mode fault fresh memory around in
+    // windows, mapped writable over zeros, so far fewer.
     assert_eq!(v["kona_vm"]["faults"].as_u64(), Some(8192), "{v}");
-    assert!(v["line"]["faults"].as_u64().unwrap() < 4096 / 8, "{v}");
+    for mode in ["line", "page"] {
+        assert!(v[mode]["faults"].as_u64().unwrap() < 4096 / 8, "{v}");
+    }
     // One line per page written in line mode, whole pages in page mode.
     assert!(v["writeback_reduction"].as_f64().unwrap() > 8.0, "{v}");
     let v = json_of(&[
