@@ -49,6 +49,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
+use farmem_core::sync::pause_unless_stopped;
 use farmem_net::server::{Peer, Refusal, Server, ServerConfig, Service};
 use farmem_net::{ClientConfig, Connection, NetError};
 use farmem_wire::{Cap, ErrorCode, GrantKind, Msg, NodeInfo, Role, auth};
@@ -847,6 +848,7 @@ impl Controller {
             .into_iter()
             .flatten()
         {
+            h.thread().unpark();
             let _ = h.join();
         }
         if let Some(l) = &self.shared.leadership {
@@ -865,8 +867,7 @@ fn liveness_loop(shared: &Shared, stop: &AtomicBool) {
     let timeout = shared.cfg.heartbeat_timeout;
     let tick = (timeout / 4).max(Duration::from_millis(10));
     let mut last_tick = Instant::now();
-    while !stop.load(Ordering::SeqCst) {
-        thread::sleep(tick);
+    while !pause_unless_stopped(stop, tick) {
         if !shared.leading() {
             last_tick = Instant::now();
             continue;

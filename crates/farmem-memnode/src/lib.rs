@@ -19,6 +19,7 @@ use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
 use farmem_core::Counter;
+use farmem_core::sync::pause_unless_stopped;
 use farmem_net::server::{Peer, Refusal, Server, ServerConfig, Service};
 use farmem_net::{ClientConfig, Connection, NetError};
 use farmem_wire::{Cap, ErrorCode, GrantKind, Msg, Role, auth};
@@ -555,6 +556,7 @@ impl MemNode {
         self.stop.store(true, Ordering::SeqCst);
         self.server.shutdown();
         if let Some(h) = self.heartbeat.take() {
+            h.thread().unpark();
             let _ = h.join();
         }
     }
@@ -642,8 +644,7 @@ fn heartbeat_loop(
     shared: &Shared,
     stop: &AtomicBool,
 ) {
-    while !stop.load(Ordering::SeqCst) {
-        thread::sleep(cfg.heartbeat);
+    while !pause_unless_stopped(stop, cfg.heartbeat) {
         let used = shared.store.resident_bytes();
         let beat = Msg::Heartbeat {
             node: shared.node.load(Ordering::Relaxed),
@@ -663,7 +664,7 @@ fn heartbeat_loop(
                     }
                     Err(e) => {
                         tracing::debug!("re-register with {ctl} failed: {e}");
-                        thread::sleep(cfg.heartbeat);
+                        pause_unless_stopped(stop, cfg.heartbeat);
                     }
                 }
             }

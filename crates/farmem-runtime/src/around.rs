@@ -62,7 +62,6 @@ impl Shared {
         };
         let r = &job.region;
         let first = job.idx + 1;
-        let writable = true;
         // Counted before the install wakes the program (as in `install`).
         self.m.pages_zero_filled.add(n as u64);
         self.m.pages_faulted_around.add(n as u64);
@@ -70,12 +69,8 @@ impl Shared {
         // SAFETY: `zeros` is a live read-only mapping of MAX_FAULT_AROUND
         // pages, and n < MAX_FAULT_AROUND.
         let (copied, result) = unsafe {
-            self.uffd.copy_run(
-                r.page_addr(first),
-                zeros.as_ptr(),
-                n as u64 * PAGE,
-                !writable,
-            )
+            self.uffd
+                .copy_run(r.page_addr(first), zeros.as_ptr(), n as u64 * PAGE, false)
         };
         self.m.st_install.since(t);
         if let Err(e) = result
@@ -83,7 +78,7 @@ impl Shared {
         {
             self.report(format!("faulting around {:#x}: {e}", r.page_addr(first)));
         }
-        self.finish_around(job, n, (copied / PAGE) as usize, writable, ctx);
+        self.finish_around(job, n, (copied / PAGE) as usize, true, ctx);
     }
 
     /// Step two for stored pages on a fault-handling thread, before the
