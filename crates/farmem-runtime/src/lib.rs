@@ -2,8 +2,10 @@
 //!
 //! Kona's KLib (seed 001, §4) in software. A [`Runtime`] gives the process
 //! [`Region`]s whose pages live on a [`RemoteStore`] and are cached locally
-//! up to [`Config::local_bytes`]. See `README.md` in this crate for the
-//! design: threads, page states, and why the eviction protocol is race-free.
+//! up to [`Config::local_bytes`]. Where pages go is a [`backend::Backend`]
+//! (xDM's backends, seed 004): the memory nodes, a compressed pool in front
+//! of them, or a file. See `README.md` in this crate for the design:
+//! threads, page states, and why the eviction protocol is race-free.
 //!
 //! ```no_run
 //! use std::sync::Arc;
@@ -18,8 +20,8 @@
 
 // Layers, bottom up, each module using only those in layers below it (see
 // README.md, Modules): store; error, uffd, stats; slab; bufs; page; config;
-// cache; shared; around; resolve; evict, signal, handler; runtime; bench,
-// preload_env, remote.
+// backend; cache; shared; around; resolve; evict, signal, handler; runtime;
+// bench, preload_env, remote.
 mod around;
 pub mod backend;
 pub mod bench;
