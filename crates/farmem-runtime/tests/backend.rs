@@ -207,3 +207,54 @@ fn a_file_backend_keeps_every_page_alone_and_behind_the_pool() {
     );
     let _ = std::fs::remove_dir(&dir);
 }
+
+/// A disk that fails mid-run: the write-backs fail with the file's name
+/// and EIO, the pages stay resident and dirty and read back unchanged, and
+/// once the disk works again a sync lands every one.
+#[test]
+fn a_file_failing_mid_run_keeps_pages_resident_and_dirty_and_loses_none() {
+    if skip() {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("farmem-backend-eio-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let backend: Backend = format!("file:{}", dir.display()).parse().unwrap();
+    let built = backend.build(None, LOCAL_PAGES * PAGE, 16 << 20).unwrap();
+    let file = built.file.clone().unwrap();
+    let rt = Runtime::new(cfg(), built.store.clone(), built.slabs.clone()).unwrap();
+    let pages = 62usize;
+    let r = rt.region(pages as u64 * PAGE).unwrap();
+    file.fail_writes(true);
+    for p in 0..pages {
+        r.write_at(p * PAGE as usize, &page(p)).unwrap();
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while rt.stats().writeback_kept == 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let s = rt.stats();
+    assert!(s.writeback_errors > 0 && s.writeback_kept > 0, "{s:?}");
+    assert_eq!(s.pages_evicted_dirty, 0, "{s:?}");
+    let err = rt.last_error().expect("the failure is reported");
+    assert!(
+        err.contains(&dir.display().to_string()) && err.contains("Input/output error"),
+        "{err}"
+    );
+    let mut got = vec![0u8; PAGE as usize];
+    for p in 0..pages {
+        r.read_at(p * PAGE as usize, &mut got).unwrap();
+        assert!(got == page(p), "page {p} while the disk fails");
+    }
+    file.fail_writes(false);
+    r.sync().unwrap();
+    let extents = r.extents().unwrap();
+    drop(r);
+    drop(rt);
+    let rt = Runtime::new(cfg(), built.store.clone(), built.slabs.clone()).unwrap();
+    let r = rt.region_over(&extents).unwrap();
+    for p in 0..pages {
+        r.read_at(p * PAGE as usize, &mut got).unwrap();
+        assert!(got == page(p), "page {p} after the disk came back");
+    }
+    let _ = std::fs::remove_dir(&dir);
+}

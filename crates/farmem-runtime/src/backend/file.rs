@@ -126,6 +126,9 @@ pub struct FileStore {
     size: u64,
     next: Mutex<u64>,
     counters: Counters,
+    /// While set, every write fails with EIO, as a failing disk's would
+    /// ([`FileStore::fail_writes`]).
+    failing: std::sync::atomic::AtomicBool,
 }
 
 fn io_error(path: &Path, what: &'static str) -> impl FnOnce(std::io::Error) -> FileBackendError {
@@ -201,6 +204,7 @@ impl FileStore {
             size,
             next: Mutex::new(BASE),
             counters: Counters::default(),
+            failing: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -244,7 +248,18 @@ impl FileStore {
 
     fn pwrite_all(&self, off: u64, data: &[u8]) -> std::io::Result<()> {
         use std::os::unix::fs::FileExt;
+        if self.failing.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(std::io::Error::from_raw_os_error(libc::EIO));
+        }
         self.file.write_all_at(data, off)
+    }
+
+    /// Makes every write fail with EIO while `fail` is set: a disk going
+    /// bad mid-run, for tests of what the runtime does then.
+    #[doc(hidden)]
+    pub fn fail_writes(&self, fail: bool) {
+        self.failing
+            .store(fail, std::sync::atomic::Ordering::SeqCst);
     }
 
     /// Writes whole pages `data` at page-aligned `off`, through a bounce
