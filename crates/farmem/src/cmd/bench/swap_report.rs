@@ -128,6 +128,11 @@ impl Report<'_> {
             "major_faults_median": med("/major_faults"),
             "swap_ins_median": med("/swap_ins"),
             "peak_rss_bytes_max": max_u64("/peak_rss_bytes"),
+            // How far the peak went past the local memory it was given
+            // (negative: under it); none for the unlimited local runs.
+            "peak_rss_over_limit": max_u64("/peak_rss_bytes")
+                .filter(|_| c != Config::Local && self.limit > 0)
+                .map(|p| p as f64 / self.limit as f64 - 1.0),
             "cgroup_peak_bytes_max": max_u64("/cgroup/peak_bytes"),
             "setup": all.first().map(|r| r["setup"].clone()),
         });
@@ -176,7 +181,7 @@ pub fn print_table(report: &Value) {
         report["rounds"],
     );
     println!(
-        "{:<9} {:>8} {:>8} {:>7} {:>9} {:>12} {:>12} {:>10} {:>10} {:>10}",
+        "{:<17} {:>8} {:>8} {:>7} {:>9} {:>12} {:>12} {:>16} {:>10} {:>10}",
         "config",
         "median s",
         "min s",
@@ -191,7 +196,7 @@ pub fn print_table(report: &Value) {
     for c in report["configs"].as_array().into_iter().flatten() {
         let name = c["name"].as_str().unwrap_or("?");
         if let Some(why) = c["skipped"].as_str() {
-            println!("{name:<9} skipped: {why}");
+            println!("{name:<17} skipped: {why}");
             continue;
         }
         let farmem = match (
@@ -203,7 +208,7 @@ pub fn print_table(report: &Value) {
         };
         let oom = c["oom_killed"].as_u64().unwrap_or(0);
         println!(
-            "{name:<9} {:>8} {:>8} {:>7} {:>9} {:>12} {:>12} {:>10} {:>10} {:>10}{}",
+            "{name:<17} {:>8} {:>8} {:>7} {:>9} {:>12} {:>12} {:>16} {:>10} {:>10}{}",
             secs(&c["wall_seconds"]["median"]),
             secs(&c["wall_seconds"]["min"]),
             c["ratio_to_local"]
@@ -214,7 +219,11 @@ pub fn print_table(report: &Value) {
                 .as_u64()
                 .map_or("-".into(), |n| n.to_string()),
             farmem,
-            bytes(&c["peak_rss_bytes_max"]),
+            match c["peak_rss_over_limit"].as_f64() {
+                Some(o) if o > 0.0 =>
+                    format!("{} (+{:.0}%)", bytes(&c["peak_rss_bytes_max"]), o * 100.0),
+                _ => bytes(&c["peak_rss_bytes_max"]),
+            },
             bytes(&c["cgroup_peak_bytes_max"]),
             c["swap_ins_median"]
                 .as_u64()
@@ -299,6 +308,26 @@ mod tests {
         }
         .build();
         assert_eq!(r["results_match"], false);
+    }
+
+    #[test]
+    fn a_peak_past_the_limit_is_reported_as_a_share_of_it() {
+        let configs = [Config::Local, Config::Farmem(FarBackend::Remote)];
+        let mut runs = [
+            run("local", "ok", 2.0, "aa"),
+            run("farmem", "ok", 3.0, "aa"),
+        ];
+        runs[1]["peak_rss_bytes"] = json!(110);
+        let order = super::super::swap_plan::plan(&configs, 1);
+        let r = Report {
+            runs: &runs,
+            limit: 100,
+            ..r_base(&order, &configs)
+        }
+        .build();
+        assert_eq!(r["configs"][0]["peak_rss_over_limit"], Value::Null);
+        let over = r["configs"][1]["peak_rss_over_limit"].as_f64().unwrap();
+        assert!((over - 0.1).abs() < 1e-9, "{over}");
     }
 
     fn r_base<'a>(order: &'a [Vec<Config>], configs: &'a [Config]) -> Report<'a> {

@@ -156,6 +156,7 @@ fn row(workload: &str, share: &str, r: &Value) -> Value {
             "median_seconds": median(c),
             "ratio_to_local": c["ratio_to_local"],
             "peak_rss_bytes_max": c["peak_rss_bytes_max"],
+            "peak_rss_over_limit": c["peak_rss_over_limit"],
             "ok": c["ok"],
             "runs": c["runs"],
             "oom_killed": c["oom_killed"],
