@@ -53,6 +53,25 @@ impl StoreError {
     }
 }
 
+/// The pieces of `len` bytes at `addr`, one per page they touch, in
+/// order: (the page's address, offset in the page, range in the buffer).
+pub(crate) fn page_pieces(
+    addr: u64,
+    len: usize,
+) -> impl Iterator<Item = (u64, usize, std::ops::Range<usize>)> {
+    let mut done = 0usize;
+    std::iter::from_fn(move || {
+        (done < len).then(|| {
+            let a = addr + done as u64;
+            let off = (a % PAGE) as usize;
+            let n = (PAGE as usize - off).min(len - done);
+            let piece = (a - off as u64, off, done..done + n);
+            done += n;
+            piece
+        })
+    })
+}
+
 /// Where pages live when they are not local. Addresses are global remote addresses.
 pub trait RemoteStore: Send + Sync + 'static {
     fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), StoreError>;
@@ -236,30 +255,19 @@ impl MemStore {
         }
     }
 
+    /// The shard holding the page at address `page`.
     fn shard(&self, page: u64) -> &Mutex<HashMap<u64, Box<[u8; PAGE as usize]>>> {
-        &self.shards[(page as usize) % SHARDS]
-    }
-
-    /// Calls `f(page_number, offset_in_page, range_in_buffer)` per page piece.
-    fn pieces(addr: u64, len: usize, mut f: impl FnMut(u64, usize, std::ops::Range<usize>)) {
-        let mut done = 0usize;
-        while done < len {
-            let a = addr + done as u64;
-            let off = (a % PAGE) as usize;
-            let n = (PAGE as usize - off).min(len - done);
-            f(a / PAGE, off, done..done + n);
-            done += n;
-        }
+        &self.shards[(page / PAGE) as usize % SHARDS]
     }
 
     fn put(&self, addr: u64, data: &[u8]) {
-        Self::pieces(addr, data.len(), |page, off, r| {
+        for (page, off, r) in page_pieces(addr, data.len()) {
             let mut shard = self.shard(page).lock();
             let p = shard
                 .entry(page)
                 .or_insert_with(|| Box::new([0u8; PAGE as usize]));
             p[off..off + r.len()].copy_from_slice(&data[r]);
-        });
+        }
     }
 }
 
@@ -267,13 +275,13 @@ impl RemoteStore for MemStore {
     fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), StoreError> {
         self.admit(FaultOp::Read)?;
         self.check_range(addr, buf.len() as u64)?;
-        Self::pieces(addr, buf.len(), |page, off, r| {
+        for (page, off, r) in page_pieces(addr, buf.len()) {
             let shard = self.shard(page).lock();
             match shard.get(&page) {
                 Some(p) => buf[r.clone()].copy_from_slice(&p[off..off + r.len()]),
                 None => buf[r].fill(0),
             }
-        });
+        }
         self.counters.reads.inc();
         self.counters.bytes_read.add(buf.len() as u64);
         Ok(())
@@ -297,22 +305,18 @@ impl RemoteStore for MemStore {
         if self.check_range(addr, buf.len() as u64).is_err() {
             return false;
         }
-        let mut done = true;
-        Self::pieces(addr, buf.len(), |page, off, r| {
+        for (page, off, r) in page_pieces(addr, buf.len()) {
             let Some(shard) = self.shard(page).try_lock() else {
-                done = false;
-                return;
+                return false;
             };
             match shard.get(&page) {
                 Some(p) => buf[r.clone()].copy_from_slice(&p[off..off + r.len()]),
                 None => buf[r].fill(0),
             }
-        });
-        if done {
-            self.counters.reads.inc();
-            self.counters.bytes_read.add(buf.len() as u64);
         }
-        done
+        self.counters.reads.inc();
+        self.counters.bytes_read.add(buf.len() as u64);
+        true
     }
 
     fn write(&self, addr: u64, data: &[u8]) -> Result<(), StoreError> {

@@ -31,7 +31,8 @@ use serde::Serialize;
 use farmem_core::Counter;
 use farmem_policy::tier::{Admit, CompressedTierConfig, CompressionGate, GateConfig};
 
-use crate::store::{RemoteStore, StoreError};
+use super::page_groups;
+use crate::store::{RemoteStore, StoreError, page_pieces};
 
 const PAGE: usize = farmem_core::PAGE_SIZE as usize;
 const LINE: usize = farmem_core::CACHE_LINE as usize;
@@ -401,18 +402,6 @@ impl CompressedStore {
         drop(pool);
         self.demoted.notify_all();
     }
-
-    /// Calls `f(page, offset_in_page, range_in_buffer)` per page piece.
-    fn pieces(addr: u64, len: usize, mut f: impl FnMut(u64, usize, std::ops::Range<usize>)) {
-        let mut done = 0;
-        while done < len {
-            let a = addr + done as u64;
-            let off = a as usize % PAGE;
-            let n = (PAGE - off).min(len - done);
-            f(a - off as u64, off, done..done + n);
-            done += n;
-        }
-    }
 }
 
 fn push_lines(lines: &mut Vec<(u64, [u8; LINE])>, page: u64, data: &[u8]) {
@@ -425,12 +414,10 @@ fn push_lines(lines: &mut Vec<(u64, [u8; LINE])>, page: u64, data: &[u8]) {
 
 impl RemoteStore for CompressedStore {
     fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), StoreError> {
-        let mut pieces = Vec::new();
-        Self::pieces(addr, buf.len(), |page, off, r| pieces.push((page, off, r)));
         // Pieces the pool does not hold, read below in contiguous runs.
         let mut runs: Vec<std::ops::Range<usize>> = Vec::new();
         let mut whole = [0u8; PAGE];
-        for (page, off, r) in pieces {
+        for (page, off, r) in page_pieces(addr, buf.len()) {
             let pool = self.pool.lock();
             let Some(e) = pool.pages.get(&page) else {
                 drop(pool);
@@ -456,9 +443,7 @@ impl RemoteStore for CompressedStore {
     }
 
     fn write(&self, addr: u64, data: &[u8]) -> Result<(), StoreError> {
-        let mut pieces = Vec::new();
-        Self::pieces(addr, data.len(), |page, off, r| pieces.push((page, off, r)));
-        for (page, off, r) in pieces {
+        for (page, off, r) in page_pieces(addr, data.len()) {
             let bytes = &data[r.clone()];
             let staged = if r.len() == PAGE {
                 self.store_page(page, bytes)
@@ -475,36 +460,24 @@ impl RemoteStore for CompressedStore {
     }
 
     fn write_lines(&self, lines: &[(u64, [u8; 64])]) -> Result<(), StoreError> {
-        let in_page = |a: u64| a as usize % PAGE + LINE <= PAGE;
-        if !lines.iter().all(|(a, _)| in_page(*a)) {
+        let Some(groups) = page_groups(lines) else {
             return self.write_each(lines);
-        }
-        let page_of = |a: u64| a - a % PAGE as u64;
+        };
         let mut below = Vec::new();
-        for group in lines.chunk_by(|x, y| page_of(x.0) == page_of(y.0)) {
-            let page = page_of(group[0].0);
-            let whole = group.len() == PAGE / LINE
-                && group
-                    .iter()
-                    .enumerate()
-                    .all(|(k, (a, _))| *a == page + (k * LINE) as u64);
-            let staged = if whole {
+        for g in groups {
+            let staged = if g.whole {
                 let mut data = [0u8; PAGE];
-                for (chunk, (_, l)) in data.chunks_exact_mut(LINE).zip(group) {
+                for (chunk, (_, l)) in data.chunks_exact_mut(LINE).zip(g.lines) {
                     chunk.copy_from_slice(l);
                 }
-                self.store_page(page, &data)
+                self.store_page(g.page, &data)
             } else {
-                let parts: Vec<(usize, &[u8])> = group
-                    .iter()
-                    .map(|(a, l)| ((a - page) as usize, &l[..]))
-                    .collect();
-                self.patch(page, &parts)?
+                self.patch(g.page, &g.parts())?
             };
             match staged {
                 Staged::Kept => {}
-                Staged::Below => below.extend_from_slice(group),
-                Staged::Patched(whole) => push_lines(&mut below, page, &whole[..]),
+                Staged::Below => below.extend_from_slice(g.lines),
+                Staged::Patched(whole) => push_lines(&mut below, g.page, &whole[..]),
             }
         }
         self.send_below(below)
@@ -522,10 +495,10 @@ impl RemoteStore for CompressedStore {
         };
         let mut kept = 0;
         let mut total = 0;
-        Self::pieces(addr, buf.len(), |page, _, _| {
+        for (page, _, _) in page_pieces(addr, buf.len()) {
             total += 1;
             kept += pool.pages.contains_key(&page) as usize;
-        });
+        }
         if kept == 0 {
             drop(pool);
             return self.below.read_in_signal(addr, buf);

@@ -23,6 +23,7 @@ use serde::Serialize;
 
 use farmem_core::Counter;
 
+use super::page_groups;
 use crate::store::{RemoteStore, SlabSource, StoreError};
 
 const PAGE: usize = farmem_core::PAGE_SIZE as usize;
@@ -384,13 +385,9 @@ impl RemoteStore for FileStore {
         for (a, _) in lines {
             self.offset(*a, LINE)?;
         }
-        if !lines
-            .iter()
-            .all(|(a, _)| (*a as usize) % PAGE + LINE <= PAGE)
-        {
+        let Some(groups) = page_groups(lines) else {
             return lines.iter().try_for_each(|(a, l)| self.write(*a, l));
-        }
-        let page_of = |a: u64| a - a % PAGE as u64;
+        };
         let mut run = Aligned::zeroed(PAGE);
         let mut run_start: Option<u64> = None;
         let mut run_pages = 0usize;
@@ -402,22 +399,13 @@ impl RemoteStore for FileStore {
                 _ => Ok(()),
             }
         };
-        for group in lines.chunk_by(|x, y| page_of(x.0) == page_of(y.0)) {
-            let page = page_of(group[0].0);
-            let whole = group.len() == PAGE / LINE
-                && group
-                    .iter()
-                    .enumerate()
-                    .all(|(k, (a, _))| *a == page + (k * LINE) as u64);
-            if !whole {
+        for g in groups {
+            let page = g.page;
+            if !g.whole {
                 // Pages before it land first: a page in the run may be this one.
                 flush(&run, run_start, run_pages)?;
                 run_start = None;
-                let parts: Vec<(usize, &[u8])> = group
-                    .iter()
-                    .map(|(a, l)| ((a - page) as usize, &l[..]))
-                    .collect();
-                self.patch_page(page - BASE, &parts)
+                self.patch_page(page - BASE, &g.parts())
                     .map_err(|e| self.failed("writing", page, e))?;
                 continue;
             }
@@ -432,7 +420,7 @@ impl RemoteStore for FileStore {
                 bigger[..run.len()].copy_from_slice(&run);
                 run = bigger;
             }
-            for (k, (_, l)) in group.iter().enumerate() {
+            for (k, (_, l)) in g.lines.iter().enumerate() {
                 let at = run_pages * PAGE + k * LINE;
                 run[at..at + LINE].copy_from_slice(l);
             }

@@ -25,6 +25,57 @@ pub use file::{FileBackendError, FileStats, FileStore};
 use crate::config::DirtyMode;
 use crate::store::{RemoteStore, SlabSource};
 
+const PAGE: u64 = farmem_core::PAGE_SIZE;
+const LINE: usize = farmem_core::CACHE_LINE as usize;
+
+/// One page's share of a batch of line records (`write_lines`).
+pub(crate) struct PageGroup<'a> {
+    /// The page's address.
+    pub page: u64,
+    pub lines: &'a [(u64, [u8; LINE])],
+    /// The page's 64 lines in order: the whole page is written.
+    pub whole: bool,
+}
+
+impl PageGroup<'_> {
+    /// The lines as (offset in the page, bytes).
+    pub fn parts(&self) -> Vec<(usize, &[u8])> {
+        self.lines
+            .iter()
+            .map(|(a, l)| ((a - self.page) as usize, &l[..]))
+            .collect()
+    }
+}
+
+/// `lines` in runs of the same page, in order; None when a record
+/// straddles two pages (never the runtime's), for the caller to write
+/// record by record.
+pub(crate) fn page_groups(
+    lines: &[(u64, [u8; LINE])],
+) -> Option<impl Iterator<Item = PageGroup<'_>>> {
+    let page_of = |a: u64| a - a % PAGE;
+    if !lines.iter().all(|(a, _)| a % PAGE + LINE as u64 <= PAGE) {
+        return None;
+    }
+    Some(
+        lines
+            .chunk_by(move |x, y| page_of(x.0) == page_of(y.0))
+            .map(move |group| {
+                let page = page_of(group[0].0);
+                let whole = group.len() as u64 == PAGE / LINE as u64
+                    && group
+                        .iter()
+                        .enumerate()
+                        .all(|(k, (a, _))| *a == page + (k * LINE) as u64);
+                PageGroup {
+                    page,
+                    lines: group,
+                    whole,
+                }
+            }),
+    )
+}
+
 /// The last tier: where pages go that no tier above keeps.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub enum Bottom {
