@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use farmem_runtime::backend::{Backend, CompressedStore};
-use farmem_runtime::{Config, DirtyMode, FaultPath, MemStore, PAGE, Runtime};
+use farmem_runtime::{Config, DirtyMode, FaultPath, MemStore, PAGE, Region, Runtime};
 
 mod common;
 use common::skip;
@@ -56,6 +56,32 @@ fn page(p: usize) -> Vec<u8> {
     }
 }
 
+/// Writes [`page`]`(p)` into each of the first `pages` pages of `r`.
+fn write_pages(r: &Region<'_>, pages: usize) {
+    for p in 0..pages {
+        r.write_at(p * PAGE as usize, &page(p)).unwrap();
+    }
+}
+
+/// Reads back each page in `order`: it must be [`page`]`(p)` (`when` says
+/// in what circumstances, for a failure).
+fn check_pages(r: &Region<'_>, order: impl Iterator<Item = usize>, when: &str) {
+    let mut got = vec![0u8; PAGE as usize];
+    for p in order {
+        r.read_at(p * PAGE as usize, &mut got).unwrap();
+        assert!(got == page(p), "{when}: page {p}");
+    }
+}
+
+/// Waits (20 s at most) until the evictor has tried to write back and kept
+/// the pages it could not.
+fn wait_for_kept_writeback(rt: &Runtime) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while rt.stats().writeback_kept == 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 #[test]
 fn the_pool_keeps_evicted_pages_within_the_limit_and_loses_none() {
     if skip() {
@@ -79,16 +105,10 @@ fn keeps_within_the_limit(fault_path: FaultPath, dirty: DirtyMode) {
     let rt = Runtime::new(c, pool.clone(), below.clone()).unwrap();
     let pages = 512usize;
     let r = rt.region(pages as u64 * PAGE).unwrap();
-    for p in 0..pages {
-        r.write_at(p * PAGE as usize, &page(p)).unwrap();
-    }
+    write_pages(&r, pages);
     // Newest first: the pages evicted last are in the pool; the older
     // ones were passed down or demoted.
-    let mut got = vec![0u8; PAGE as usize];
-    for p in (0..pages).rev() {
-        r.read_at(p * PAGE as usize, &mut got).unwrap();
-        assert!(got == page(p), "{fault_path}: page {p}");
-    }
+    check_pages(&r, (0..pages).rev(), &format!("{fault_path}"));
     // Waits out write-backs in flight, so the counters agree.
     r.sync().unwrap();
     let s = rt.stats();
@@ -128,21 +148,12 @@ fn a_failing_store_below_keeps_pages_resident_and_dirty_and_loses_none() {
     let pages = 62usize;
     let r = rt.region(pages as u64 * PAGE).unwrap();
     below.set_refuse_writes(true);
-    for p in 0..pages {
-        r.write_at(p * PAGE as usize, &page(p)).unwrap();
-    }
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while rt.stats().writeback_kept == 0 && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    write_pages(&r, pages);
+    wait_for_kept_writeback(&rt);
     let s = rt.stats();
     assert!(s.writeback_errors > 0 && s.writeback_kept > 0, "{s:?}");
     assert!(rt.last_error().is_some());
-    let mut got = vec![0u8; PAGE as usize];
-    for p in 0..pages {
-        r.read_at(p * PAGE as usize, &mut got).unwrap();
-        assert!(got == page(p), "page {p} while the store refuses");
-    }
+    check_pages(&r, 0..pages, "while the store refuses");
     below.set_refuse_writes(false);
     r.sync().unwrap();
     let extents = r.extents().unwrap();
@@ -151,10 +162,7 @@ fn a_failing_store_below_keeps_pages_resident_and_dirty_and_loses_none() {
     // A new runtime over the same pool and store reads every page back.
     let rt = Runtime::new(cfg(), pool.clone(), below.clone()).unwrap();
     let r = rt.region_over(&extents).unwrap();
-    for p in 0..pages {
-        r.read_at(p * PAGE as usize, &mut got).unwrap();
-        assert!(got == page(p), "page {p} after the store came back");
-    }
+    check_pages(&r, 0..pages, "after the store came back");
 }
 
 /// A file below, alone and behind the pool: every page written crosses
@@ -178,14 +186,8 @@ fn a_file_backend_keeps_every_page_alone_and_behind_the_pool() {
             let rt = Runtime::new(c, built.store.clone(), built.slabs.clone()).unwrap();
             let pages = 400usize;
             let r = rt.region(pages as u64 * PAGE).unwrap();
-            for p in 0..pages {
-                r.write_at(p * PAGE as usize, &page(p)).unwrap();
-            }
-            let mut got = vec![0u8; PAGE as usize];
-            for p in (0..pages).rev() {
-                r.read_at(p * PAGE as usize, &mut got).unwrap();
-                assert!(got == page(p), "{name} {fault_path}: page {p}");
-            }
+            write_pages(&r, pages);
+            check_pages(&r, (0..pages).rev(), &format!("{name} {fault_path}"));
             r.sync().unwrap();
             let f = file.stats();
             assert!(f.writes > 0 && f.reads > 0, "{name} {fault_path}: {f:?}");
@@ -225,13 +227,8 @@ fn a_file_failing_mid_run_keeps_pages_resident_and_dirty_and_loses_none() {
     let pages = 62usize;
     let r = rt.region(pages as u64 * PAGE).unwrap();
     file.fail_writes(true);
-    for p in 0..pages {
-        r.write_at(p * PAGE as usize, &page(p)).unwrap();
-    }
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while rt.stats().writeback_kept == 0 && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    write_pages(&r, pages);
+    wait_for_kept_writeback(&rt);
     let s = rt.stats();
     assert!(s.writeback_errors > 0 && s.writeback_kept > 0, "{s:?}");
     assert_eq!(s.pages_evicted_dirty, 0, "{s:?}");
@@ -240,11 +237,7 @@ fn a_file_failing_mid_run_keeps_pages_resident_and_dirty_and_loses_none() {
         err.contains(&dir.display().to_string()) && err.contains("Input/output error"),
         "{err}"
     );
-    let mut got = vec![0u8; PAGE as usize];
-    for p in 0..pages {
-        r.read_at(p * PAGE as usize, &mut got).unwrap();
-        assert!(got == page(p), "page {p} while the disk fails");
-    }
+    check_pages(&r, 0..pages, "while the disk fails");
     file.fail_writes(false);
     r.sync().unwrap();
     let extents = r.extents().unwrap();
@@ -252,9 +245,6 @@ fn a_file_failing_mid_run_keeps_pages_resident_and_dirty_and_loses_none() {
     drop(rt);
     let rt = Runtime::new(cfg(), built.store.clone(), built.slabs.clone()).unwrap();
     let r = rt.region_over(&extents).unwrap();
-    for p in 0..pages {
-        r.read_at(p * PAGE as usize, &mut got).unwrap();
-        assert!(got == page(p), "page {p} after the disk came back");
-    }
+    check_pages(&r, 0..pages, "after the disk came back");
     let _ = std::fs::remove_dir(&dir);
 }
