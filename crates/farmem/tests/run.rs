@@ -1137,6 +1137,14 @@ int main(void) {
     }
 }
 
+/// The checksum in the `result` line a demo worker prints.
+fn demo_checksum(out: &std::process::Output) -> String {
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let line = stdout.lines().find_map(|l| l.strip_prefix("result "));
+    let v: serde_json::Value = serde_json::from_str(line.expect("a result line")).unwrap();
+    v["checksum"].as_str().expect("a checksum").to_string()
+}
+
 /// The demo's PageRank under `--backend compressed`, on both fault paths:
 /// the same ranks as without far memory, pages kept compressed within the
 /// limit and the rest on the memory nodes; a backend it does not know is
@@ -1148,12 +1156,6 @@ fn the_compressed_backend_gives_the_same_ranks_and_reports_its_pool() {
         return;
     }
     let worker = ["demo", "--worker", "--size", "48MiB", "--iterations", "2"];
-    let checksum = |out: &std::process::Output| {
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        let line = stdout.lines().find_map(|l| l.strip_prefix("result "));
-        let v: serde_json::Value = serde_json::from_str(line.expect("a result line")).unwrap();
-        v["checksum"].as_str().unwrap().to_string()
-    };
     let local = Command::new(farmem()).args(worker).output().unwrap();
     assert!(local.status.success());
     for fault_path in ["thread", "signal"] {
@@ -1176,7 +1178,11 @@ fn the_compressed_backend_gives_the_same_ranks_and_reports_its_pool() {
             .unwrap();
         let stderr = String::from_utf8_lossy(&far.stderr);
         assert!(far.status.success(), "{stderr}");
-        assert_eq!(checksum(&far), checksum(&local), "{fault_path}: {stderr}");
+        assert_eq!(
+            demo_checksum(&far),
+            demo_checksum(&local),
+            "{fault_path}: {stderr}"
+        );
         assert!(stderr.contains("farmem: compressed pool: kept"), "{stderr}");
         let report: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
@@ -1215,12 +1221,6 @@ fn a_file_backend_needs_no_rack_and_refuses_what_cannot_hold_far_memory() {
     let dir = std::env::temp_dir().join(format!("farmem-run-file-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let worker = ["demo", "--worker", "--size", "32MiB", "--iterations", "2"];
-    let result = |out: &std::process::Output| {
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        let line = stdout.lines().find_map(|l| l.strip_prefix("result "));
-        let v: serde_json::Value = serde_json::from_str(line.expect("a result line")).unwrap();
-        v["checksum"].clone()
-    };
     let local = Command::new(farmem()).args(worker).output().unwrap();
     for backend in ["file", "tiered:compressed,file"] {
         let far = Command::new(farmem())
@@ -1240,7 +1240,11 @@ fn a_file_backend_needs_no_rack_and_refuses_what_cannot_hold_far_memory() {
             .unwrap();
         let stderr = String::from_utf8_lossy(&far.stderr);
         assert!(far.status.success(), "{backend}: {stderr}");
-        assert_eq!(result(&far), result(&local), "{backend}: {stderr}");
+        assert_eq!(
+            demo_checksum(&far),
+            demo_checksum(&local),
+            "{backend}: {stderr}"
+        );
         assert!(stderr.contains("written back"), "{stderr}");
         assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0, "{backend}");
     }
