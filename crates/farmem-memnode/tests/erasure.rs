@@ -1,6 +1,7 @@
 //! Erasure-coded far memory (`rs:K+M`) on an in-process rack: what is
 //! written reads back identically with any M memory nodes killed, never
-//! wrong data with more, at (K+M)/K times the bytes.
+//! wrong data with more, at (K+M)/K times the bytes. And its parity-free
+//! form, `stripe:K`: one copy split over K nodes.
 
 mod common;
 
@@ -255,7 +256,20 @@ fn redundancy_parses_usable_codes_only() {
         "rs:4+2".parse::<Redundancy>().unwrap().to_string(),
         "rs:4+2"
     );
+    assert_eq!(
+        "stripe:2".parse::<Redundancy>(),
+        Ok(Redundancy::Striped { k: 2 })
+    );
+    assert_eq!(
+        "stripe:4".parse::<Redundancy>().unwrap().to_string(),
+        "stripe:4"
+    );
     for bad in [
+        "stripe:1",
+        "stripe:3",
+        "stripe:0",
+        "stripe:256",
+        "stripe:two",
         "rs:3+2",
         "rs:4+0",
         "rs:0+2",
@@ -325,4 +339,92 @@ fn lost_shards_are_rebuilt_under_writes_so_restarts_in_turn_lose_nothing() {
     let mut back = vec![0u8; 8 * MIB as usize];
     c.read(w.base, &mut back).unwrap();
     assert_eq!(checksum(&back), checksum(&shadow.lock().unwrap()));
+}
+
+#[test]
+fn stripe_2_keeps_one_copy_over_two_nodes_and_a_lost_one_fails_reads() {
+    let mut rack = rack(3);
+    let c = rack.replicated_client("cn-stripe", 1);
+    c.set_redundancy("stripe:2".parse().unwrap());
+    assert_eq!(c.redundancy(), Redundancy::Striped { k: 2 });
+    let extents = c.allocate(4 * MIB, Placement::Default).unwrap();
+    assert_eq!(extents.len(), 2, "two stripes of 2 MiB: {extents:?}");
+    assert_eq!(extents[1].base, extents[0].base + 2 * MIB, "contiguous");
+    assert_eq!(
+        rack.controller.stats().granted_bytes,
+        4 * MIB,
+        "one copy: 4 MiB logical in 4 granules"
+    );
+    let base = extents[0].base;
+    let len = 4 * MIB as usize;
+    let mut rng = SmallRng::seed_from_u64(21);
+    let mut shadow = vec![0u8; len];
+    rng.fill_bytes(&mut shadow);
+    for off in (0..len).step_by(256 << 10) {
+        c.write(base + off as u64, &shadow[off..off + (256 << 10)])
+            .unwrap();
+    }
+    // Part of a page across a page boundary, and lines.
+    let off = 7 * PAGE - 50;
+    rng.fill_bytes(&mut shadow[off..off + 100]);
+    c.write(base + off as u64, &shadow[off..off + 100]).unwrap();
+    let at = 3 * MIB as usize + 64 * 5;
+    shadow[at..at + 64].fill(0xa5);
+    c.write_lines(&[(base + at as u64, [0xa5; 64])]).unwrap();
+    let mut back = vec![0u8; len];
+    c.read(base, &mut back).unwrap();
+    assert_eq!(checksum(&back), checksum(&shadow));
+    // The node holding most shards goes: no read of its stripes returns.
+    let busiest = shard_nodes(&rack)
+        .into_iter()
+        .max_by_key(|&n| rack_granted(&rack, n))
+        .unwrap();
+    assert_eq!(
+        rack_granted(&rack, busiest),
+        2 * MIB,
+        "a shard of each stripe"
+    );
+    rack.kill(busiest);
+    let start = Instant::now();
+    let err = loop {
+        match c.read(base, &mut back) {
+            Err(e) if e.is_transient() => std::thread::sleep(Duration::from_millis(20)),
+            Err(e) => break e,
+            Ok(()) => panic!("read half of every page from a killed node"),
+        }
+        assert!(start.elapsed() < Duration::from_secs(30));
+    };
+    match err {
+        NetError::NodeDown { node, .. } | NetError::NodeLost { node, .. } => {
+            assert_eq!(node, busiest)
+        }
+        other => panic!("expected the killed node named, got {other}"),
+    }
+}
+
+#[test]
+fn each_path_has_its_own_gate_charged_by_the_bytes_it_moves() {
+    let rack = rack(2);
+    let mut cfg = farmem_net::ClientConfig::new("cn-paths", farmem_wire::Role::Compute)
+        .with_token(common::TOKEN)
+        .with_path_delay("rate:100GiB/s".parse().unwrap());
+    cfg.fail_after = Duration::from_millis(300);
+    let c = Cluster::connect(&rack.controller_addr(), cfg, 2).unwrap();
+    c.set_redundancy("stripe:2".parse().unwrap());
+    let base = c.allocate(2 * MIB, Placement::Default).unwrap()[0].base;
+    let data: Vec<u8> = (0..64 * PAGE).map(|i| (i * 7 % 251) as u8).collect();
+    c.write(base, &data).unwrap();
+    let mut back = vec![0u8; data.len()];
+    c.read(base, &mut back).unwrap();
+    assert!(back == data);
+    let gates = c.path_delays();
+    assert_eq!(
+        gates.iter().map(|(id, _)| *id).collect::<Vec<_>>(),
+        shard_nodes(&rack),
+        "one gate per memory node"
+    );
+    for (node, gate) in &gates {
+        // Half of each of the 64 pages written, then read: 2 x 128 KiB.
+        assert_eq!(gate.bytes.get(), 2 * 32 * PAGE as u64, "node {node}");
+    }
 }

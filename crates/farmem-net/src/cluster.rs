@@ -48,6 +48,9 @@ struct NodeConns {
     /// The memory node's id (a slot's number is the client's own).
     id: u32,
     addr: String,
+    /// How connections to the node are made: the cluster's, with the
+    /// node's own delay gate when each path has one.
+    cfg: ClientConfig,
     conns: Vec<Mutex<Connection>>,
     next: AtomicUsize,
     /// Allocation-free readers for faults served in a signal handler
@@ -80,12 +83,12 @@ struct NodeConns {
 impl NodeConns {
     /// The next connection round-robin; a failed one is replaced by a fresh
     /// connection first, which must reach the same incarnation.
-    fn pick(&self, cfg: &ClientConfig) -> Result<Connection, NetError> {
+    fn pick(&self) -> Result<Connection, NetError> {
         self.check_lost()?;
         let i = self.next.fetch_add(1, Ordering::Relaxed) % self.conns.len();
         let mut slot = self.conns[i].lock();
         if !slot.is_alive() {
-            let conn = Connection::connect(&self.addr, cfg)?;
+            let conn = Connection::connect(&self.addr, &self.cfg)?;
             self.check_incarnation(conn.incarnation())?;
             self.present(Some(&conn), None, &self.caps.read())?;
             conn.present_on_reopen(self.caps.clone());
@@ -321,11 +324,11 @@ impl Cluster {
     }
 
     /// Allocates `size` bytes from the controller and connects to the nodes
-    /// holding them. Under rs:K+M redundancy (see [`Self::set_redundancy`])
+    /// holding them. Under rs:K+M or stripe:K (see [`Self::set_redundancy`])
     /// the extents returned are logical: ranges from [`LOGICAL_BASE`] up
     /// that only this client's reads and writes understand.
     pub fn allocate(&self, size: u64, placement: Placement) -> Result<Vec<Extent>, NetError> {
-        if let Redundancy::ReedSolomon { k, m } = self.redundancy() {
+        if let Some((k, m)) = self.redundancy().shards() {
             return self.allocate_stripes(size, placement, k, m);
         }
         let ctl = self
@@ -429,8 +432,9 @@ impl Cluster {
         if let Some(slot) = self.nodes.read().usable(node, addr) {
             return Ok(slot);
         }
+        let cfg = self.path_cfg(node);
         let conns = (0..self.conns_per_node)
-            .map(|_| Connection::connect(addr, &self.node_cfg))
+            .map(|_| Connection::connect(addr, &cfg))
             .collect::<Result<Vec<_>, _>>()?;
         let incarnation = conns[0].incarnation();
         if let Some(other) = conns.iter().find(|c| c.incarnation() != incarnation) {
@@ -457,6 +461,7 @@ impl Cluster {
                 NodeConns {
                     id: node,
                     addr: addr.to_string(),
+                    cfg,
                     conns: conns.into_iter().map(Mutex::new).collect(),
                     next: AtomicUsize::new(0),
                     readers: RwLock::new(Vec::new()),
@@ -628,7 +633,7 @@ impl Cluster {
             return Ok(());
         }
         let connect = || {
-            let mut reader = PageReader::connect(&n.addr, &self.node_cfg, PAGE_READ_MAX)?;
+            let mut reader = PageReader::connect(&n.addr, &n.cfg, PAGE_READ_MAX)?;
             n.check_incarnation(reader.incarnation())?;
             n.present(None, Some(&mut reader), &n.caps.read())?;
             Ok::<_, NetError>(reader)
@@ -703,7 +708,7 @@ impl Cluster {
         let conns = nodes
             .get(&slot)
             .ok_or_else(|| NetError::Routing(format!("no connection in slot {slot}")))?;
-        conns.pick(&self.node_cfg)
+        conns.pick()
     }
 
     /// Sends `msg` to slot `node`, its health kept (see [`Self::settle`]).
@@ -766,6 +771,34 @@ fn sub_extent(e: &Extent, lo: u64, hi: u64) -> Extent {
 
 /// Memory node connections wait no longer for a reply than it takes to
 /// declare their node down.
+impl Cluster {
+    /// Each memory node's own delay gate, by node id, when paths are
+    /// throttled ([`ClientConfig::path_delay`]).
+    pub fn path_delays(&self) -> Vec<(u32, Arc<crate::delay::EgressDelay>)> {
+        if self.node_cfg.path_delay.is_none() {
+            return Vec::new();
+        }
+        let nodes = self.nodes.read();
+        let mut gates: Vec<_> = nodes
+            .values()
+            .filter_map(|n| Some((n.id, n.cfg.delay.clone()?)))
+            .collect();
+        gates.sort_by_key(|(id, _)| *id);
+        gates
+    }
+
+    /// The connection settings for memory node `node`: with a gate of its
+    /// own when each path is throttled ([`ClientConfig::path_delay`]).
+    fn path_cfg(&self, node: u32) -> ClientConfig {
+        let mut cfg = self.node_cfg.clone();
+        if let Some(model) = &cfg.path_delay {
+            let gate = crate::delay::EgressDelay::new(model.clone(), u64::from(node));
+            cfg.delay = Some(Arc::new(gate));
+        }
+        cfg
+    }
+}
+
 fn node_cfg(cfg: &ClientConfig) -> ClientConfig {
     let mut node_cfg = cfg.clone();
     node_cfg.timeout = cfg.timeout.min(cfg.fail_after);

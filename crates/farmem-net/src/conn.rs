@@ -189,7 +189,7 @@ impl Connection {
     pub fn submit(&self, msg: &Msg<'_>) -> Result<Ticket, NetError> {
         let deadline = Instant::now() + self.inner.timeout;
         if let Some(delay) = &self.inner.delay
-            && !delay.pass_by(deadline)
+            && !delay.pass_by(deadline, msg.data_bytes())
         {
             tracing::debug!(
                 "a request to {} waited its whole {:?} at the delay gate",

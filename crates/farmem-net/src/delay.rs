@@ -22,6 +22,8 @@ pub struct EgressDelay {
     origin: Instant,
     /// Requests that passed the gate.
     pub admitted: Counter,
+    /// Data bytes those requests moved (see `Msg::data_bytes`).
+    pub bytes: Counter,
     /// Nanoseconds requests spent waiting at the gate.
     pub waited_ns: Counter,
     /// Requests whose turn came after their deadline (not sent).
@@ -34,6 +36,7 @@ impl EgressDelay {
             gate: Mutex::new(DelayGate::new(model, seed)),
             origin: Instant::now(),
             admitted: Counter::default(),
+            bytes: Counter::default(),
             waited_ns: Counter::default(),
             late: Counter::default(),
         }
@@ -43,11 +46,11 @@ impl EgressDelay {
         self.gate.lock().model().clone()
     }
 
-    /// Blocks until one more request may leave. Never parks on the gate's
-    /// lock (held for one admission), so a fault served in a signal
-    /// handler may pass the gate too.
-    pub fn pass(&self) {
-        let until = self.admit();
+    /// Blocks until one more request, moving `bytes`, may leave. Never
+    /// parks on the gate's lock (held for one admission), so a fault served
+    /// in a signal handler may pass the gate too.
+    pub fn pass(&self, bytes: u64) {
+        let until = self.admit(bytes);
         wait_until(until);
     }
 
@@ -55,8 +58,8 @@ impl EgressDelay {
     /// turn, but if that comes after the deadline, waits only until the
     /// deadline and returns `false` (the request must not be sent). The
     /// turn stays taken, as a request lost on the link would have taken it.
-    pub fn pass_by(&self, deadline: Instant) -> bool {
-        let until = self.admit();
+    pub fn pass_by(&self, deadline: Instant, bytes: u64) -> bool {
+        let until = self.admit(bytes);
         if until > deadline {
             self.late.inc();
             wait_until(deadline);
@@ -67,10 +70,11 @@ impl EgressDelay {
     }
 
     /// Takes the next turn at the gate; returns when it comes.
-    fn admit(&self) -> Instant {
+    fn admit(&self, bytes: u64) -> Instant {
         let now = self.origin.elapsed().as_nanos() as u64;
-        let at = lock_without_parking(&self.gate).admit(now);
+        let at = lock_without_parking(&self.gate).admit(now, bytes);
         self.admitted.inc();
+        self.bytes.add(bytes);
         if at > now {
             self.waited_ns.add(at - now);
         }

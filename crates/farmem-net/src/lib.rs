@@ -71,6 +71,11 @@ pub struct ClientConfig {
     pub timeout: Duration,
     /// Injected egress delay, shared by every connection of this node.
     pub delay: Option<std::sync::Arc<delay::EgressDelay>>,
+    /// Injected delay on each path instead: a [`Cluster`] gives every
+    /// memory node a gate of its own with this model, shared by that
+    /// node's connections, in place of `delay` (two throttled links rather
+    /// than one).
+    pub path_delay: Option<farmem_policy::delay::DelayModel>,
     /// A memory node that fails every request for this long is declared
     /// down ([`NetError::NodeDown`]): a [`Cluster`] stops retrying it. Its
     /// requests time out after at most this long too.
@@ -88,6 +93,7 @@ impl ClientConfig {
             token: Vec::new(),
             timeout: Duration::from_secs(10),
             delay: None,
+            path_delay: None,
             fail_after: DEFAULT_FAIL_AFTER,
             poll: Default::default(),
         }
@@ -96,6 +102,13 @@ impl ClientConfig {
     /// Sends every request through `delay`'s gate.
     pub fn with_delay(mut self, delay: std::sync::Arc<delay::EgressDelay>) -> Self {
         self.delay = Some(delay);
+        self
+    }
+
+    /// Gives each memory node's path its own gate of `model` (see
+    /// [`Self::path_delay`]).
+    pub fn with_path_delay(mut self, model: farmem_policy::delay::DelayModel) -> Self {
+        self.path_delay = Some(model);
         self
     }
 

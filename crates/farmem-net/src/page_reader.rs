@@ -153,7 +153,7 @@ impl PageReader {
 
     fn round_trip(&mut self, addr: u64, out: &mut [u8]) -> Result<(), PageReadError> {
         if let Some(delay) = &self.delay {
-            delay.pass();
+            delay.pass(out.len() as u64);
         }
         let id = self.next_id;
         self.next_id += 1;

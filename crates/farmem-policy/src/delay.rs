@@ -5,8 +5,11 @@
 //! constant. [`DelayGate`] does the same in time: each request is admitted no
 //! earlier than one gap after the previous one. The paper's stated next step,
 //! delays drawn from a distribution and varying within a run, are the other
-//! [`DelayModel`]s. Pure: the caller passes `now` and waits until the time
-//! returned, so the simulator and the real transport share it.
+//! [`DelayModel`]s. [`DelayModel::Rate`] throttles bandwidth instead: a
+//! request's gap is the time its bytes take at the rate, which is how one
+//! path of several is made a given speed for striping. Pure: the caller
+//! passes `now` and the bytes, and waits until the time returned, so the
+//! simulator and the real transport share it.
 
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -30,12 +33,15 @@ pub enum DelayModel {
     /// Fixed gaps that change during the run: `(from_ns, gap_ns)` steps,
     /// sorted by start time, measured from the gate's first request.
     Steps { steps: Vec<(Nanos, Nanos)> },
+    /// A link of this many bytes per second: each request's gap is its
+    /// bytes' time on it (a read counts the bytes it asks for).
+    Rate { bytes_per_sec: u64 },
 }
 
 /// Why a delay specification could not be parsed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "bad delay `{input}`: {why} (examples: none, 20us, uniform:10us..50us, exp:30us, steps:0=0,1s=50us)"
+    "bad delay `{input}`: {why} (examples: none, 20us, uniform:10us..50us, exp:30us, steps:0=0,1s=50us, rate:200MiB/s)"
 )]
 pub struct DelayParseError {
     input: String,
@@ -82,6 +88,19 @@ impl std::str::FromStr for DelayModel {
                 }
                 Ok(Self::Steps { steps })
             }
+            "rate" => {
+                let size = rest
+                    .strip_suffix("/s")
+                    .ok_or_else(|| bad("a rate is BYTES/s, as 200MiB/s"))?;
+                let bytes_per_sec = size
+                    .parse::<farmem_core::ByteSize>()
+                    .map_err(|e| bad(&e.to_string()))?
+                    .0;
+                if bytes_per_sec == 0 {
+                    return Err(bad("a rate of 0 bytes/s lets nothing through"));
+                }
+                Ok(Self::Rate { bytes_per_sec })
+            }
             _ => Err(bad("unknown kind")),
         }
     }
@@ -110,6 +129,7 @@ impl std::fmt::Display for DelayModel {
                 }
                 Ok(())
             }
+            DelayModel::Rate { bytes_per_sec } => write!(f, "rate:{bytes_per_sec}/s"),
         }
     }
 }
@@ -144,17 +164,22 @@ impl DelayGate {
         self.model == DelayModel::None
     }
 
-    /// A request is ready at `now`; returns when it may pass (≥ `now`).
-    pub fn admit(&mut self, now: Nanos) -> Nanos {
+    /// A request moving `bytes` is ready at `now`; returns when it may
+    /// pass (≥ `now`).
+    pub fn admit(&mut self, now: Nanos, bytes: u64) -> Nanos {
         let start = *self.started.get_or_insert(now);
         let pass = self.next_free.map_or(now, |free| free.max(now));
-        let gap = self.gap(pass.saturating_sub(start));
-        self.next_free = Some(pass + gap);
+        let gap = self.gap(pass.saturating_sub(start), bytes);
+        self.next_free = Some(pass.saturating_add(gap));
         pass
     }
 
-    fn gap(&mut self, since_start: Nanos) -> Nanos {
+    fn gap(&mut self, since_start: Nanos, bytes: u64) -> Nanos {
         match &self.model {
+            DelayModel::Rate { bytes_per_sec } => {
+                let ns = u128::from(bytes) * 1_000_000_000 / u128::from((*bytes_per_sec).max(1));
+                Nanos::try_from(ns).unwrap_or(Nanos::MAX)
+            }
             DelayModel::None => 0,
             DelayModel::Period { gap_ns } => *gap_ns,
             DelayModel::Uniform { min_ns, max_ns } => self.rng.gen_range(*min_ns..=*max_ns),
@@ -178,11 +203,11 @@ mod tests {
     #[test]
     fn period_spaces_back_to_back_requests_one_gap_apart() {
         let mut g = DelayGate::new(DelayModel::Period { gap_ns: 100 }, 0);
-        let passes: Vec<Nanos> = (0..4).map(|_| g.admit(1000)).collect();
+        let passes: Vec<Nanos> = (0..4).map(|_| g.admit(1000, 4096)).collect();
         assert_eq!(passes, vec![1000, 1100, 1200, 1300]);
         // An idle link lets the next request through at once.
-        assert_eq!(g.admit(5000), 5000);
-        assert_eq!(g.admit(5000), 5100);
+        assert_eq!(g.admit(5000, 4096), 5000);
+        assert_eq!(g.admit(5000, 4096), 5100);
     }
 
     #[test]
@@ -190,7 +215,7 @@ mod tests {
         let mut g = DelayGate::new(DelayModel::None, 0);
         assert!(g.is_transparent());
         assert_eq!(
-            (0..3).map(|_| g.admit(7)).collect::<Vec<_>>(),
+            (0..3).map(|_| g.admit(7, 4096)).collect::<Vec<_>>(),
             vec![7, 7, 7]
         );
     }
@@ -203,10 +228,10 @@ mod tests {
             },
             0,
         );
-        assert_eq!(g.admit(0), 0);
-        assert_eq!(g.admit(0), 0);
-        assert_eq!(g.admit(1000), 1000);
-        assert_eq!(g.admit(1000), 1050);
+        assert_eq!(g.admit(0, 4096), 0);
+        assert_eq!(g.admit(0, 4096), 0);
+        assert_eq!(g.admit(1000, 4096), 1000);
+        assert_eq!(g.admit(1000, 4096), 1050);
     }
 
     #[test]
@@ -218,17 +243,36 @@ mod tests {
         let (mut a, mut b) = (DelayGate::new(model.clone(), 9), DelayGate::new(model, 9));
         let mut last = 0;
         for _ in 0..1000 {
-            let pass = a.admit(0);
-            assert_eq!(pass, b.admit(0));
+            let pass = a.admit(0, 4096);
+            assert_eq!(pass, b.admit(0, 4096));
             if last > 0 {
                 assert!((10..=20).contains(&(pass - last)));
             }
             last = pass;
         }
         let mut e = DelayGate::new(DelayModel::Exponential { mean_ns: 1000 }, 1);
-        let end = (0..10_000).map(|_| e.admit(0)).last().unwrap();
+        let end = (0..10_000).map(|_| e.admit(0, 4096)).last().unwrap();
         let mean = end as f64 / 9_999.0;
         assert!((900.0..1100.0).contains(&mean), "mean gap {mean}");
+    }
+
+    #[test]
+    fn rate_spaces_requests_by_their_bytes() {
+        // 1 MB/s: a byte takes 1 µs.
+        let mut g = DelayGate::new(
+            DelayModel::Rate {
+                bytes_per_sec: 1_000_000,
+            },
+            0,
+        );
+        assert_eq!(g.admit(0, 4096), 0);
+        assert_eq!(g.admit(0, 100), 4_096_000);
+        assert_eq!(g.admit(0, 0), 4_196_000);
+        assert_eq!(g.admit(0, 0), 4_196_000, "nothing moved, no gap");
+        // A byte count too large for the clock saturates, never wraps.
+        let mut g = DelayGate::new(DelayModel::Rate { bytes_per_sec: 1 }, 0);
+        g.admit(5, u64::MAX);
+        assert_eq!(g.admit(0, 1), Nanos::MAX);
     }
 
     #[test]
@@ -250,6 +294,12 @@ mod tests {
             DelayModel::Exponential { mean_ns: 1_000_000 }
         );
         assert_eq!(
+            "rate:200MiB/s".parse::<DelayModel>().unwrap(),
+            DelayModel::Rate {
+                bytes_per_sec: 200 << 20
+            }
+        );
+        assert_eq!(
             "steps:0=0,1s=50us".parse::<DelayModel>().unwrap(),
             DelayModel::Steps {
                 steps: vec![(0, 0), (1_000_000_000, 50_000)]
@@ -261,6 +311,7 @@ mod tests {
             "uniform:10us..50us",
             "exp:1000us",
             "steps:0us=0us,1000000us=50us",
+            "rate:1048576/s",
         ] {
             let model: DelayModel = spec.parse().unwrap();
             assert_eq!(model.to_string(), spec);
@@ -270,6 +321,9 @@ mod tests {
             "uniform:9us..1us",
             "steps:1s=1us,0=2us",
             "warp:9",
+            "rate:0/s",
+            "rate:200MiB",
+            "rate:fast/s",
             "12 parsecs",
         ] {
             assert!(bad.parse::<DelayModel>().is_err(), "{bad}");

@@ -13,6 +13,7 @@ use std::path::PathBuf;
 
 use farmem_net::Redundancy;
 use farmem_policy::cache::PolicyConfig;
+use farmem_policy::delay::DelayModel;
 
 use crate::backend::Backend;
 use crate::config::{Config, DirtyMode, FaultPath};
@@ -46,8 +47,13 @@ pub const TOKEN_FILE: &CStr = c"FARMEM_TOKEN_FILE";
 pub const FALLBACK: &CStr = c"FARMEM_FALLBACK";
 /// Copies of every far byte.
 pub const REPLICAS: &CStr = c"FARMEM_REPLICAS";
-/// Erasure coding instead of copies, `rs:K+M`.
+/// Erasure coding or striping instead of copies, `rs:K+M` or `stripe:K`.
 pub const REDUNDANCY: &CStr = c"FARMEM_REDUNDANCY";
+/// A delay model for the program's link to the rack: one gate every
+/// request to a memory node passes (ThymesisFlow's injector).
+pub const DELAY: &CStr = c"FARMEM_DELAY";
+/// A delay model for each memory node's path: a gate per node.
+pub const PATH_DELAY: &CStr = c"FARMEM_PATH_DELAY";
 /// How long the controller keeps a silent process's remote memory, in ms.
 pub const LEASE_MS: &CStr = c"FARMEM_LEASE_MS";
 /// A `tracing` filter for what the runtime reports on stderr (default
@@ -126,6 +132,9 @@ pub struct PreloadEnv {
     /// None: the rack client's default.
     pub replicas: Option<u8>,
     pub redundancy: Option<Redundancy>,
+    /// Injected delay on the whole link, and on each memory node's path.
+    pub delay: Option<DelayModel>,
+    pub path_delay: Option<DelayModel>,
     /// 0: no lease.
     pub lease_ms: u64,
 }
@@ -243,6 +252,11 @@ impl PreloadEnv {
             None => None,
             Some(r) => Some(r.trim().parse().map_err(|e| parsed(REDUNDANCY, &e))?),
         };
+        let delay_model = |var: &CStr| match non_empty(get, var) {
+            None => Ok(None),
+            Some(d) => d.parse().map(Some).map_err(|e| parsed(var, &e)),
+        };
+        let (delay, path_delay) = (delay_model(DELAY)?, delay_model(PATH_DELAY)?);
         Ok(Self {
             controller,
             local_bytes,
@@ -261,6 +275,8 @@ impl PreloadEnv {
             fallback,
             replicas,
             redundancy,
+            delay,
+            path_delay,
             lease_ms,
         })
     }
@@ -290,6 +306,14 @@ impl PreloadEnv {
             (
                 key(REDUNDANCY),
                 self.redundancy.map(|r| r.to_string().into()),
+            ),
+            (
+                key(DELAY),
+                self.delay.as_ref().map(|d| d.to_string().into()),
+            ),
+            (
+                key(PATH_DELAY),
+                self.path_delay.as_ref().map(|d| d.to_string().into()),
             ),
             (key(TOKEN_FILE), path(&self.token_file)),
             (key(POLICY), self.policy.clone().map(Into::into)),
@@ -356,6 +380,8 @@ mod tests {
             fallback: Fallback::Local,
             replicas: Some(2),
             redundancy: None,
+            delay: Some("uniform:10us..50us".parse().unwrap()),
+            path_delay: Some("rate:100MiB/s".parse().unwrap()),
             lease_ms: 0,
         };
         let vars: HashMap<String, String> = written

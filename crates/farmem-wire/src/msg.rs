@@ -472,6 +472,18 @@ pub enum Msg<'a> {
 }
 
 impl<'a> Msg<'a> {
+    /// The data bytes this message moves over the link, either way: what a
+    /// read asks for, what a write or log batch carries; 0 for control
+    /// messages. What a bandwidth throttle charges.
+    pub fn data_bytes(&self) -> u64 {
+        match self {
+            Msg::Read { len, .. } => u64::from(*len),
+            Msg::ReadOk { data } | Msg::Write { data, .. } => data.len() as u64,
+            Msg::LogBatch { records } => (records.len() * LOG_RECORD_LEN) as u64,
+            _ => 0,
+        }
+    }
+
     pub fn op(&self) -> Op {
         match self {
             Msg::Hello { .. } => Op::Hello,

@@ -22,6 +22,15 @@
 //! of bytes in every shard, so reading or writing n pages takes one
 //! request per shard.
 //!
+//! # Striping without parity
+//!
+//! `--redundancy stripe:K` is the same layout with no parity shards: each
+//! page's K chunks on K distinct memory nodes, read and written in
+//! parallel, so a stream moves over K paths at once (K times one path's
+//! bandwidth when each path is the limit). It keeps one copy of every byte:
+//! a lost shard fails reads of its stripe with the node's error, never
+//! zeros, and nothing rebuilds it.
+//!
 //! # Reads and writes
 //!
 //! A read fetches the K data chunks of its pages from their shards in
@@ -89,31 +98,57 @@ pub enum Redundancy {
     /// Reed-Solomon: each page in `k` data and `m` parity chunks on `k + m`
     /// distinct memory nodes; survives any `m` of them lost.
     ReedSolomon { k: u8, m: u8 },
+    /// Each page in `k` chunks on `k` distinct memory nodes, no parity:
+    /// `k` paths in parallel, one copy.
+    Striped { k: u8 },
 }
 
 /// A `--redundancy` that cannot be used.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum RedundancyError {
-    #[error("redundancy `{0}`: expected rs:K+M, as rs:4+2")]
+    #[error("redundancy `{0}`: expected rs:K+M, as rs:4+2, or stripe:K, as stripe:2")]
     Syntax(String),
     #[error(
         "redundancy rs:{k}+{m}: K must divide a 4096-byte page into chunks of an even number of bytes (1, 2, 4, ..., 128), M be at least 1, and K+M at most 255"
     )]
     Unsupported { k: u64, m: u64 },
+    #[error(
+        "redundancy stripe:{0}: K must be at least 2 and divide a 4096-byte page into chunks of an even number of bytes (2, 4, ..., 128)"
+    )]
+    UnsupportedStripe(u64),
+}
+
+/// Whether `k` chunks of a page each have an even number of bytes.
+fn splits_page(k: u64) -> bool {
+    k >= 1 && (PAGE as u64).is_multiple_of(k) && (PAGE as u64 / k).is_multiple_of(2)
 }
 
 impl Redundancy {
     /// Checks `rs:k+m` can be used: `4096 / k` an even number of bytes,
     /// at least one parity shard, at most 255 shards.
     pub fn reed_solomon(k: u64, m: u64) -> Result<Self, RedundancyError> {
-        let ok = k >= 1
-            && m >= 1
-            && k + m <= 255
-            && (PAGE as u64).is_multiple_of(k)
-            && (PAGE as u64 / k).is_multiple_of(2);
+        let ok = m >= 1 && k + m <= 255 && splits_page(k);
         match (u8::try_from(k), u8::try_from(m)) {
             (Ok(k), Ok(m)) if ok => Ok(Self::ReedSolomon { k, m }),
             _ => Err(RedundancyError::Unsupported { k, m }),
+        }
+    }
+
+    /// Checks `stripe:k` can be used: at least two paths, `4096 / k` an
+    /// even number of bytes.
+    pub fn striped(k: u64) -> Result<Self, RedundancyError> {
+        match u8::try_from(k) {
+            Ok(k8) if k >= 2 && splits_page(k) => Ok(Self::Striped { k: k8 }),
+            _ => Err(RedundancyError::UnsupportedStripe(k)),
+        }
+    }
+
+    /// (data, parity) shards of each stripe; `None` for copies.
+    pub fn shards(&self) -> Option<(u8, u8)> {
+        match *self {
+            Self::Replicas(_) => None,
+            Self::ReedSolomon { k, m } => Some((k, m)),
+            Self::Striped { k } => Some((k, 0)),
         }
     }
 }
@@ -123,6 +158,9 @@ impl std::str::FromStr for Redundancy {
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let syntax = || RedundancyError::Syntax(s.to_string());
+        if let Some(k) = s.strip_prefix("stripe:") {
+            return Self::striped(k.trim().parse::<u64>().map_err(|_| syntax())?);
+        }
         let (k, m) = s
             .strip_prefix("rs:")
             .and_then(|km| km.split_once('+'))
@@ -138,6 +176,7 @@ impl std::fmt::Display for Redundancy {
         match self {
             Self::Replicas(n) => write!(f, "{n} replicas"),
             Self::ReedSolomon { k, m } => write!(f, "rs:{k}+{m}"),
+            Self::Striped { k } => write!(f, "stripe:{k}"),
         }
     }
 }
@@ -222,8 +261,8 @@ impl Cluster {
                 *self.stripes.code.lock() = None;
                 self.set_replicas(n);
             }
-            Redundancy::ReedSolomon { k, m } => {
-                *self.stripes.code.lock() = Some((k, m));
+            coded => {
+                *self.stripes.code.lock() = coded.shards();
                 self.set_replicas(1);
             }
         }
@@ -232,6 +271,7 @@ impl Cluster {
     /// The redundancy of later allocations.
     pub fn redundancy(&self) -> Redundancy {
         match *self.stripes.code.lock() {
+            Some((k, 0)) => Redundancy::Striped { k },
             Some((k, m)) => Redundancy::ReedSolomon { k, m },
             None => Redundancy::Replicas(self.replicas.load(Ordering::Relaxed)),
         }

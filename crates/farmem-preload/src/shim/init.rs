@@ -147,7 +147,14 @@ fn connect(env: &PreloadEnv, controller: &str) -> Result<Arc<RackStore>, String>
     let name = format!("{}-{}-{started:x}", env.name, unsafe { libc::getpid() });
     let token = token(env)?;
     let anonymous = token.is_empty();
-    let cfg = farmem_net::ClientConfig::new(name, farmem_wire::Role::Compute).with_token(token);
+    let mut cfg = farmem_net::ClientConfig::new(name, farmem_wire::Role::Compute).with_token(token);
+    if let Some(model) = &env.delay {
+        let gate = farmem_net::delay::EgressDelay::new(model.clone(), 0);
+        cfg = cfg.with_delay(Arc::new(gate));
+    }
+    if let Some(model) = &env.path_delay {
+        cfg = cfg.with_path_delay(model.clone());
+    }
     let store = match farmem_net::Cluster::connect(controller, cfg, 2) {
         Ok(cluster) => Arc::new(RackStore::new(cluster)),
         Err(e @ farmem_net::NetError::Auth(_)) if anonymous => {
@@ -161,9 +168,11 @@ fn connect(env: &PreloadEnv, controller: &str) -> Result<Arc<RackStore>, String>
         store.cluster().set_replicas(n);
     }
     if let Some(r) = env.redundancy {
-        // Erasure-coded stripes: pages survive any M lost memory nodes.
+        // Erasure-coded stripes survive any M lost memory nodes; plain
+        // stripes spread each page over K of them.
         store.cluster().set_redundancy(r);
     }
+    // Plain stripes have nothing to rebuild a lost shard from.
     let coded = matches!(
         env.redundancy,
         Some(farmem_net::Redundancy::ReedSolomon { .. })

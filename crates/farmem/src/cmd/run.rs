@@ -151,10 +151,24 @@ pub struct Args {
     /// every 4 KiB page into K data and M parity chunks (Reed-Solomon) on
     /// K+M distinct memory nodes, so the program survives the loss of any
     /// M of them for (K+M)/K times its far bytes (rs:4+2: 1.5x, against
-    /// 3x for three copies). K is a power of two up to 128. Not with
-    /// --replicas.
-    #[arg(long, value_name = "rs:K+M", conflicts_with = "replicas")]
+    /// 3x for three copies). K is a power of two up to 128. `stripe:K`
+    /// splits pages the same way with no parity: K memory nodes serve each
+    /// page in parallel (K paths' bandwidth, one copy: a lost node fails
+    /// the program with its error). Not with --replicas.
+    #[arg(long, value_name = "rs:K+M|stripe:K", conflicts_with = "replicas")]
     redundancy: Option<farmem_net::Redundancy>,
+    /// Inject delay on the program's link to the rack (ThymesisFlow): every
+    /// request to a memory node passes one gate, once per gap. A model, as
+    /// in `farmem bench delay`: `20us` (a fixed gap), `uniform:10us..50us`,
+    /// `exp:30us`, `steps:0=0,1s=50us` (changing mid-run), `rate:200MiB/s`
+    /// (a bandwidth: each request's gap is its bytes' time).
+    #[arg(long, value_name = "MODEL")]
+    delay: Option<farmem_policy::delay::DelayModel>,
+    /// Inject delay on each memory node's path instead of the whole link:
+    /// a gate per node, with this model (`rate:100MiB/s` makes every path
+    /// that fast, so `--redundancy stripe:2` streams over two at once).
+    #[arg(long, value_name = "MODEL", conflicts_with = "delay")]
+    path_delay: Option<farmem_policy::delay::DelayModel>,
     /// The program and its arguments (after `--`).
     #[arg(last = true, required = true, value_name = "CMD")]
     command: Vec<OsString>,
@@ -270,6 +284,11 @@ fn validate(args: &Args) -> anyhow::Result<(u64, u64)> {
         ByteSize(min)
     );
     anyhow::ensure!(args.threshold.bytes() > 0, "--threshold must be positive");
+    anyhow::ensure!(
+        args.backend.needs_rack() || (args.delay.is_none() && args.path_delay.is_none()),
+        "--delay and --path-delay act on the link to memory nodes; --backend {} uses none",
+        args.backend
+    );
     let far = args.far_mem.bytes().div_ceil(128 << 20) * (128 << 20);
     anyhow::ensure!(far > 0, "--far-mem must be positive");
     Ok(((args.lease * 1000.0).round() as u64, far))
@@ -317,11 +336,12 @@ fn far_target(args: &Args, far: u64) -> anyhow::Result<Target> {
         || LocalRack::start(args.memnodes, far + (1 << 30), 128 << 20),
     )?;
     let up = check_controller(&controller, token)?;
-    if let (Some(farmem_net::Redundancy::ReedSolomon { k, m }), Some(up)) = (args.redundancy, up) {
+    let coded = args.redundancy.and_then(|r| Some((r, r.shards()?)));
+    if let (Some((r, (k, m))), Some(up)) = (coded, up) {
         let shards = usize::from(k) + usize::from(m);
         anyhow::ensure!(
             shards <= up,
-            "--redundancy rs:{k}+{m} needs {shards} memory nodes up; the rack of controller {controller} has {up}"
+            "--redundancy {r} needs {shards} memory nodes up; the rack of controller {controller} has {up}"
         );
     }
     let replicas = match (args.replicas, up) {
@@ -438,6 +458,8 @@ fn shim_env(
         },
         replicas: Some(target.replicas),
         redundancy: target.redundancy,
+        delay: args.delay.clone(),
+        path_delay: args.path_delay.clone(),
         lease_ms,
     };
     for (var, value) in env.vars() {

@@ -139,8 +139,12 @@ impl Cluster {
         let n = pages.len() / PAGE;
         let mut shards = vec![vec![0u8; n * c]; s.shards.len()];
         for (p, page) in pages.chunks_exact(PAGE).enumerate() {
-            let parity = reed_solomon_simd::encode(s.k, s.m, page.chunks(c))
-                .map_err(|e| coding_error(s, e))?;
+            let parity = match s.m {
+                // Striped: nothing to encode.
+                0 => Vec::new(),
+                _ => reed_solomon_simd::encode(s.k, s.m, page.chunks(c))
+                    .map_err(|e| coding_error(s, e))?,
+            };
             let chunks = page.chunks(c).chain(parity.iter().map(Vec::as_slice));
             for (shard, chunk) in shards.iter_mut().zip(chunks) {
                 shard[p * c..(p + 1) * c].copy_from_slice(chunk);

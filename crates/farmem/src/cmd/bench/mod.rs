@@ -7,6 +7,7 @@ mod fuzz;
 pub mod kernel_swap;
 pub mod measure;
 mod runtime;
+mod stripe;
 mod swap;
 mod swap_plan;
 mod swap_report;
@@ -20,6 +21,9 @@ pub enum Bench {
     Wire(wire::Args),
     /// Latency and bandwidth under injected egress delay (ThymesisFlow Figs. 2–3).
     Delay(delay::Args),
+    /// xDM's multi-path access: a stream over one throttled path, then
+    /// striped over two, in one run.
+    Stripe(stripe::Args),
     /// Kona's microbenchmark: cache-line vs page dirty tracking, side by side.
     Kona(runtime::KonaArgs),
     /// Latency of a remote page fault beside a bare 4 KiB read.
@@ -38,6 +42,7 @@ pub fn run(b: Bench) -> Outcome {
     match b {
         Bench::Wire(a) => wire::run(a),
         Bench::Delay(a) => delay::run(a),
+        Bench::Stripe(a) => stripe::run(a),
         Bench::Kona(a) => runtime::kona(a),
         Bench::Fault(a) => runtime::fault(a),
         Bench::Fuzz(a) => fuzz::run(a),
