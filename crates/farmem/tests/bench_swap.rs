@@ -141,6 +141,7 @@ fn bench_swap_runs_every_config_and_undoes_its_setup() {
         "swapfile",
         "farmem",
         "farmem-compressed",
+        "farmem-auto",
         "farmem-file",
     ];
     if Path::new("/sys/class/zram-control").exists() || Path::new("/sys/block/zram0").exists() {
@@ -178,7 +179,7 @@ fn bench_swap_runs_every_config_and_undoes_its_setup() {
                 assert!(r["swap_outs"].as_u64().unwrap() > 0, "{r}");
                 assert_eq!(r["setup"]["backing"], name, "{r}");
             }
-            "farmem" | "farmem-compressed" | "farmem-file" => {
+            "farmem" | "farmem-compressed" | "farmem-auto" | "farmem-file" => {
                 assert!(r["farmem"]["faults_missing"].as_u64().unwrap() > 0, "{r}")
             }
             _ => panic!("unexpected config {name}"),
@@ -288,10 +289,12 @@ fn eval_xdm_compares_every_backend_with_the_kernels_swap() {
             "swapfile",
             "farmem",
             "farmem-compressed",
+            "farmem-auto",
             "farmem-file",
         ] {
             assert!(names.contains(&want), "{want} missing: {r}");
         }
+        assert!(r["auto_to_best_single_backend"].as_f64().is_some(), "{r}");
         assert!(
             r["best_farmem"]["name"]
                 .as_str()

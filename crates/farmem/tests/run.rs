@@ -1204,9 +1204,59 @@ fn the_compressed_backend_gives_the_same_ranks_and_reports_its_pool() {
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
-        stderr.contains("unknown backend \"tape\"; expected one of: remote, compressed"),
+        stderr.contains("unknown backend \"tape\"; expected one of: auto, remote, compressed"),
         "{stderr}"
     );
+}
+
+/// `--backend auto` under random access over four times its local memory:
+/// the pool's pages are seldom read back, so it is turned off (and tried
+/// again), on both fault paths, and the answer is the one without far
+/// memory.
+#[test]
+fn auto_turns_a_pool_that_does_not_pay_off_and_gives_the_same_answer() {
+    if let Some(why) = unavailable() {
+        eprintln!("skipping: {why}");
+        return;
+    }
+    let worker = ["demo", "--worker", "--kind", "kv", "--size", "24MiB"];
+    let local = Command::new(farmem()).args(worker).output().unwrap();
+    assert!(local.status.success());
+    for fault_path in ["thread", "signal"] {
+        let stats = std::env::temp_dir().join(format!(
+            "farmem-run-auto-{fault_path}-{}.json",
+            std::process::id()
+        ));
+        let far = Command::new(farmem())
+            .args(["run", "--memnodes", "1", "--local-mem", "6MiB"])
+            .args(["--backend", "auto", "--fault-path", fault_path])
+            .args(["--policy", "lru", "--stats-json"])
+            .arg(&stats)
+            .arg("--")
+            .arg(farmem())
+            .args(worker)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&far.stderr);
+        assert!(far.status.success(), "{stderr}");
+        assert_eq!(
+            demo_checksum(&far),
+            demo_checksum(&local),
+            "{fault_path}: {stderr}"
+        );
+        assert!(
+            stderr.contains("farmem: auto: the pool was turned off"),
+            "{stderr}"
+        );
+        let report: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
+        let _ = std::fs::remove_file(&stats);
+        assert_eq!(report["backend"], "auto", "{report}");
+        let pool = &report["compressed"];
+        let n = |k: &str| pool[k].as_u64().unwrap_or(0);
+        assert!(n("switches") >= 2, "off, then tried again: {pool}");
+        assert!(n("off_passed") > 0 && n("stored") > 0, "{pool}");
+    }
 }
 
 /// `--backend file:DIR`: the demo's ranks as without far memory, with no

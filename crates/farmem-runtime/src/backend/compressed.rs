@@ -9,7 +9,10 @@
 //! to the store below, and only forgets one once the store below has it.
 //!
 //! Data that does not shrink is soon passed down untried
-//! ([`CompressionGate`]), one page in sixteen still tried.
+//! ([`CompressionGate`]), one page in sixteen still tried. Under `auto` a
+//! pool whose pages are not read back is turned off ([`PoolTuner`]): it
+//! demotes what it holds, passes every page down as it comes, and is tried
+//! again later.
 //!
 //! The pool's bytes are local memory: [`RemoteStore::local_bytes`] reports
 //! them and the runtime counts them against its limit.
@@ -29,7 +32,7 @@ use parking_lot::{Condvar, Mutex};
 use serde::Serialize;
 
 use farmem_core::Counter;
-use farmem_policy::tier::{Admit, CompressedTierConfig, CompressionGate, GateConfig};
+use farmem_policy::tier::{Admit, CompressedTierConfig, CompressionGate, GateConfig, PoolTuner};
 
 use super::page_groups;
 use crate::store::{RemoteStore, StoreError, page_pieces};
@@ -63,6 +66,10 @@ pub struct CompressedStats {
     /// Pages read from the pool, and from the store below.
     pub hits: u64,
     pub misses: u64,
+    /// Pages passed down because the pool was off (`auto`), and times
+    /// it was turned off or on.
+    pub off_passed: u64,
+    pub switches: u64,
 }
 
 #[derive(Default)]
@@ -76,6 +83,7 @@ struct Counters {
     demoted: Counter,
     hits: Counter,
     misses: Counter,
+    off_passed: Counter,
 }
 
 struct Entry {
@@ -131,9 +139,29 @@ struct Pool {
     /// Of `bytes`, those of pages being demoted now.
     demoting_bytes: u64,
     next_seq: u64,
+    /// Whether the pool takes pages now (`auto`); None: always.
+    tuner: Option<PoolTuner>,
 }
 
 impl Pool {
+    fn is_on(&self) -> bool {
+        self.tuner.as_ref().is_none_or(PoolTuner::is_on)
+    }
+
+    /// A page was written back, kept here or not.
+    fn written(&mut self, kept: bool) {
+        if let Some(t) = &mut self.tuner {
+            t.written(kept);
+        }
+    }
+
+    /// A page was read from here.
+    fn hit(&mut self) {
+        if let Some(t) = &mut self.tuner {
+            t.read_hit();
+        }
+    }
+
     fn insert(&mut self, page: u64, data: Option<Box<[u8]>>) {
         self.next_seq += 1;
         let e = Entry {
@@ -221,7 +249,10 @@ impl CompressedStore {
             below,
             cfg,
             max_bytes,
-            pool: Mutex::new(Pool::default()),
+            pool: Mutex::new(Pool {
+                tuner: cfg.tuner.map(PoolTuner::new),
+                ..Pool::default()
+            }),
             gate: Mutex::new(CompressionGate::new(GateConfig::default())),
             demoted: Condvar::new(),
             bytes: AtomicU64::new(0),
@@ -244,6 +275,8 @@ impl CompressedStore {
             demoted: c.demoted.get(),
             hits: c.hits.get(),
             misses: c.misses.get(),
+            off_passed: c.off_passed.get(),
+            switches: pool.tuner.as_ref().map_or(0, PoolTuner::switches),
         }
     }
 
@@ -254,6 +287,10 @@ impl CompressedStore {
     /// Compresses a whole page and keeps it, or says it goes below (after
     /// forgetting any older copy here, once a demotion of it has landed).
     fn store_page(&self, page: u64, data: &[u8]) -> Staged {
+        if !self.pool.lock().is_on() {
+            self.counters.off_passed.inc();
+            return self.pass_down(page);
+        }
         let zero = data.iter().all(|&b| b == 0);
         let mut out = [0u8; lz4_flex::block::get_maximum_output_size(PAGE)];
         let tried = !zero && self.gate.lock().should_try();
@@ -271,6 +308,7 @@ impl CompressedStore {
         match admit {
             Admit::Zero => {
                 let mut pool = self.pool.lock();
+                pool.written(true);
                 pool.insert(page, None);
                 self.publish(&pool);
                 self.counters.stored_zero.inc();
@@ -279,6 +317,7 @@ impl CompressedStore {
             Admit::Pool => {
                 let n = compressed.unwrap_or(PAGE);
                 let mut pool = self.pool.lock();
+                pool.written(true);
                 pool.insert(page, Some(out[..n].into()));
                 self.publish(&pool);
                 self.counters.stored.inc();
@@ -287,16 +326,23 @@ impl CompressedStore {
                 Staged::Kept
             }
             Admit::Below => {
-                let mut pool = self.pool.lock();
-                while pool.pages.get(&page).is_some_and(|e| e.demoting) {
-                    self.demoted.wait(&mut pool);
-                }
-                pool.remove(page);
-                self.publish(&pool);
                 self.counters.passed_down.inc();
-                Staged::Below
+                self.pass_down(page)
             }
         }
+    }
+
+    /// `page` goes below: any older copy here is forgotten, once a
+    /// demotion of it has landed.
+    fn pass_down(&self, page: u64) -> Staged {
+        let mut pool = self.pool.lock();
+        pool.written(false);
+        while pool.pages.get(&page).is_some_and(|e| e.demoting) {
+            self.demoted.wait(&mut pool);
+        }
+        pool.remove(page);
+        self.publish(&pool);
+        Staged::Below
     }
 
     /// Parts of one page, as (offset, bytes): applied to the kept copy if
@@ -346,7 +392,9 @@ impl CompressedStore {
     ) -> Result<Vec<(u64, u64)>, StoreError> {
         let victims = {
             let mut pool = self.pool.lock();
-            pool.pick_victims(self.max_bytes)
+            // Off, the pool gives all its memory back to the cache.
+            let max = if pool.is_on() { self.max_bytes } else { 0 };
+            pool.pick_victims(max)
         };
         let mut done = Vec::with_capacity(victims.len());
         let mut page_buf = [0u8; PAGE];
@@ -418,7 +466,7 @@ impl RemoteStore for CompressedStore {
         let mut runs: Vec<std::ops::Range<usize>> = Vec::new();
         let mut whole = [0u8; PAGE];
         for (page, off, r) in page_pieces(addr, buf.len()) {
-            let pool = self.pool.lock();
+            let mut pool = self.pool.lock();
             let Some(e) = pool.pages.get(&page) else {
                 drop(pool);
                 self.counters.misses.inc();
@@ -435,6 +483,7 @@ impl RemoteStore for CompressedStore {
                 e.load(page, &mut whole)?;
                 buf[r.clone()].copy_from_slice(&whole[off..off + r.len()]);
             }
+            pool.hit();
         }
         for r in runs {
             self.below.read(addr + r.start as u64, &mut buf[r])?;
@@ -490,7 +539,7 @@ impl RemoteStore for CompressedStore {
     /// From the pool when every page asked for is there, from below when
     /// none is; a mix takes the ordinary path.
     fn read_in_signal(&self, addr: u64, buf: &mut [u8]) -> bool {
-        let Some(pool) = self.pool.try_lock() else {
+        let Some(mut pool) = self.pool.try_lock() else {
             return false;
         };
         let mut kept = 0;
@@ -515,6 +564,7 @@ impl RemoteStore for CompressedStore {
         });
         if ok {
             self.counters.hits.add(total as u64);
+            (0..total).for_each(|_| pool.hit());
         }
         ok
     }
@@ -533,10 +583,30 @@ mod tests {
     const P: u64 = PAGE as u64;
 
     fn setup(max_bytes: u64) -> (Arc<MemStore>, CompressedStore, u64) {
+        setup_with(max_bytes, CompressedTierConfig::default())
+    }
+
+    fn setup_with(
+        max_bytes: u64,
+        cfg: CompressedTierConfig,
+    ) -> (Arc<MemStore>, CompressedStore, u64) {
         let below = Arc::new(MemStore::new(1 << 30));
         let base = below.allocate(64 * P).unwrap()[0].0;
-        let store = CompressedStore::new(below.clone(), CompressedTierConfig::default(), max_bytes);
+        let store = CompressedStore::new(below.clone(), cfg, max_bytes);
         (below, store, base)
+    }
+
+    /// `auto`'s pool with a verdict every `window` pages stored, on while
+    /// half of them are read back, tried again after `window` write-backs.
+    fn tuned(window: u32) -> CompressedTierConfig {
+        CompressedTierConfig {
+            tuner: Some(farmem_policy::tier::TunerConfig {
+                window,
+                min_reads_per_store: 0.5,
+                max_backoff: 1,
+            }),
+            ..Default::default()
+        }
     }
 
     fn lines_of(addr: u64, data: &[u8]) -> Vec<(u64, [u8; 64])> {
@@ -703,6 +773,50 @@ mod tests {
         assert!(!s.read_in_signal(base, &mut two));
     }
 
+    #[test]
+    fn a_tuned_pool_not_read_back_turns_off_gives_its_memory_back_and_loses_nothing() {
+        let (below, s, base) = setup_with(1 << 20, tuned(4));
+        for i in 0..4 {
+            s.write_lines(&lines_of(base + i * P, &compressible(i as u8)))
+                .unwrap();
+        }
+        assert_eq!(s.stats().stored, 4);
+        assert_eq!(below.stats().writes, 0, "all four kept");
+        // None was read back: off. The next write-back passes its page
+        // down untried and demotes the rest with it.
+        s.write_lines(&lines_of(base + 4 * P, &compressible(4)))
+            .unwrap();
+        let st = s.stats();
+        assert_eq!(
+            (st.switches, st.off_passed, st.demoted),
+            (1, 1, 4),
+            "{st:?}"
+        );
+        assert_eq!((st.pages, s.local_bytes()), (0, 0), "{st:?}");
+        for i in 0..5 {
+            assert_eq!(read(&s, base + i * P, PAGE), compressible(i as u8));
+        }
+        // Tried again after a window of write-backs: the 8th page is the
+        // last passed down, the 9th is kept.
+        for i in 5..9 {
+            s.write_lines(&lines_of(base + i * P, &compressible(i as u8)))
+                .unwrap();
+        }
+        let st = s.stats();
+        assert_eq!((st.switches, st.off_passed, st.pages), (2, 4, 1), "{st:?}");
+        assert!(s.local_bytes() > 0);
+        // Read back, it stays on.
+        for _ in 0..2 {
+            assert_eq!(read(&s, base + 8 * P, PAGE), compressible(8));
+        }
+        for i in 9..12 {
+            s.write_lines(&lines_of(base + i * P, &compressible(i as u8)))
+                .unwrap();
+        }
+        assert_eq!(s.stats().switches, 2);
+        assert_eq!(s.stats().pages, 4);
+    }
+
     #[derive(Debug, Clone)]
     enum Op {
         Page(u64, u8),
@@ -732,8 +846,14 @@ mod tests {
         /// Whatever mix of whole pages, lines, bytes and reads, with a pool
         /// small enough to demote, reads return what a plain store would.
         #[test]
-        fn reads_match_a_plain_store(ops in proptest::collection::vec(op(), 1..60)) {
-            let (_below, s, base) = setup(2 * (ENTRY_OVERHEAD + 60));
+        fn reads_match_a_plain_store(
+            ops in proptest::collection::vec(op(), 1..60),
+            tuner in proptest::option::of(1..4u32),
+        ) {
+            // With a tuner of a tiny window, the pool turns off and on
+            // again all along.
+            let cfg = tuner.map_or_else(CompressedTierConfig::default, tuned);
+            let (_below, s, base) = setup_with(2 * (ENTRY_OVERHEAD + 60), cfg);
             let oracle = MemStore::new(1 << 30);
             let obase = oracle.allocate(64 * P).unwrap()[0].0;
             for op in ops {

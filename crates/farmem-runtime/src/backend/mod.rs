@@ -5,6 +5,7 @@
 //! | `remote`                  | the rack's memory nodes ([`crate::remote::RackStore`]) |
 //! | `file:PATH`               | a file or block device, direct I/O ([`FileStore`]) |
 //! | `compressed`              | [`CompressedStore`] over the memory nodes (`tiered:compressed,remote`) |
+//! | `auto`                    | the same, its pool turned off while it does not pay ([`farmem_policy::tier::PoolTuner`]) |
 //! | `tiered:compressed,file:PATH` | [`CompressedStore`] over a file |
 //!
 //! A backend is chosen by name (`farmem run --backend`, `FARMEM_BACKEND`)
@@ -95,7 +96,7 @@ pub struct Backend {
 }
 
 /// The names [`Backend`] parses, for help and errors.
-pub const NAMES: &str = "remote, compressed, file:PATH, tiered:compressed,file:PATH";
+pub const NAMES: &str = "auto, remote, compressed, file:PATH, tiered:compressed,file:PATH";
 
 fn bottom(s: &str) -> Option<Bottom> {
     match s {
@@ -118,6 +119,7 @@ impl std::str::FromStr for Backend {
                 compressed,
                 bottom: Bottom::Remote,
             }),
+            "auto" => Some(Self::auto()),
             _ => match s.strip_prefix("tiered:") {
                 Some(tiers) => tiers
                     .strip_prefix("compressed,")
@@ -141,6 +143,7 @@ impl std::fmt::Display for Backend {
         };
         match (&self.compressed, &self.bottom) {
             (None, _) => f.write_str(&bottom),
+            (Some(c), Bottom::Remote) if c.tuner.is_some() => f.write_str("auto"),
             (Some(_), Bottom::Remote) => f.write_str("compressed"),
             (Some(_), _) => write!(f, "tiered:compressed,{bottom}"),
         }
@@ -158,6 +161,18 @@ pub struct Built {
 }
 
 impl Backend {
+    /// `auto`: a compressed pool over the memory nodes, on only while its
+    /// pages are read back enough to pay for the cache it takes.
+    pub fn auto() -> Self {
+        Self {
+            compressed: Some(CompressedTierConfig {
+                tuner: Some(Default::default()),
+                ..Default::default()
+            }),
+            bottom: Bottom::Remote,
+        }
+    }
+
     /// Whether the bottom tier is the rack's memory nodes.
     pub fn needs_rack(&self) -> bool {
         self.bottom == Bottom::Remote
@@ -221,6 +236,7 @@ mod tests {
     #[test]
     fn names_round_trip_and_unknown_ones_are_refused() {
         for name in [
+            "auto",
             "remote",
             "compressed",
             "file:/var/tmp/far",
@@ -244,7 +260,7 @@ mod tests {
         ] {
             let e = bad.parse::<Backend>().unwrap_err();
             assert!(
-                e.contains("expected one of: remote, compressed, file:PATH"),
+                e.contains("expected one of: auto, remote, compressed, file:PATH"),
                 "{e}"
             );
         }

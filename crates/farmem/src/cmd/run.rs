@@ -89,7 +89,11 @@ pub struct Args {
     /// --local-mem (at most a fifth of it, as zswap keeps; all-zero pages
     /// take no bytes), then the memory nodes for pages that do not shrink
     /// to 3/4 and for the pool's oldest when it is full;
-    /// `tiered:compressed,file:PATH`, the same pool in front of a file.
+    /// `tiered:compressed,file:PATH`, the same pool in front of a file;
+    /// `auto`, the compressed pool over the memory nodes, turned off while
+    /// its pages are not read back enough to pay for the cache it takes
+    /// (as with random access over data larger than the pool) and tried
+    /// again later.
     #[arg(long, default_value = "remote")]
     backend: Backend,
     /// Dirty tracking: `line` (Kona: only changed cache lines are written
@@ -616,6 +620,13 @@ impl Summary<'_> {
             get("misses"),
             ByteSize(get("bytes")),
         );
+        if self.backend.compressed.is_some_and(|c| c.tuner.is_some()) {
+            eprintln!(
+                "farmem: auto: the pool was turned off or on again {} times; {} pages went to {below} while it was off",
+                get("switches"),
+                get("off_passed"),
+            );
+        }
     }
 
     /// The processes that got no far memory: how many, why, and what that

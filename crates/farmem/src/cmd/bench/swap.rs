@@ -52,11 +52,11 @@ pub struct Args {
     rounds: Option<u32>,
     /// Configs, comma-separated: local, swapfile, zram, zswap, farmem
     /// (`farmem run --backend remote`), farmem-compressed (`--backend
-    /// compressed`), farmem-file (`--backend file:` the --swap-dir, where
-    /// the swap file goes too).
+    /// compressed`), farmem-auto (`--backend auto`), farmem-file
+    /// (`--backend file:` the --swap-dir, where the swap file goes too).
     #[arg(
         long,
-        default_value = "local,swapfile,zram,zswap,farmem,farmem-compressed,farmem-file"
+        default_value = "local,swapfile,zram,zswap,farmem,farmem-compressed,farmem-auto,farmem-file"
     )]
     configs: String,
     /// A small, fast run (32 MiB demo, 2 iterations, 1 round).

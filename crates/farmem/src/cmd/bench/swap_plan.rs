@@ -22,6 +22,7 @@ pub enum Config {
 pub enum FarBackend {
     Remote,
     Compressed,
+    Auto,
     /// A file in the directory the kernel's swap file goes in.
     File,
 }
@@ -32,6 +33,7 @@ impl FarBackend {
         match self {
             FarBackend::Remote => "remote".into(),
             FarBackend::Compressed => "compressed".into(),
+            FarBackend::Auto => "auto".into(),
             FarBackend::File => format!("file:{}", swap_dir.display()),
         }
     }
@@ -44,6 +46,7 @@ impl Config {
             Config::Kernel(b) => b.name(),
             Config::Farmem(FarBackend::Remote) => "farmem",
             Config::Farmem(FarBackend::Compressed) => "farmem-compressed",
+            Config::Farmem(FarBackend::Auto) => "farmem-auto",
             Config::Farmem(FarBackend::File) => "farmem-file",
         }
     }
@@ -61,9 +64,10 @@ pub fn parse_configs(s: &str) -> anyhow::Result<Vec<Config>> {
             "zswap" => Config::Kernel(Backing::Zswap),
             "farmem" => Config::Farmem(FarBackend::Remote),
             "farmem-compressed" => Config::Farmem(FarBackend::Compressed),
+            "farmem-auto" => Config::Farmem(FarBackend::Auto),
             "farmem-file" => Config::Farmem(FarBackend::File),
             _ => bail!(
-                "--configs: unknown config `{name}` (local, swapfile, zram, zswap, farmem, farmem-compressed, farmem-file)"
+                "--configs: unknown config `{name}` (local, swapfile, zram, zswap, farmem, farmem-compressed, farmem-auto, farmem-file)"
             ),
         };
         anyhow::ensure!(!out.contains(&c), "--configs: `{name}` given twice");
@@ -139,10 +143,12 @@ mod tests {
             ]
         );
         assert_eq!(
-            parse_configs("local,swapfile,zram,zswap,farmem,farmem-compressed,farmem-file")
-                .unwrap()
-                .len(),
-            7
+            parse_configs(
+                "local,swapfile,zram,zswap,farmem,farmem-compressed,farmem-auto,farmem-file"
+            )
+            .unwrap()
+            .len(),
+            8
         );
         assert!(parse_configs("swap").is_err());
         assert!(parse_configs("local,local").is_err());

@@ -4,8 +4,9 @@
 //!
 //! Each workload at 25% and 50% of its footprint runs under every config
 //! of `farmem bench swap` (local; the kernel's swap file, zram and zswap
-//! under a cgroup v1 limit; farmem's remote, compressed and file backends
-//! at the same local memory), interleaved within each round. One
+//! under a cgroup v1 limit; farmem's remote, compressed, auto and file
+//! backends at the same local memory), interleaved within each round. Each
+//! row also sets `auto` beside the best backend picked by hand. One
 //! `farmem bench swap --json` per workload and share does the measuring,
 //! so the two never disagree on how; this gathers their medians.
 
@@ -21,6 +22,7 @@ use super::{Args, Outcome};
 const DEFAULT_WORKLOADS: &str = "pagerank,kv,scan,text,noise";
 const SHARES: [&str; 2] = ["25%", "50%"];
 const KERNEL: [&str; 3] = ["swapfile", "zram", "zswap"];
+const AUTO: &str = "farmem-auto";
 
 /// The memory of each workload: 512 MiB times --scale, or the size given
 /// (--quick: 64 MiB).
@@ -143,6 +145,13 @@ fn row(workload: &str, share: &str, r: &Value) -> Value {
         (Some(f), Some(k)) if k.1 > 0.0 => Some(f.1 / k.1),
         _ => None,
     };
+    // `auto` against the best backend chosen by hand for this workload.
+    let auto = best(&|n| n == AUTO);
+    let single = best(&|n| n.starts_with("farmem") && n != AUTO);
+    let auto_ratio = match (&auto, &single) {
+        (Some(a), Some(s)) if s.1 > 0.0 => Some(a.1 / s.1),
+        _ => None,
+    };
     json!({
         "workload": workload,
         "local": share,
@@ -164,6 +173,8 @@ fn row(workload: &str, share: &str, r: &Value) -> Value {
         "best_kernel": kernel.as_ref().map(|k| json!({"name": k.0, "seconds": k.1})),
         "best_farmem": farmem.as_ref().map(|f| json!({"name": f.0, "seconds": f.1})),
         "best_farmem_to_best_kernel": ratio,
+        "best_single_backend": single.as_ref().map(|s| json!({"name": s.0, "seconds": s.1})),
+        "auto_to_best_single_backend": auto_ratio,
     })
 }
 
@@ -182,7 +193,7 @@ fn print_table(report: &Value) {
     for n in &names {
         print!(" {n:>17}");
     }
-    println!(" {:>22}", "best farmem / kernel");
+    println!(" {:>22} {:>12}", "best farmem / kernel", "auto / best");
     for r in &rows {
         print!(
             "{:<10} {:>5}",
@@ -199,8 +210,12 @@ fn print_table(report: &Value) {
             }
         }
         match r["best_farmem_to_best_kernel"].as_f64() {
-            Some(x) => println!(" {x:>21.2}x"),
-            None => println!(" {:>22}", "-"),
+            Some(x) => print!(" {x:>21.2}x"),
+            None => print!(" {:>22}", "-"),
+        }
+        match r["auto_to_best_single_backend"].as_f64() {
+            Some(x) => println!(" {x:>11.2}x"),
+            None => println!(" {:>12}", "-"),
         }
     }
 }
