@@ -18,10 +18,12 @@
 //! Keeping pages costs the pool's memory, taken from the page cache, and a
 //! compression per write-back; it pays only when kept pages are read back
 //! before they leave. Under `auto`, [`PoolTuner`] measures that (reads
-//! from the pool per page stored) and turns the pool off when it does not
-//! pay, so the runtime runs as the plain remote backend, trying the pool
-//! again after a backoff: xDM's switching of backend mid-run and tuning of
-//! the pool's size, as an on/off choice.
+//! from the pool per page written back) and turns the pool off when it
+//! does not pay, so the runtime runs as the plain remote backend; off, it
+//! goes on measuring what the pool would have served (a ghost list of the
+//! pages it would hold) and turns it on again when that would pay: xDM's
+//! switching of backend mid-run and tuning of the pool's size, as an
+//! on/off choice.
 //!
 //! Where the seed is silent: xDM chooses a backend per application, not per
 //! page, and gives no pool size; the defaults here are zswap's
@@ -176,19 +178,21 @@ impl CompressionGate {
 /// When the pool is worth its memory (see [`PoolTuner`]).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct TunerConfig {
-    /// Pages stored in the pool per verdict (default 4096, 16 MiB of
-    /// write-backs: longer than a default pool takes to fill, so its reads
-    /// are counted at its full size).
+    /// Pages written back per verdict (default 4096, 16 MiB: longer than
+    /// a default pool takes to fill, so its reads are counted at its full
+    /// size).
     pub window: u32,
-    /// Below this many reads from the pool per page stored in a window the
-    /// pool is off (default 1/4). A read saves a fetch from below, tens of
-    /// µs; a page stored costs a compression of a few µs and a page of
-    /// cache the pool's bytes took, which costs faults of its own: on the
-    /// eval's random key/value program 0.15 reads per page stored made the
-    /// pool 15% slower than none, on PageRank more than one made it faster.
-    pub min_reads_per_store: f64,
-    /// Longest pause, in windows, before the pool is tried again (default
-    /// 64); each failed trial doubles the pause from one window.
+    /// The pool pays when at least this many pages per page written back
+    /// are read from it (on) or would have been (off; default 1/4). A read
+    /// from the pool saves a fetch from below, tens of µs; a page kept
+    /// costs a compression of a few µs and a page of cache the pool's
+    /// bytes took, which costs faults of its own. On the eval's random
+    /// key/value program, 0.15 reads per page made the pool 15% slower
+    /// than none.
+    pub min_reads_per_write: f64,
+    /// Most windows in a row the pool must look worth it while off before
+    /// it is tried again (default 16); each failed trial doubles the
+    /// number, from one.
     pub max_backoff: u32,
 }
 
@@ -196,39 +200,57 @@ impl Default for TunerConfig {
     fn default() -> Self {
         Self {
             window: 4096,
-            min_reads_per_store: 0.25,
-            max_backoff: 64,
+            min_reads_per_write: 0.25,
+            max_backoff: 16,
         }
     }
 }
 
-/// Whether the compressed pool takes pages now. On, it counts pages stored
-/// and reads served; at the end of each window of `window` pages stored it
-/// stays on if enough were read back, else it goes off for `backoff`
-/// windows' worth of write-backs (1, 2, 4, ... up to `max_backoff`), and
-/// then is on for a trial window again. Pure: the pool calls it.
+/// Whether the compressed pool takes pages now (`auto`).
+///
+/// On, it counts the pages written back and those read from the pool; at
+/// the end of each window of `window` pages written back it stays on if
+/// enough were read, else it goes off. Off, nothing is compressed or
+/// kept: the pages written back go into a ghost list as long as the pool
+/// (page numbers only), and reads of pages on it count as reads the pool
+/// would have served. Once `backoff` windows in a row would have paid, the
+/// pool is on again for a trial; a trial that does not pay doubles
+/// `backoff` (up to `max_backoff`), one that does resets it. Pure: the
+/// pool calls it with page numbers.
 #[derive(Debug, Clone)]
 pub struct PoolTuner {
     cfg: TunerConfig,
+    /// Pages the pool holds when full: the ghost list's length.
+    capacity: usize,
     on: bool,
-    stored: u32,
+    written: u32,
     reads: u32,
-    /// Write-backs left before the next trial, while off.
-    off_left: u64,
+    /// Windows in a row that would have paid, while off.
+    paying: u32,
     backoff: u32,
+    /// The current stretch on is a trial after a stretch off.
+    trial: bool,
+    ghost: std::collections::VecDeque<u64>,
+    ghost_set: std::collections::HashSet<u64>,
     /// Times the pool went off, and on again.
     switches: u64,
 }
 
 impl PoolTuner {
-    pub fn new(cfg: TunerConfig) -> Self {
+    /// A tuner for a pool of `pool_bytes`, whose pages are kept at about
+    /// half their size.
+    pub fn new(cfg: TunerConfig, pool_bytes: u64) -> Self {
         Self {
             cfg,
+            capacity: (pool_bytes / 2048).max(1) as usize,
             on: true,
-            stored: 0,
+            written: 0,
             reads: 0,
-            off_left: 0,
+            paying: 0,
             backoff: 1,
+            trial: false,
+            ghost: Default::default(),
+            ghost_set: Default::default(),
             switches: 0,
         }
     }
@@ -243,40 +265,66 @@ impl PoolTuner {
         self.switches
     }
 
-    /// A page was written back: `kept` in the pool, or not.
-    pub fn written(&mut self, kept: bool) {
+    /// Page `page` was written back.
+    pub fn written(&mut self, page: u64) {
         if !self.on {
-            self.off_left = self.off_left.saturating_sub(1);
-            if self.off_left == 0 {
-                self.on = true;
-                self.switches += 1;
-                (self.stored, self.reads) = (0, 0);
+            self.remember(page);
+        }
+        self.written += 1;
+        if self.written < self.cfg.window.max(1) {
+            return;
+        }
+        let pays = f64::from(self.reads) >= f64::from(self.written) * self.cfg.min_reads_per_write;
+        (self.written, self.reads) = (0, 0);
+        match (self.on, pays) {
+            (true, true) => {
+                self.trial = false;
+                self.backoff = 1;
             }
-            return;
+            (true, false) => {
+                if self.trial {
+                    self.backoff = (self.backoff * 2).min(self.cfg.max_backoff.max(1));
+                }
+                self.on = false;
+                self.paying = 0;
+                self.switches += 1;
+            }
+            (false, true) => {
+                self.paying += 1;
+                if self.paying >= self.backoff {
+                    self.on = true;
+                    self.trial = true;
+                    self.switches += 1;
+                    self.ghost.clear();
+                    self.ghost_set.clear();
+                }
+            }
+            (false, false) => self.paying = 0,
         }
-        if !kept {
-            return;
-        }
-        self.stored += 1;
-        if self.stored < self.cfg.window.max(1) {
-            return;
-        }
-        let pays = f64::from(self.reads) >= f64::from(self.stored) * self.cfg.min_reads_per_store;
-        (self.stored, self.reads) = (0, 0);
-        if pays {
-            self.backoff = 1;
-            return;
-        }
-        self.on = false;
-        self.switches += 1;
-        self.off_left = u64::from(self.cfg.window.max(1)) * u64::from(self.backoff);
-        self.backoff = (self.backoff * 2).min(self.cfg.max_backoff.max(1));
     }
 
-    /// A read was served from the pool.
-    pub fn read_hit(&mut self) {
-        if self.on {
+    /// Page `page` was read: `from_pool`, or from below.
+    pub fn read(&mut self, page: u64, from_pool: bool) {
+        let counts = if self.on {
+            from_pool
+        } else {
+            self.ghost_set.contains(&page)
+        };
+        if counts {
             self.reads = self.reads.saturating_add(1);
+        }
+    }
+
+    /// Puts `page` on the ghost list, the oldest falling off.
+    fn remember(&mut self, page: u64) {
+        if !self.ghost_set.insert(page) {
+            return;
+        }
+        self.ghost.push_back(page);
+        while self.ghost.len() > self.capacity {
+            if let Some(old) = self.ghost.pop_front() {
+                self.ghost_set.remove(&old);
+            }
         }
     }
 }
@@ -286,21 +334,26 @@ mod tests {
     use super::*;
 
     fn tuner() -> PoolTuner {
-        PoolTuner::new(TunerConfig {
-            window: 10,
-            min_reads_per_store: 0.5,
-            max_backoff: 4,
-        })
+        let four_pages = 4 * 2048;
+        PoolTuner::new(
+            TunerConfig {
+                window: 10,
+                min_reads_per_write: 0.5,
+                max_backoff: 4,
+            },
+            four_pages,
+        )
     }
 
-    /// Stores a window of pages with `reads` reads among them; whether the
-    /// pool is on after.
+    /// Writes back a window of pages 100..104 (on the ghost list while
+    /// off), reading the first `reads` back as they go (from the pool, when
+    /// it is on); whether the pool is on after.
     fn window(t: &mut PoolTuner, reads: u32) -> bool {
         for i in 0..10 {
+            t.written(100 + u64::from(i % 4));
             if i < reads {
-                t.read_hit();
+                t.read(100 + u64::from(i % 4), true);
             }
-            t.written(true);
         }
         t.is_on()
     }
@@ -310,49 +363,55 @@ mod tests {
         let mut t = tuner();
         assert!(window(&mut t, 5));
         assert!(window(&mut t, 9));
-        // Pages written back not kept do not count towards a window.
-        for _ in 0..100 {
-            t.written(false);
-        }
-        assert!(t.is_on());
         assert_eq!(t.switches(), 0);
     }
 
     #[test]
-    fn a_pool_not_read_back_goes_off_and_is_tried_again_after_a_growing_pause() {
+    fn off_the_pool_counts_reads_it_would_have_served_and_comes_back_after_a_growing_pause() {
         let mut t = tuner();
-        assert!(!window(&mut t, 4), "4 reads for 10 stored is under 0.5");
-        // Off for one window of write-backs, whatever they are.
-        for _ in 0..9 {
-            t.written(false);
-            t.read_hit();
+        assert!(!window(&mut t, 4), "4 reads for 10 written is under 0.5");
+        // Off: pages read that were never written back (or fell off the
+        // ghost list) do not count, nor does a pool that no longer has them.
+        for p in 0..10 {
+            t.read(500 + p, false);
+            t.written(p);
         }
         assert!(!t.is_on());
-        t.written(true);
-        assert!(t.is_on(), "a trial after one window");
-        // The reads while off were not counted: the trial starts afresh.
+        for p in 0..4 {
+            t.read(p, false); // fell off: only 6..10 are remembered
+        }
+        for p in 20..30 {
+            t.written(p);
+        }
+        assert!(!t.is_on());
+        // Reads of remembered pages count: one window that would have paid
+        // and the pool is tried again.
+        assert!(window(&mut t, 5));
+        assert_eq!(t.switches(), 2);
+        // The trial fails: off, and now two paying windows in a row are
+        // needed, then four (at most max_backoff).
         assert!(!window(&mut t, 0));
-        let pause = |t: &mut PoolTuner| {
-            let mut n = 0;
-            while !t.is_on() {
-                t.written(true);
-                n += 1;
-            }
-            n
-        };
-        assert_eq!(pause(&mut t), 20);
+        assert!(!window(&mut t, 5));
+        assert!(window(&mut t, 5));
         assert!(!window(&mut t, 1));
-        assert_eq!(pause(&mut t), 40);
-        assert!(!window(&mut t, 1));
-        assert_eq!(pause(&mut t), 40, "at most max_backoff windows");
-        // A trial that pays keeps it on and resets the pause.
+        for _ in 0..3 {
+            assert!(!window(&mut t, 5));
+        }
+        assert!(
+            !window(&mut t, 0),
+            "a window that would not pay starts the count again"
+        );
+        for _ in 0..3 {
+            assert!(!window(&mut t, 5));
+        }
+        assert!(window(&mut t, 5));
+        // A trial that pays resets the pause.
         assert!(window(&mut t, 5));
         assert!(!window(&mut t, 0));
-        assert_eq!(pause(&mut t), 10);
-        assert_eq!(t.switches(), 10);
+        assert!(window(&mut t, 5));
+        assert_eq!(t.switches(), 8);
     }
 
-    /// Pages tried out of `n`, each kept when `kept(i)` says.
     fn run(gate: &mut CompressionGate, n: u32, kept: impl Fn(u32) -> bool) -> u32 {
         let mut tried = 0;
         for i in 0..n {

@@ -1210,9 +1210,8 @@ fn the_compressed_backend_gives_the_same_ranks_and_reports_its_pool() {
 }
 
 /// `--backend auto` under random access over four times its local memory:
-/// the pool's pages are seldom read back, so it is turned off (and tried
-/// again), on both fault paths, and the answer is the one without far
-/// memory.
+/// the pool's pages are seldom read back, so it is turned off, on both
+/// fault paths, and the answer is the one without far memory.
 #[test]
 fn auto_turns_a_pool_that_does_not_pay_off_and_gives_the_same_answer() {
     if let Some(why) = unavailable() {
@@ -1254,7 +1253,7 @@ fn auto_turns_a_pool_that_does_not_pay_off_and_gives_the_same_answer() {
         assert_eq!(report["backend"], "auto", "{report}");
         let pool = &report["compressed"];
         let n = |k: &str| pool[k].as_u64().unwrap_or(0);
-        assert!(n("switches") >= 2, "off, then tried again: {pool}");
+        assert!(n("switches") >= 1, "{pool}");
         assert!(n("off_passed") > 0 && n("stored") > 0, "{pool}");
     }
 }

@@ -148,17 +148,17 @@ impl Pool {
         self.tuner.as_ref().is_none_or(PoolTuner::is_on)
     }
 
-    /// A page was written back, kept here or not.
-    fn written(&mut self, kept: bool) {
+    /// `page` was written back, kept here or not.
+    fn written(&mut self, page: u64) {
         if let Some(t) = &mut self.tuner {
-            t.written(kept);
+            t.written(page);
         }
     }
 
-    /// A page was read from here.
-    fn hit(&mut self) {
+    /// `page` was read, from here or from below.
+    fn read(&mut self, page: u64, from_pool: bool) {
         if let Some(t) = &mut self.tuner {
-            t.read_hit();
+            t.read(page, from_pool);
         }
     }
 
@@ -250,7 +250,7 @@ impl CompressedStore {
             cfg,
             max_bytes,
             pool: Mutex::new(Pool {
-                tuner: cfg.tuner.map(PoolTuner::new),
+                tuner: cfg.tuner.map(|t| PoolTuner::new(t, max_bytes)),
                 ..Pool::default()
             }),
             gate: Mutex::new(CompressionGate::new(GateConfig::default())),
@@ -308,7 +308,7 @@ impl CompressedStore {
         match admit {
             Admit::Zero => {
                 let mut pool = self.pool.lock();
-                pool.written(true);
+                pool.written(page);
                 pool.insert(page, None);
                 self.publish(&pool);
                 self.counters.stored_zero.inc();
@@ -317,7 +317,7 @@ impl CompressedStore {
             Admit::Pool => {
                 let n = compressed.unwrap_or(PAGE);
                 let mut pool = self.pool.lock();
-                pool.written(true);
+                pool.written(page);
                 pool.insert(page, Some(out[..n].into()));
                 self.publish(&pool);
                 self.counters.stored.inc();
@@ -336,7 +336,7 @@ impl CompressedStore {
     /// demotion of it has landed.
     fn pass_down(&self, page: u64) -> Staged {
         let mut pool = self.pool.lock();
-        pool.written(false);
+        pool.written(page);
         while pool.pages.get(&page).is_some_and(|e| e.demoting) {
             self.demoted.wait(&mut pool);
         }
@@ -452,6 +452,23 @@ impl CompressedStore {
     }
 }
 
+impl CompressedStore {
+    /// Whether the pool is off and drained, out of the way of a write of
+    /// `groups`: then their pages are only noted for the tuner, and the
+    /// caller writes them below as they are.
+    fn out_of_the_way<'a>(&self, groups: impl Iterator<Item = super::PageGroup<'a>>) -> bool {
+        let mut pool = self.pool.lock();
+        if pool.is_on() || !pool.pages.is_empty() {
+            return false;
+        }
+        for g in groups {
+            pool.written(g.page);
+            self.counters.off_passed.inc();
+        }
+        true
+    }
+}
+
 fn push_lines(lines: &mut Vec<(u64, [u8; LINE])>, page: u64, data: &[u8]) {
     for (i, chunk) in data.chunks_exact(LINE).enumerate() {
         let mut line = [0u8; LINE];
@@ -468,6 +485,7 @@ impl RemoteStore for CompressedStore {
         for (page, off, r) in page_pieces(addr, buf.len()) {
             let mut pool = self.pool.lock();
             let Some(e) = pool.pages.get(&page) else {
+                pool.read(page, false);
                 drop(pool);
                 self.counters.misses.inc();
                 match runs.last_mut() {
@@ -483,7 +501,7 @@ impl RemoteStore for CompressedStore {
                 e.load(page, &mut whole)?;
                 buf[r.clone()].copy_from_slice(&whole[off..off + r.len()]);
             }
-            pool.hit();
+            pool.read(page, true);
         }
         for r in runs {
             self.below.read(addr + r.start as u64, &mut buf[r])?;
@@ -509,6 +527,12 @@ impl RemoteStore for CompressedStore {
     }
 
     fn write_lines(&self, lines: &[(u64, [u8; 64])]) -> Result<(), StoreError> {
+        let Some(groups) = page_groups(lines) else {
+            return self.write_each(lines);
+        };
+        if self.out_of_the_way(groups) {
+            return self.below.write_lines(lines);
+        }
         let Some(groups) = page_groups(lines) else {
             return self.write_each(lines);
         };
@@ -549,6 +573,9 @@ impl RemoteStore for CompressedStore {
             kept += pool.pages.contains_key(&page) as usize;
         }
         if kept == 0 {
+            for (page, _, _) in page_pieces(addr, buf.len()) {
+                pool.read(page, false);
+            }
             drop(pool);
             return self.below.read_in_signal(addr, buf);
         }
@@ -564,7 +591,9 @@ impl RemoteStore for CompressedStore {
         });
         if ok {
             self.counters.hits.add(total as u64);
-            (0..total).for_each(|_| pool.hit());
+            for (page, _, _) in page_pieces(addr, buf.len()) {
+                pool.read(page, true);
+            }
         }
         ok
     }
@@ -596,13 +625,14 @@ mod tests {
         (below, store, base)
     }
 
-    /// `auto`'s pool with a verdict every `window` pages stored, on while
-    /// half of them are read back, tried again after `window` write-backs.
+    /// `auto`'s pool with a verdict every `window` pages written back, on
+    /// while half as many are read from it (or would be, off), tried again
+    /// after one window that would pay.
     fn tuned(window: u32) -> CompressedTierConfig {
         CompressedTierConfig {
             tuner: Some(farmem_policy::tier::TunerConfig {
                 window,
-                min_reads_per_store: 0.5,
+                min_reads_per_write: 0.5,
                 max_backoff: 1,
             }),
             ..Default::default()
@@ -776,45 +806,40 @@ mod tests {
     #[test]
     fn a_tuned_pool_not_read_back_turns_off_gives_its_memory_back_and_loses_nothing() {
         let (below, s, base) = setup_with(1 << 20, tuned(4));
-        for i in 0..4 {
-            s.write_lines(&lines_of(base + i * P, &compressible(i as u8)))
-                .unwrap();
-        }
-        assert_eq!(s.stats().stored, 4);
-        assert_eq!(below.stats().writes, 0, "all four kept");
-        // None was read back: off. The next write-back passes its page
-        // down untried and demotes the rest with it.
-        s.write_lines(&lines_of(base + 4 * P, &compressible(4)))
-            .unwrap();
+        let write = |pages: std::ops::Range<u64>| {
+            for i in pages {
+                s.write_lines(&lines_of(base + i * P, &compressible(i as u8)))
+                    .unwrap();
+            }
+        };
+        let check = |pages: std::ops::Range<u64>| {
+            for i in pages {
+                assert_eq!(read(&s, base + i * P, PAGE), compressible(i as u8));
+            }
+        };
+        // Four kept, none read back: off at the fourth, whose write-back
+        // demotes all four.
+        write(0..4);
         let st = s.stats();
-        assert_eq!(
-            (st.switches, st.off_passed, st.demoted),
-            (1, 1, 4),
-            "{st:?}"
-        );
+        assert_eq!((st.stored, st.switches, st.demoted), (4, 1, 4), "{st:?}");
         assert_eq!((st.pages, s.local_bytes()), (0, 0), "{st:?}");
-        for i in 0..5 {
-            assert_eq!(read(&s, base + i * P, PAGE), compressible(i as u8));
-        }
-        // Tried again after a window of write-backs: the 8th page is the
-        // last passed down, the 9th is kept.
-        for i in 5..9 {
-            s.write_lines(&lines_of(base + i * P, &compressible(i as u8)))
-                .unwrap();
-        }
-        let st = s.stats();
-        assert_eq!((st.switches, st.off_passed, st.pages), (2, 4, 1), "{st:?}");
-        assert!(s.local_bytes() > 0);
-        // Read back, it stays on.
-        for _ in 0..2 {
-            assert_eq!(read(&s, base + 8 * P, PAGE), compressible(8));
-        }
-        for i in 9..12 {
-            s.write_lines(&lines_of(base + i * P, &compressible(i as u8)))
-                .unwrap();
-        }
+        check(0..4);
+        // Off: pages go below as they are, remembered as the pool's.
+        let lines_before = below.stats().lines_written;
+        write(4..8);
+        assert_eq!(below.stats().lines_written - lines_before, 4 * 64);
+        assert_eq!(s.stats().off_passed, 4);
+        // Reads of them would have been served by the pool: after the
+        // next window it is on again, and keeps the page after.
+        check(4..6);
+        check(4..6);
+        write(8..12);
         assert_eq!(s.stats().switches, 2);
-        assert_eq!(s.stats().pages, 4);
+        assert_eq!(s.stats().stored, 4, "off until now");
+        write(12..13);
+        assert_eq!((s.stats().stored, s.stats().pages), (5, 1));
+        assert!(s.local_bytes() > 0);
+        check(0..13);
     }
 
     #[derive(Debug, Clone)]
