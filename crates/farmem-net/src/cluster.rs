@@ -35,7 +35,7 @@ mod io;
 mod repair;
 
 pub use controller::{ControllerClient, LeaseKeeper, stats_json};
-pub use ec::{LOGICAL_BASE, Redundancy, RedundancyError};
+pub use ec::{LOGICAL_BASE, Redundancy, RedundancyError, StripeSplit};
 pub use repair::Repaired;
 
 use crate::conn::copy_read_reply;
@@ -773,9 +773,9 @@ fn sub_extent(e: &Extent, lo: u64, hi: u64) -> Extent {
 /// declare their node down.
 impl Cluster {
     /// Each memory node's own delay gate, by node id, when paths are
-    /// throttled ([`ClientConfig::path_delay`]).
+    /// throttled ([`ClientConfig::path_delays`]).
     pub fn path_delays(&self) -> Vec<(u32, Arc<crate::delay::EgressDelay>)> {
-        if self.node_cfg.path_delay.is_none() {
+        if self.node_cfg.path_delays.is_empty() {
             return Vec::new();
         }
         let nodes = self.nodes.read();
@@ -788,10 +788,11 @@ impl Cluster {
     }
 
     /// The connection settings for memory node `node`: with a gate of its
-    /// own when each path is throttled ([`ClientConfig::path_delay`]).
+    /// own when each path is throttled ([`ClientConfig::path_delays`]).
     fn path_cfg(&self, node: u32) -> ClientConfig {
         let mut cfg = self.node_cfg.clone();
-        if let Some(model) = &cfg.path_delay {
+        let models = &cfg.path_delays;
+        if let Some(model) = models.get(node as usize % models.len().max(1)) {
             let gate = crate::delay::EgressDelay::new(model.clone(), u64::from(node));
             cfg.delay = Some(Arc::new(gate));
         }

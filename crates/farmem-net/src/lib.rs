@@ -19,7 +19,9 @@ pub mod server;
 
 use std::time::Duration;
 
-pub use cluster::{Cluster, ControllerClient, LeaseKeeper, Redundancy, RedundancyError, Repaired};
+pub use cluster::{
+    Cluster, ControllerClient, LeaseKeeper, Redundancy, RedundancyError, Repaired, StripeSplit,
+};
 pub use conn::{Connection, Reply, Ticket};
 pub use frame::{await_frame, read_frame, write_all_frames};
 pub use page_reader::{PageReadError, PageReader};
@@ -72,10 +74,10 @@ pub struct ClientConfig {
     /// Injected egress delay, shared by every connection of this node.
     pub delay: Option<std::sync::Arc<delay::EgressDelay>>,
     /// Injected delay on each path instead: a [`Cluster`] gives every
-    /// memory node a gate of its own with this model, shared by that
-    /// node's connections, in place of `delay` (two throttled links rather
-    /// than one).
-    pub path_delay: Option<farmem_policy::delay::DelayModel>,
+    /// memory node a gate of its own, shared by that node's connections,
+    /// in place of `delay` (several throttled links rather than one); node
+    /// `id` gets model `id % len` of these.
+    pub path_delays: Vec<farmem_policy::delay::DelayModel>,
     /// A memory node that fails every request for this long is declared
     /// down ([`NetError::NodeDown`]): a [`Cluster`] stops retrying it. Its
     /// requests time out after at most this long too.
@@ -93,7 +95,7 @@ impl ClientConfig {
             token: Vec::new(),
             timeout: Duration::from_secs(10),
             delay: None,
-            path_delay: None,
+            path_delays: Vec::new(),
             fail_after: DEFAULT_FAIL_AFTER,
             poll: Default::default(),
         }
@@ -105,10 +107,10 @@ impl ClientConfig {
         self
     }
 
-    /// Gives each memory node's path its own gate of `model` (see
-    /// [`Self::path_delay`]).
-    pub fn with_path_delay(mut self, model: farmem_policy::delay::DelayModel) -> Self {
-        self.path_delay = Some(model);
+    /// Gives each memory node's path its own gate, of one of `models` (see
+    /// [`Self::path_delays`]).
+    pub fn with_path_delays(mut self, models: Vec<farmem_policy::delay::DelayModel>) -> Self {
+        self.path_delays = models;
         self
     }
 

@@ -14,6 +14,7 @@ pub mod poll;
 pub mod prefetch;
 pub mod promote;
 pub mod readahead;
+pub mod stripe;
 pub mod tier;
 pub mod write_streak;
 

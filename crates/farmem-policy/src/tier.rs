@@ -187,7 +187,7 @@ pub struct TunerConfig {
     /// from the pool saves a fetch from below, tens of µs; a page kept
     /// costs a compression of a few µs and a page of cache the pool's
     /// bytes took, which costs faults of its own. On the eval's random
-    /// key/value program, 0.15 reads per page made the pool 15% slower
+    /// key/value program, 0.15 reads per page made the pool 10-35% slower
     /// than none.
     pub min_reads_per_write: f64,
     /// Most windows in a row the pool must look worth it while off before

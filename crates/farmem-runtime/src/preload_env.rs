@@ -52,7 +52,8 @@ pub const REDUNDANCY: &CStr = c"FARMEM_REDUNDANCY";
 /// A delay model for the program's link to the rack: one gate every
 /// request to a memory node passes (ThymesisFlow's injector).
 pub const DELAY: &CStr = c"FARMEM_DELAY";
-/// A delay model for each memory node's path: a gate per node.
+/// Delay models for each memory node's path, `;`-separated: a gate per
+/// node, node `id` taking model `id % count`.
 pub const PATH_DELAY: &CStr = c"FARMEM_PATH_DELAY";
 /// How long the controller keeps a silent process's remote memory, in ms.
 pub const LEASE_MS: &CStr = c"FARMEM_LEASE_MS";
@@ -134,7 +135,8 @@ pub struct PreloadEnv {
     pub redundancy: Option<Redundancy>,
     /// Injected delay on the whole link, and on each memory node's path.
     pub delay: Option<DelayModel>,
-    pub path_delay: Option<DelayModel>,
+    /// One per memory node, by node id modulo their number.
+    pub path_delays: Vec<DelayModel>,
     /// 0: no lease.
     pub lease_ms: u64,
 }
@@ -256,7 +258,14 @@ impl PreloadEnv {
             None => Ok(None),
             Some(d) => d.parse().map(Some).map_err(|e| parsed(var, &e)),
         };
-        let (delay, path_delay) = (delay_model(DELAY)?, delay_model(PATH_DELAY)?);
+        let delay = delay_model(DELAY)?;
+        let path_delays = match non_empty(get, PATH_DELAY) {
+            None => Vec::new(),
+            Some(list) => list
+                .split(';')
+                .map(|d| d.parse().map_err(|e| parsed(PATH_DELAY, &e)))
+                .collect::<Result<_, _>>()?,
+        };
         Ok(Self {
             controller,
             local_bytes,
@@ -276,7 +285,7 @@ impl PreloadEnv {
             replicas,
             redundancy,
             delay,
-            path_delay,
+            path_delays,
             lease_ms,
         })
     }
@@ -313,7 +322,11 @@ impl PreloadEnv {
             ),
             (
                 key(PATH_DELAY),
-                self.path_delay.as_ref().map(|d| d.to_string().into()),
+                (!self.path_delays.is_empty()).then(|| {
+                    let models: Vec<String> =
+                        self.path_delays.iter().map(ToString::to_string).collect();
+                    models.join(";").into()
+                }),
             ),
             (key(TOKEN_FILE), path(&self.token_file)),
             (key(POLICY), self.policy.clone().map(Into::into)),
@@ -381,7 +394,10 @@ mod tests {
             replicas: Some(2),
             redundancy: None,
             delay: Some("uniform:10us..50us".parse().unwrap()),
-            path_delay: Some("rate:100MiB/s".parse().unwrap()),
+            path_delays: vec![
+                "rate:100MiB/s".parse().unwrap(),
+                "steps:0=0,1s=50us".parse().unwrap(),
+            ],
             lease_ms: 0,
         };
         let vars: HashMap<String, String> = written
@@ -431,7 +447,10 @@ mod tests {
         assert!(bad("FARMEM_LOCAL_MEM", "lots").starts_with("FARMEM_LOCAL_MEM=\"lots\""));
         assert!(bad("FARMEM_FALLBACK", "maybe").contains("expected `local` or `fail`"));
         assert!(bad("FARMEM_DIRTY", "word").starts_with("FARMEM_DIRTY: "));
-        assert!(bad("FARMEM_BACKEND", "tape").contains("expected one of: remote, compressed"));
+        assert!(
+            bad("FARMEM_BACKEND", "tape").contains("expected one of: auto, remote, compressed")
+        );
+        assert!(bad("FARMEM_PATH_DELAY", "rate:1MiB/s;warp:9").starts_with("FARMEM_PATH_DELAY: "));
         // A file needs no rack; everything else does.
         let file = read(&env(&[("FARMEM_BACKEND", "file:/var/tmp")])).unwrap();
         assert_eq!(file.controller, None);

@@ -74,7 +74,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use farmem_wire::{Extent, Placement};
+use farmem_wire::{Extent, Msg, Placement};
 use parking_lot::{Mutex, MutexGuard, RwLock};
 
 use super::Cluster;
@@ -196,6 +196,9 @@ pub(super) struct Stripe {
     pub len: u64,
     pub k: usize,
     pub m: usize,
+    /// Bytes of each page in each data shard, in page order: `4096 / K`
+    /// each under Reed-Solomon; under stripe:K each path's share.
+    pub chunks: Vec<usize>,
     /// Bytes of each shard.
     pub shard_len: u64,
     pub shards: Vec<Shard>,
@@ -207,16 +210,45 @@ pub(super) struct Stripe {
 }
 
 impl Stripe {
-    /// Bytes of a page in each shard.
-    pub fn chunk(&self) -> usize {
-        PAGE / self.k
+    /// Bytes of a page in shard `i` (a parity shard: as each data shard,
+    /// all of them the same under Reed-Solomon).
+    pub fn chunk_len(&self, i: usize) -> usize {
+        self.chunks.get(i).copied().unwrap_or(PAGE / self.k.max(1))
+    }
+
+    /// Where data shard `i`'s bytes of a page start in the page.
+    pub fn chunk_start(&self, i: usize) -> usize {
+        self.chunks[..i.min(self.chunks.len())].iter().sum()
+    }
+
+    /// The most bytes of a page any shard holds: a shard of `shard_len`
+    /// bytes holds `shard_len / widest` pages.
+    pub fn widest(&self) -> usize {
+        self.chunks.iter().copied().max().unwrap_or(PAGE).max(1)
     }
 }
+
+/// How stripe:K splits each page over its K paths.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum StripeSplit {
+    /// Each path's share follows its bandwidth, measured when the stripe
+    /// is allocated ([`farmem_policy::stripe`]).
+    #[default]
+    Measured,
+    /// The same share each.
+    Even,
+}
+
+/// Bytes each path's bandwidth is measured with when a stripe is made.
+const PROBE_BYTES: u64 = 512 << 10;
+/// Reads in flight while measuring.
+const PROBE_READ: u64 = 64 << 10;
 
 /// The erasure-coded stripes a cluster holds.
 pub(super) struct Stripes {
     /// (k, m) of later allocations; `None`: replicas.
     code: Mutex<Option<(u8, u8)>>,
+    split: Mutex<StripeSplit>,
     map: RwLock<BTreeMap<u64, Arc<Stripe>>>,
     next: AtomicU64,
     locks: Box<[Mutex<()>]>,
@@ -226,6 +258,7 @@ impl Default for Stripes {
     fn default() -> Self {
         Self {
             code: Mutex::new(None),
+            split: Mutex::new(StripeSplit::default()),
             map: RwLock::new(BTreeMap::new()),
             next: AtomicU64::new(LOGICAL_BASE),
             locks: (0..PAGE_LOCKS).map(|_| Mutex::new(())).collect(),
@@ -277,11 +310,54 @@ impl Cluster {
         }
     }
 
+    /// How later stripe:K allocations split their pages.
+    pub fn set_stripe_split(&self, split: StripeSplit) {
+        *self.stripes.split.lock() = split;
+    }
+
     /// Allocates `size` logical bytes as rs:k+m stripes: `size / k` bytes
-    /// (rounded up to granules) on each of k+m distinct nodes. Returns the
-    /// logical extents (base and len in the logical range; node and address
-    /// those of shard 0, no capability or mirrors of their own).
+    /// (rounded up to granules) on each of k+m distinct nodes; stripe:K
+    /// (m = 0) splits pages by measured bandwidth and asks again while the
+    /// stripes made hold less than `size`. Returns the logical extents (base
+    /// and len in the logical range; node and address those of shard 0, no
+    /// capability or mirrors of their own).
     pub(super) fn allocate_stripes(
+        &self,
+        size: u64,
+        placement: Placement,
+        k: u8,
+        m: u8,
+    ) -> Result<Vec<Extent>, NetError> {
+        let mut out: Vec<Extent> = Vec::new();
+        let mut held = 0;
+        while held < size {
+            match self.allocate_stripe_sets(size - held, placement, k, m) {
+                Ok(more) if more.iter().any(|e| e.len > 0) => {
+                    held += more.iter().map(|e| e.len).sum::<u64>();
+                    out.extend(more);
+                }
+                Ok(empty) => {
+                    for x in out.iter().chain(&empty) {
+                        let _ = self.release_stripes(x.base, x.len);
+                    }
+                    return Err(NetError::Routing(format!(
+                        "stripe:{k} granules of this rack hold no whole page of the split"
+                    )));
+                }
+                Err(e) => {
+                    for x in &out {
+                        let _ = self.release_stripes(x.base, x.len);
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// One `Alloc` of sets of k+m shards for `size` logical bytes, each set
+    /// made a stripe.
+    fn allocate_stripe_sets(
         &self,
         size: u64,
         placement: Placement,
@@ -296,58 +372,109 @@ impl Cluster {
             .checked_add(m)
             .ok_or_else(|| NetError::Routing(format!("rs:{k}+{m} has more than 255 shards")))?;
         let extents = ctl.alloc_coded(size.div_ceil(u64::from(k.max(1))), placement, shards, m)?;
-        let mut stripes = Vec::new();
-        for e in &extents {
-            let len = e.len.checked_mul(u64::from(k));
-            match len {
-                Some(len) if e.mirrors.len() + 1 == usize::from(shards) => {
-                    stripes.push((e, len));
-                }
-                _ => {
-                    self.release_grants(&extents);
-                    return Err(NetError::Routing(format!(
-                        "the controller answered rs:{k}+{m} with a set of {} shards of {} bytes",
-                        e.mirrors.len() + 1,
-                        e.len
-                    )));
+        if let Some(e) = extents
+            .iter()
+            .find(|e| e.mirrors.len() + 1 != usize::from(shards))
+        {
+            self.release_grants(&extents);
+            return Err(NetError::Routing(format!(
+                "the controller answered rs:{k}+{m} with a set of {} shards of {} bytes",
+                e.mirrors.len() + 1,
+                e.len
+            )));
+        }
+        let mut out = Vec::new();
+        for (n, e) in extents.iter().enumerate() {
+            let made = self.make_stripe(e, usize::from(k), usize::from(m));
+            match made {
+                Ok(x) => out.push(x),
+                Err(err) => {
+                    for x in &out {
+                        let _ = self.release_stripes(x.base, x.len);
+                    }
+                    self.release_grants(&extents[n..]);
+                    return Err(err);
                 }
             }
         }
-        let mut out = Vec::new();
-        for (e, len) in stripes {
-            let node = e.node;
-            let e = self.adopt_copies(e.clone())?;
-            let base = self.stripes.next.fetch_add(len, Ordering::SeqCst);
-            let shards = std::iter::once(Shard {
-                node: e.node,
-                base: e.base,
-            })
-            .chain(e.mirrors.iter().map(|s| Shard {
-                node: s.node,
-                base: s.base,
-            }))
-            .collect();
-            let stripe = Stripe {
-                base,
-                len,
-                k: usize::from(k),
-                m: usize::from(m),
-                shard_len: e.len,
-                shards,
-                filling: None,
-                retired: Vec::new(),
-            };
-            self.stripes.map.write().insert(base, Arc::new(stripe));
-            out.push(Extent {
-                node,
-                addr: e.addr.clone(),
-                base,
-                len,
-                cap: None,
-                mirrors: Vec::new(),
-            });
-        }
         Ok(out)
+    }
+
+    /// Connects to the shards of the set `e` and makes them a stripe.
+    fn make_stripe(&self, e: &Extent, k: usize, m: usize) -> Result<Extent, NetError> {
+        let node = e.node;
+        let e = self.adopt_copies(e.clone())?;
+        let shards: Vec<Shard> = std::iter::once(Shard {
+            node: e.node,
+            base: e.base,
+        })
+        .chain(e.mirrors.iter().map(|s| Shard {
+            node: s.node,
+            base: s.base,
+        }))
+        .collect();
+        let chunks = match (m, *self.stripes.split.lock()) {
+            (0, StripeSplit::Measured) if k > 1 => {
+                let bandwidths = self.measure_paths(&shards[..k], e.len);
+                farmem_policy::stripe::SplitConfig::default().split(&bandwidths, PAGE)
+            }
+            _ => vec![PAGE / k.max(1); k],
+        };
+        let widest = chunks.iter().copied().max().unwrap_or(PAGE).max(1) as u64;
+        let len = e.len / widest * PAGE as u64;
+        let base = self.stripes.next.fetch_add(len, Ordering::SeqCst);
+        let stripe = Stripe {
+            base,
+            len,
+            k,
+            m,
+            chunks,
+            shard_len: e.len,
+            shards,
+            filling: None,
+            retired: Vec::new(),
+        };
+        self.stripes.map.write().insert(base, Arc::new(stripe));
+        Ok(Extent {
+            node,
+            addr: e.addr.clone(),
+            base,
+            len,
+            cap: None,
+            mirrors: Vec::new(),
+        })
+    }
+
+    /// Each shard's path bandwidth in bytes per second, measured one path
+    /// at a time with reads of its (fresh) granule, several in flight; 0
+    /// for a path that failed.
+    fn measure_paths(&self, shards: &[Shard], shard_len: u64) -> Vec<f64> {
+        let bytes = PROBE_BYTES.min(shard_len);
+        shards
+            .iter()
+            .map(|shard| {
+                let start = std::time::Instant::now();
+                let sent: Vec<_> = (0..bytes.div_ceil(PROBE_READ))
+                    .map(|i| {
+                        let len = PROBE_READ.min(bytes - i * PROBE_READ) as u32;
+                        let read = Msg::Read {
+                            addr: shard.base + i * PROBE_READ,
+                            len,
+                        };
+                        self.submit_to(shard.node, &read)
+                    })
+                    .collect();
+                let ok = sent
+                    .into_iter()
+                    .all(|t| t.and_then(crate::Ticket::wait).is_ok());
+                let secs = start.elapsed().as_secs_f64();
+                if ok && secs > 0.0 {
+                    bytes as f64 / secs
+                } else {
+                    0.0
+                }
+            })
+            .collect()
     }
 
     /// Gives the granules of `extents` (and their mirrors) back, as far as
@@ -367,6 +494,11 @@ impl Cluster {
     pub fn stripes(&self) -> Vec<(u64, u64)> {
         let map = self.stripes.map.read();
         map.values().map(|s| (s.base, s.len)).collect()
+    }
+
+    /// Bytes of each page in each data shard of the stripe at `base`.
+    pub fn stripe_chunks(&self, base: u64) -> Option<Vec<usize>> {
+        self.stripes.map.read().get(&base).map(|s| s.chunks.clone())
     }
 
     /// The stripe holding logical `addr`.

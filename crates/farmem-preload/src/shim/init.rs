@@ -152,9 +152,7 @@ fn connect(env: &PreloadEnv, controller: &str) -> Result<Arc<RackStore>, String>
         let gate = farmem_net::delay::EgressDelay::new(model.clone(), 0);
         cfg = cfg.with_delay(Arc::new(gate));
     }
-    if let Some(model) = &env.path_delay {
-        cfg = cfg.with_path_delay(model.clone());
-    }
+    cfg = cfg.with_path_delays(env.path_delays.clone());
     let store = match farmem_net::Cluster::connect(controller, cfg, 2) {
         Ok(cluster) => Arc::new(RackStore::new(cluster)),
         Err(e @ farmem_net::NetError::Auth(_)) if anonymous => {

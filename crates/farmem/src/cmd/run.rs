@@ -169,10 +169,11 @@ pub struct Args {
     #[arg(long, value_name = "MODEL")]
     delay: Option<farmem_policy::delay::DelayModel>,
     /// Inject delay on each memory node's path instead of the whole link:
-    /// a gate per node, with this model (`rate:100MiB/s` makes every path
-    /// that fast, so `--redundancy stripe:2` streams over two at once).
+    /// a gate per node (`rate:100MiB/s` makes every path that fast, so
+    /// `--redundancy stripe:2` streams over two at once). Given several
+    /// times, memory node `id` takes the (`id` modulo their number)-th.
     #[arg(long, value_name = "MODEL", conflicts_with = "delay")]
-    path_delay: Option<farmem_policy::delay::DelayModel>,
+    path_delay: Vec<farmem_policy::delay::DelayModel>,
     /// The program and its arguments (after `--`).
     #[arg(last = true, required = true, value_name = "CMD")]
     command: Vec<OsString>,
@@ -289,7 +290,7 @@ fn validate(args: &Args) -> anyhow::Result<(u64, u64)> {
     );
     anyhow::ensure!(args.threshold.bytes() > 0, "--threshold must be positive");
     anyhow::ensure!(
-        args.backend.needs_rack() || (args.delay.is_none() && args.path_delay.is_none()),
+        args.backend.needs_rack() || (args.delay.is_none() && args.path_delay.is_empty()),
         "--delay and --path-delay act on the link to memory nodes; --backend {} uses none",
         args.backend
     );
@@ -463,7 +464,7 @@ fn shim_env(
         replicas: Some(target.replicas),
         redundancy: target.redundancy,
         delay: args.delay.clone(),
-        path_delay: args.path_delay.clone(),
+        path_delays: args.path_delay.clone(),
         lease_ms,
     };
     for (var, value) in env.vars() {

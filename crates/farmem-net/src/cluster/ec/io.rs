@@ -42,12 +42,14 @@ impl Cluster {
         (live, gone)
     }
 
-    /// Reads `len` bytes at `off` in shard `i` of `s`, or says why not.
-    fn submit_shard_read(&self, s: &Stripe, i: usize, off: u64, len: usize) -> ShardRead {
+    /// Reads shard `i`'s chunks of pages [first, first+n) of `s`, or says
+    /// why not.
+    fn submit_shard_read(&self, s: &Stripe, i: usize, first: u64, n: usize) -> ShardRead {
         let shard = s.shards[i];
+        let c = s.chunk_len(i);
         let read = Msg::Read {
-            addr: shard.base + off,
-            len: len as u32,
+            addr: shard.base + first * c as u64,
+            len: (n * c) as u32,
         };
         (i, shard.node, self.submit_to(shard.node, &read))
     }
@@ -61,8 +63,6 @@ impl Cluster {
         first: u64,
         n: usize,
     ) -> Result<Vec<Option<Vec<u8>>>, NetError> {
-        let c = s.chunk();
-        let (off, len) = (first * c as u64, n * c);
         let (order, gone) = self.shard_order(s, false);
         let mut got: Vec<Option<Vec<u8>>> = vec![None; s.shards.len()];
         let (mut have, mut next, mut err) = (0, 0, gone);
@@ -77,10 +77,10 @@ impl Cluster {
             next += batch.len();
             let sent: Vec<ShardRead> = batch
                 .into_iter()
-                .map(|i| self.submit_shard_read(s, i, off, len))
+                .map(|i| self.submit_shard_read(s, i, first, n))
                 .collect();
             for (i, node, ticket) in sent {
-                let mut buf = vec![0u8; len];
+                let mut buf = vec![0u8; n * s.chunk_len(i)];
                 let read = self.settle(node, ticket.and_then(Ticket::wait));
                 match read.and_then(|r| read_reply_into(&r, &mut buf)) {
                     Ok(()) => {
@@ -100,7 +100,8 @@ impl Cluster {
     /// Pages [first, first+n) of `s`, decoded; the caller holds their locks.
     pub(super) fn read_pages(&self, s: &Stripe, first: u64, n: usize) -> Result<Vec<u8>, NetError> {
         let got = self.fetch_chunks(s, first, n)?;
-        let c = s.chunk();
+        // Parity needs chunks of one size: Reed-Solomon stripes have them.
+        let c = s.chunk_len(0);
         let mut out = vec![0u8; n * PAGE];
         let all_data = got[..s.k].iter().all(Option::is_some);
         for p in 0..n {
@@ -115,8 +116,10 @@ impl Cluster {
                 reed_solomon_simd::decode(s.k, s.m, originals, recovery)
                     .map_err(|e| coding_error(s, e))?
             };
-            for (i, dst) in page.chunks_mut(c).enumerate() {
-                match (&got[i], restored.get(&i)) {
+            for (i, got) in got.iter().enumerate().take(s.k) {
+                let (start, c) = (s.chunk_start(i), s.chunk_len(i));
+                let dst = &mut page[start..start + c];
+                match (got, restored.get(&i)) {
                     (Some(v), _) => dst.copy_from_slice(&v[p * c..(p + 1) * c]),
                     (None, Some(r)) if r.len() == c => dst.copy_from_slice(r),
                     _ => {
@@ -135,29 +138,31 @@ impl Cluster {
     /// chunk to its live shard; succeeds once every live shard and at least
     /// K acknowledged. The caller holds the pages' locks.
     fn write_pages(&self, s: &Stripe, first: u64, pages: &[u8]) -> Result<(), NetError> {
-        let c = s.chunk();
         let n = pages.len() / PAGE;
-        let mut shards = vec![vec![0u8; n * c]; s.shards.len()];
+        let mut shards: Vec<Vec<u8>> = (0..s.shards.len())
+            .map(|i| vec![0u8; n * s.chunk_len(i)])
+            .collect();
         for (p, page) in pages.chunks_exact(PAGE).enumerate() {
-            let parity = match s.m {
-                // Striped: nothing to encode.
-                0 => Vec::new(),
-                _ => reed_solomon_simd::encode(s.k, s.m, page.chunks(c))
-                    .map_err(|e| coding_error(s, e))?,
-            };
-            let chunks = page.chunks(c).chain(parity.iter().map(Vec::as_slice));
-            for (shard, chunk) in shards.iter_mut().zip(chunks) {
-                shard[p * c..(p + 1) * c].copy_from_slice(chunk);
+            for (i, shard) in shards.iter_mut().enumerate().take(s.k) {
+                let (start, c) = (s.chunk_start(i), s.chunk_len(i));
+                shard[p * c..(p + 1) * c].copy_from_slice(&page[start..start + c]);
+            }
+            if s.m > 0 {
+                let c = s.chunk_len(0);
+                let parity = reed_solomon_simd::encode(s.k, s.m, page.chunks(c))
+                    .map_err(|e| coding_error(s, e))?;
+                for (shard, chunk) in shards[s.k..].iter_mut().zip(&parity) {
+                    shard[p * c..(p + 1) * c].copy_from_slice(chunk);
+                }
             }
         }
-        let off = first * c as u64;
         let (live, mut gone) = self.shard_order(s, true);
         let sent: Vec<(u32, Result<Ticket, NetError>)> = live
             .iter()
             .map(|&i| {
                 let shard = s.shards[i];
                 let write = Msg::Write {
-                    addr: shard.base + off,
+                    addr: shard.base + first * s.chunk_len(i) as u64,
                     data: &shards[i],
                 };
                 (shard.node, self.submit_to(shard.node, &write))
@@ -289,8 +294,9 @@ impl Cluster {
         let slot = ((s.base / PAGE as u64 + first) % self.stripes.locks.len() as u64) as usize;
         let _lock = self.stripes.locks[slot].try_lock()?;
         let nodes = self.nodes.try_read()?;
-        let c = s.chunk();
-        for (shard, dst) in s.shards[..s.k].iter().zip(out.chunks_mut(c)) {
+        for (i, shard) in s.shards[..s.k].iter().enumerate() {
+            let (start, c) = (s.chunk_start(i), s.chunk_len(i));
+            let dst = &mut out[start..start + c];
             let n = nodes.get(&shard.node)?;
             if n.lost.load(Ordering::Relaxed)
                 || n.is_down.load(Ordering::Relaxed)
@@ -323,7 +329,7 @@ impl Cluster {
         let first = rel / PAGE as u64;
         let skip = (rel % PAGE as u64) as usize;
         let in_stripe = usize::try_from(s.len - rel).unwrap_or(usize::MAX);
-        let pages = RUN_PAGES.min(self.max_piece() / s.chunk()).max(1);
+        let pages = RUN_PAGES.min(self.max_piece() / s.widest()).max(1);
         let take = left.min(in_stripe).min(pages * PAGE - skip);
         (first, (skip + take).div_ceil(PAGE), skip, take)
     }

@@ -153,7 +153,7 @@ impl Cluster {
             let pages = self.read_pages(&s, first, n)?;
             let chunks = shard_chunks(&s, i, &pages)?;
             let write = Msg::Write {
-                addr: new.base + first * s.chunk() as u64,
+                addr: new.base + first * s.chunk_len(i) as u64,
                 data: &chunks,
             };
             self.call_on(new.node, &write)?.done("write")?;
@@ -167,11 +167,12 @@ impl Cluster {
 /// Shard `i`'s chunks of whole `pages` of `s`: data chunks as they are,
 /// parity chunks encoded.
 fn shard_chunks(s: &Stripe, i: usize, pages: &[u8]) -> Result<Vec<u8>, NetError> {
-    let c = s.chunk();
-    let mut out = Vec::with_capacity(pages.len() / s.k);
+    let c = s.chunk_len(i);
+    let mut out = Vec::with_capacity(pages.len() / PAGE * c);
     for page in pages.chunks_exact(PAGE) {
         if i < s.k {
-            out.extend_from_slice(&page[i * c..(i + 1) * c]);
+            let start = s.chunk_start(i);
+            out.extend_from_slice(&page[start..start + c]);
         } else {
             let parity = reed_solomon_simd::encode(s.k, s.m, page.chunks(c))
                 .map_err(|e| coding_error(s, e))?;
