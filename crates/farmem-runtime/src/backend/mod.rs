@@ -87,12 +87,18 @@ pub enum Bottom {
     File(PathBuf),
 }
 
-/// A backend and its parameters.
-#[derive(Debug, Clone, PartialEq, Default)]
+/// A backend and its parameters; `auto` by default.
+#[derive(Debug, Clone, PartialEq)]
 pub struct Backend {
     /// A compressed pool in front of the bottom tier, within the local limit.
     pub compressed: Option<CompressedTierConfig>,
     pub bottom: Bottom,
+}
+
+impl Default for Backend {
+    fn default() -> Self {
+        Self::auto()
+    }
 }
 
 /// The names [`Backend`] parses, for help and errors.
@@ -268,6 +274,8 @@ mod tests {
         assert!(!b.needs_rack());
         assert_eq!(b.default_dirty(), DirtyMode::Page);
         assert_eq!(Backend::default().default_dirty(), DirtyMode::Line);
+        assert_eq!(Backend::default().to_string(), "auto");
+        assert_eq!("".parse::<Backend>().unwrap(), Backend::auto());
         let pool: Backend = "compressed".parse().unwrap();
         assert_eq!(pool.default_dirty(), DirtyMode::Line);
     }

@@ -93,8 +93,8 @@ pub struct Args {
     /// `auto`, the compressed pool over the memory nodes, turned off while
     /// its pages are not read back enough to pay for the cache it takes
     /// (as with random access over data larger than the pool) and tried
-    /// again later.
-    #[arg(long, default_value = "remote")]
+    /// again when it would pay.
+    #[arg(long, default_value = "auto")]
     backend: Backend,
     /// Dirty tracking: `line` (Kona: only changed cache lines are written
     /// back) or `page`. Default: page when the last tier is a file (it
