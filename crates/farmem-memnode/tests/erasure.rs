@@ -431,6 +431,27 @@ fn each_path_has_its_own_gate_charged_by_the_bytes_it_moves() {
         // Half of each of the 64 pages written, then read: 2 x 128 KiB.
         assert_eq!(gate.bytes.get(), 2 * 32 * PAGE as u64, "node {node}");
     }
+    // The 64 pages again as cache lines, every line of each: one write
+    // per path for all of them. One page short of a line costs a read
+    // and a write more on each.
+    let admitted: Vec<u64> = gates.iter().map(|(_, g)| g.admitted.get()).collect();
+    let mut lines: Vec<(u64, [u8; 64])> = (0..64 * PAGE / 64)
+        .map(|i| (base + (i * 64) as u64, [i as u8; 64]))
+        .collect();
+    c.write_lines(&lines).unwrap();
+    for ((node, gate), was) in gates.iter().zip(&admitted) {
+        assert_eq!(gate.admitted.get() - was, 1, "node {node}");
+    }
+    lines.truncate(lines.len() - 1);
+    c.write_lines(&lines).unwrap();
+    for ((node, gate), was) in gates.iter().zip(&admitted) {
+        // 63 whole pages in one write, the last read and written.
+        assert_eq!(gate.admitted.get() - was, 4, "node {node}");
+    }
+    c.read(base, &mut back).unwrap();
+    for (i, line) in back.chunks(64).enumerate() {
+        assert!(line.iter().all(|&b| b == i as u8), "line {i}");
+    }
 }
 
 #[test]

@@ -230,14 +230,15 @@ impl Cluster {
         Ok(())
     }
 
-    /// Applies cache lines at logical addresses, page by page: a page
-    /// whose every line is here is assembled and written, any other read,
-    /// patched and written again.
+    /// Applies cache lines at logical addresses: pages whose every line is
+    /// here are assembled and written, runs of consecutive ones as one
+    /// request per shard; any other page is read, patched and written
+    /// again. A line given twice is applied as its last.
     pub(in crate::cluster) fn ec_write_lines(
         &self,
         lines: &[(u64, [u8; LINE_LEN])],
     ) -> Result<(), NetError> {
-        let mut pages: BTreeMap<u64, Vec<&(u64, [u8; LINE_LEN])>> = BTreeMap::new();
+        let mut pages: BTreeMap<u64, Vec<&Line>> = BTreeMap::new();
         for line in lines {
             if line.0.is_multiple_of(LINE_LEN as u64) {
                 pages.entry(line.0 / PAGE as u64).or_default().push(line);
@@ -245,28 +246,62 @@ impl Cluster {
                 self.ec_write(line.0, &line.1)?;
             }
         }
+        let mut run: Vec<PageLines> = Vec::new();
         for (page, lines) in pages {
-            let at = page * PAGE as u64;
-            let s = self.stripe_at(at)?;
-            let first = (at - s.base) / PAGE as u64;
-            let _lock = self.stripes.lock_pages(&s, first, 1);
-            let s = self.stripe_at(at)?;
             let mut covered = [false; PAGE / LINE_LEN];
             for (addr, _) in &lines {
                 covered[(addr % PAGE as u64) as usize / LINE_LEN] = true;
             }
-            let mut buf = if covered.iter().all(|&c| c) {
-                vec![0u8; PAGE]
-            } else {
-                self.read_pages(&s, first, 1)?
-            };
-            for (addr, line) in lines {
-                let off = (addr % PAGE as u64) as usize;
-                buf[off..off + LINE_LEN].copy_from_slice(line);
+            if !covered.iter().all(|&c| c) {
+                self.patch_page(page, &lines)?;
+                continue;
+            }
+            if run.last().is_some_and(|(last, _)| *last + 1 != page) {
+                self.write_whole_pages(&std::mem::take(&mut run))?;
+            }
+            run.push((page, lines));
+        }
+        self.write_whole_pages(&run)
+    }
+
+    /// Writes pages every line of which is given, consecutive, a stripe's
+    /// run at a time.
+    fn write_whole_pages(&self, pages: &[PageLines]) -> Result<(), NetError> {
+        let mut done = 0;
+        while done < pages.len() {
+            let at = pages[done].0 * PAGE as u64;
+            let s = self.stripe_at(at)?;
+            let first = (at - s.base) / PAGE as u64;
+            let in_stripe = ((s.len / PAGE as u64) - first) as usize;
+            let n = (pages.len() - done).min(self.run_pages(&s)).min(in_stripe);
+            let _locks = self.stripes.lock_pages(&s, first, n);
+            let s = self.stripe_at(at)?;
+            let mut buf = vec![0u8; n * PAGE];
+            for (i, (_, lines)) in pages[done..done + n].iter().enumerate() {
+                for (addr, line) in lines {
+                    let off = i * PAGE + (addr % PAGE as u64) as usize;
+                    buf[off..off + LINE_LEN].copy_from_slice(line);
+                }
             }
             self.write_pages(&s, first, &buf)?;
+            done += n;
         }
         Ok(())
+    }
+
+    /// Reads `page`, applies `lines` to it and writes it again.
+    fn patch_page(&self, page: u64, lines: &[&Line]) -> Result<(), NetError> {
+        let at = page * PAGE as u64;
+        let s = self.stripe_at(at)?;
+        let first = (at - s.base) / PAGE as u64;
+        let _lock = self.stripes.lock_pages(&s, first, 1);
+        let s = self.stripe_at(at)?;
+        let mut buf = self.read_pages(&s, first, 1)?;
+        for (addr, line) in lines {
+            let off = (addr % PAGE as u64) as usize;
+            buf[off..off + LINE_LEN].copy_from_slice(line);
+        }
+        self.write_pages(&s, first, &buf)
     }
 }
 
@@ -317,6 +352,12 @@ impl Cluster {
     }
 }
 
+/// A cache line to write: its logical address and bytes.
+type Line = (u64, [u8; LINE_LEN]);
+
+/// A page's number and the lines given for it.
+type PageLines<'a> = (u64, Vec<&'a Line>);
+
 /// A shard read in flight: shard index, node, ticket.
 type ShardRead = (usize, u32, Result<Ticket, NetError>);
 
@@ -329,9 +370,15 @@ impl Cluster {
         let first = rel / PAGE as u64;
         let skip = (rel % PAGE as u64) as usize;
         let in_stripe = usize::try_from(s.len - rel).unwrap_or(usize::MAX);
-        let pages = RUN_PAGES.min(self.max_piece() / s.widest()).max(1);
-        let take = left.min(in_stripe).min(pages * PAGE - skip);
+        let take = left.min(in_stripe).min(self.run_pages(s) * PAGE - skip);
         (first, (skip + take).div_ceil(PAGE), skip, take)
+    }
+}
+
+impl Cluster {
+    /// Most pages of `s` one request per shard covers.
+    fn run_pages(&self, s: &Stripe) -> usize {
+        RUN_PAGES.min(self.max_piece() / s.widest()).max(1)
     }
 }
 
