@@ -42,6 +42,11 @@ const LINE: usize = farmem_core::CACHE_LINE as usize;
 /// Bytes of bookkeeping charged per kept page besides its data (the map
 /// entry, the allocation's header, the demotion queue's slot).
 const ENTRY_OVERHEAD: u64 = 64;
+/// Most pages one write-back demotes. A pool turned off drains over many
+/// write-backs rather than in one batch, whose pages, decompressed into
+/// line records, would briefly take twice their size in local memory
+/// beyond the limit (a fifth of 258 MiB came to 1.2x the limit on the demo).
+const DEMOTE_BATCH: usize = 256;
 
 /// What the pool has done, for reports and tests.
 #[derive(Debug, Clone, Copy, Default, Serialize, PartialEq, Eq)]
@@ -189,11 +194,11 @@ impl Pool {
         }
     }
 
-    /// Marks the oldest pages for demotion until the rest fit in `max`;
-    /// returns a copy of each.
+    /// Marks the oldest pages for demotion until the rest fit in `max`,
+    /// at most [`DEMOTE_BATCH`] of them; returns a copy of each.
     fn pick_victims(&mut self, max: u64) -> Vec<Victim> {
         let mut victims = Vec::new();
-        while self.bytes - self.demoting_bytes > max {
+        while self.bytes - self.demoting_bytes > max && victims.len() < DEMOTE_BATCH {
             let Some((page, seq)) = self.order.pop_front() else {
                 break;
             };
@@ -840,6 +845,27 @@ mod tests {
         assert_eq!((s.stats().stored, s.stats().pages), (5, 1));
         assert!(s.local_bytes() > 0);
         check(0..13);
+    }
+
+    #[test]
+    fn a_pool_turned_off_drains_a_batch_at_a_time() {
+        let (_below, s, base) = setup_with(1 << 20, tuned(300));
+        for i in 0..300 {
+            s.write_lines(&lines_of(base + i * P, &compressible(i as u8)))
+                .unwrap();
+        }
+        let st = s.stats();
+        assert_eq!(
+            (st.switches, st.demoted, st.pages),
+            (1, DEMOTE_BATCH as u64, 44)
+        );
+        s.write_lines(&lines_of(base + 300 * P, &compressible(0)))
+            .unwrap();
+        let st = s.stats();
+        assert_eq!((st.demoted, st.pages, s.local_bytes()), (300, 0, 0));
+        for i in 0..300 {
+            assert_eq!(read(&s, base + i * P, PAGE), compressible(i as u8));
+        }
     }
 
     #[derive(Debug, Clone)]
