@@ -1,0 +1,330 @@
+//! Tests of the compressed pool: each behaviour alone, then a proptest
+//! against a plain store, with and without `auto`'s tuner.
+
+use super::*;
+use crate::store::{FaultOp, MemStore, SlabSource};
+use proptest::prelude::*;
+
+const P: u64 = PAGE as u64;
+
+fn setup(max_bytes: u64) -> (Arc<MemStore>, CompressedStore, u64) {
+    setup_with(max_bytes, CompressedTierConfig::default())
+}
+
+fn setup_with(max_bytes: u64, cfg: CompressedTierConfig) -> (Arc<MemStore>, CompressedStore, u64) {
+    let below = Arc::new(MemStore::new(1 << 30));
+    let base = below.allocate(64 * P).unwrap()[0].0;
+    let store = CompressedStore::new(below.clone(), cfg, max_bytes);
+    (below, store, base)
+}
+
+/// `auto`'s pool with a verdict every `window` pages written back, on
+/// while half as many are read from it (or would be, off), tried again
+/// after one window that would pay.
+fn tuned(window: u32) -> CompressedTierConfig {
+    CompressedTierConfig {
+        tuner: Some(farmem_policy::tier::TunerConfig {
+            window,
+            min_reads_per_write: 0.5,
+            max_backoff: 1,
+        }),
+        ..Default::default()
+    }
+}
+
+fn lines_of(addr: u64, data: &[u8]) -> Vec<(u64, [u8; 64])> {
+    let mut v = Vec::new();
+    push_lines(&mut v, addr, data);
+    v
+}
+
+/// Text-like: compresses well.
+fn compressible(seed: u8) -> Vec<u8> {
+    (0..PAGE)
+        .map(|i| b"farmem pages "[(i + seed as usize) % 13])
+        .collect()
+}
+
+fn random(seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..PAGE)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+fn read(s: &CompressedStore, addr: u64, len: usize) -> Vec<u8> {
+    let mut buf = vec![0xAA; len];
+    s.read(addr, &mut buf).unwrap();
+    buf
+}
+
+#[test]
+fn compressible_and_zero_pages_stay_local_and_read_back() {
+    let (below, s, base) = setup(1 << 20);
+    let text = compressible(3);
+    s.write_lines(&lines_of(base, &text)).unwrap();
+    s.write_lines(&lines_of(base + P, &[0u8; PAGE])).unwrap();
+    assert_eq!(below.stats().lines_written, 0, "nothing went below");
+    assert_eq!(read(&s, base, PAGE), text);
+    assert_eq!(read(&s, base + P, PAGE), vec![0u8; PAGE]);
+    let st = s.stats();
+    assert_eq!((st.stored, st.stored_zero, st.pages), (1, 1, 2));
+    assert!(st.bytes_out < PAGE as u64 / 4, "{st:?}");
+    assert_eq!(s.local_bytes(), st.bytes);
+    assert_eq!(st.bytes, 2 * ENTRY_OVERHEAD + st.bytes_out);
+}
+
+#[test]
+fn incompressible_pages_pass_down_and_replace_the_kept_copy() {
+    let (below, s, base) = setup(1 << 20);
+    s.write_lines(&lines_of(base, &compressible(0))).unwrap();
+    let noise = random(7);
+    s.write_lines(&lines_of(base, &noise)).unwrap();
+    assert_eq!(below.stats().lines_written, 64);
+    assert_eq!(s.stats().pages, 0);
+    assert_eq!(s.local_bytes(), 0);
+    assert_eq!(read(&s, base, PAGE), noise);
+}
+
+#[test]
+fn lines_patch_a_kept_page_and_pass_down_otherwise() {
+    let (below, s, base) = setup(1 << 20);
+    let mut want = compressible(1);
+    s.write_lines(&lines_of(base, &want)).unwrap();
+    s.write_lines(&[(base + 128, [9u8; 64]), (base + 4032, [8u8; 64])])
+        .unwrap();
+    want[128..192].fill(9);
+    want[4032..].fill(8);
+    assert_eq!(read(&s, base, PAGE), want);
+    assert_eq!(below.stats().lines_written, 0);
+    // Not kept: the lines go below as they are.
+    s.write_lines(&[(base + 5 * P + 64, [5u8; 64])]).unwrap();
+    assert_eq!(below.stats().lines_written, 1);
+    let got = read(&s, base + 5 * P, PAGE);
+    assert_eq!(&got[64..128], &[5u8; 64]);
+    // A read across pages: kept, below, kept.
+    s.write_lines(&lines_of(base + 6 * P, &compressible(2)))
+        .unwrap();
+    let got = read(&s, base + P - 10, 5 * P as usize + 20);
+    assert_eq!(&got[..10], &want[PAGE - 10..]);
+    assert_eq!(&got[4 * PAGE + 10 + 64..4 * PAGE + 10 + 128], &[5u8; 64]);
+    assert_eq!(&got[5 * PAGE + 10..], &compressible(2)[..10]);
+}
+
+#[test]
+fn noise_soon_goes_below_untried_and_text_is_tried_again() {
+    let (below, s, base) = setup(1 << 30);
+    for i in 0..1024u64 {
+        s.write_lines(&lines_of(base + (i % 32) * P, &random(i)))
+            .unwrap();
+    }
+    let st = s.stats();
+    assert_eq!(st.passed_down, 1024, "{st:?}");
+    assert!(st.untried > 600, "{st:?}");
+    assert_eq!(below.stats().lines_written, 64 * 1024);
+    for i in 0..32u64 {
+        assert_eq!(read(&s, base + i * P, PAGE), random(992 + i), "page {i}");
+    }
+    // Text again: kept once the probes see it shrink.
+    for i in 0..8192u64 {
+        s.write_lines(&lines_of(base + (i % 32) * P, &compressible(i as u8)))
+            .unwrap();
+    }
+    let st = s.stats();
+    assert!(st.stored > 4096, "{st:?}");
+    for i in 0..32u64 {
+        assert_eq!(read(&s, base + i * P, PAGE), compressible((8160 + i) as u8));
+    }
+}
+
+#[test]
+fn a_full_pool_demotes_its_oldest_pages_and_loses_none() {
+    // Room for about three pages.
+    let (below, s, base) = setup(3 * (ENTRY_OVERHEAD + 40));
+    for i in 0..10 {
+        s.write_lines(&lines_of(base + i * P, &compressible(i as u8)))
+            .unwrap();
+    }
+    let st = s.stats();
+    assert!(st.bytes <= 3 * (ENTRY_OVERHEAD + 40), "{st:?}");
+    assert_eq!(st.demoted + st.pages, 10, "{st:?}");
+    assert!(st.demoted >= 7);
+    assert_eq!(below.stats().lines_written, 64 * st.demoted);
+    for i in 0..10 {
+        assert_eq!(
+            read(&s, base + i * P, PAGE),
+            compressible(i as u8),
+            "page {i}"
+        );
+    }
+    // The newest are the ones kept.
+    assert!(s.pool.lock().pages.contains_key(&(base + 9 * P)));
+}
+
+#[test]
+fn a_failed_demotion_keeps_the_pages_and_a_retry_lands_them() {
+    let (below, s, base) = setup(ENTRY_OVERHEAD + 40);
+    s.write_lines(&lines_of(base, &compressible(1))).unwrap();
+    below.fail_nth(0, FaultOp::Write);
+    let second = lines_of(base + P, &compressible(2));
+    assert!(s.write_lines(&second).is_err());
+    // Both still readable: the first was not forgotten.
+    assert_eq!(read(&s, base, PAGE), compressible(1));
+    assert_eq!(read(&s, base + P, PAGE), compressible(2));
+    s.write_lines(&second).unwrap();
+    assert_eq!(s.stats().demoted, 1);
+    assert_eq!(read(&s, base, PAGE), compressible(1));
+    assert_eq!(read(&s, base + P, PAGE), compressible(2));
+}
+
+#[test]
+fn reads_in_signal_handlers_come_from_the_pool_or_below() {
+    let (_below, s, base) = setup(1 << 20);
+    s.write_lines(&lines_of(base, &compressible(4))).unwrap();
+    let mut buf = vec![0u8; PAGE];
+    assert!(s.read_in_signal(base, &mut buf));
+    assert_eq!(buf, compressible(4));
+    assert!(s.read_in_signal(base + P, &mut buf));
+    assert_eq!(buf, vec![0u8; PAGE]);
+    // A mix takes the ordinary path.
+    let mut two = vec![0u8; 2 * PAGE];
+    assert!(!s.read_in_signal(base, &mut two));
+}
+
+#[test]
+fn a_tuned_pool_not_read_back_turns_off_gives_its_memory_back_and_loses_nothing() {
+    let (below, s, base) = setup_with(1 << 20, tuned(4));
+    let write = |pages: std::ops::Range<u64>| {
+        for i in pages {
+            s.write_lines(&lines_of(base + i * P, &compressible(i as u8)))
+                .unwrap();
+        }
+    };
+    let check = |pages: std::ops::Range<u64>| {
+        for i in pages {
+            assert_eq!(read(&s, base + i * P, PAGE), compressible(i as u8));
+        }
+    };
+    // Four kept, none read back: off at the fourth, whose write-back
+    // demotes all four.
+    write(0..4);
+    let st = s.stats();
+    assert_eq!((st.stored, st.switches, st.demoted), (4, 1, 4), "{st:?}");
+    assert_eq!((st.pages, s.local_bytes()), (0, 0), "{st:?}");
+    check(0..4);
+    // Off: pages go below as they are, remembered as the pool's.
+    let lines_before = below.stats().lines_written;
+    write(4..8);
+    assert_eq!(below.stats().lines_written - lines_before, 4 * 64);
+    assert_eq!(s.stats().off_passed, 4);
+    // Reads of them would have been served by the pool: after the
+    // next window it is on again, and keeps the page after.
+    check(4..6);
+    check(4..6);
+    write(8..12);
+    assert_eq!(s.stats().switches, 2);
+    assert_eq!(s.stats().stored, 4, "off until now");
+    write(12..13);
+    assert_eq!((s.stats().stored, s.stats().pages), (5, 1));
+    assert!(s.local_bytes() > 0);
+    check(0..13);
+}
+
+#[test]
+fn a_pool_turned_off_drains_a_batch_at_a_time() {
+    let (_below, s, base) = setup_with(1 << 20, tuned(300));
+    for i in 0..300 {
+        s.write_lines(&lines_of(base + i * P, &compressible(i as u8)))
+            .unwrap();
+    }
+    let st = s.stats();
+    assert_eq!(
+        (st.switches, st.demoted, st.pages),
+        (1, DEMOTE_BATCH as u64, 44)
+    );
+    s.write_lines(&lines_of(base + 300 * P, &compressible(0)))
+        .unwrap();
+    let st = s.stats();
+    assert_eq!((st.demoted, st.pages, s.local_bytes()), (300, 0, 0));
+    for i in 0..300 {
+        assert_eq!(read(&s, base + i * P, PAGE), compressible(i as u8));
+    }
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Page(u64, u8),
+    Noise(u64, u64),
+    Zero(u64),
+    Line(u64, u8, u8),
+    /// Most of a page's lines, in noise: a kept page patched too big to keep.
+    NoisyLines(u64, u64),
+    Bytes(u64, u16, u8),
+    Read(u64, u16),
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    let page = 0..8u64;
+    prop_oneof![
+        (page.clone(), any::<u8>()).prop_map(|(p, s)| Op::Page(p, s)),
+        (page.clone(), any::<u64>()).prop_map(|(p, s)| Op::Noise(p, s)),
+        page.clone().prop_map(Op::Zero),
+        (page.clone(), 0..64u8, any::<u8>()).prop_map(|(p, l, b)| Op::Line(p, l, b)),
+        (page.clone(), any::<u64>()).prop_map(|(p, s)| Op::NoisyLines(p, s)),
+        (page.clone(), 0..8192u16, any::<u8>()).prop_map(|(p, o, b)| Op::Bytes(p, o, b)),
+        (page, 0..12000u16).prop_map(|(p, n)| Op::Read(p, n)),
+    ]
+}
+
+proptest! {
+    /// Whatever mix of whole pages, lines, bytes and reads, with a pool
+    /// small enough to demote, reads return what a plain store would.
+    #[test]
+    fn reads_match_a_plain_store(
+        ops in proptest::collection::vec(op(), 1..60),
+        tuner in proptest::option::of(1..4u32),
+    ) {
+        // With a tuner of a tiny window, the pool turns off and on
+        // again all along.
+        let cfg = tuner.map_or_else(CompressedTierConfig::default, tuned);
+        let (_below, s, base) = setup_with(2 * (ENTRY_OVERHEAD + 60), cfg);
+        let oracle = MemStore::new(1 << 30);
+        let obase = oracle.allocate(64 * P).unwrap()[0].0;
+        for op in ops {
+            let (off, lines) = match op {
+                Op::Page(p, seed) => (p * P, lines_of(0, &compressible(seed))),
+                Op::Noise(p, seed) => (p * P, lines_of(0, &random(seed))),
+                Op::Zero(p) => (p * P, lines_of(0, &[0u8; PAGE])),
+                Op::Line(p, l, b) => (p * P + l as u64 * 64, vec![(0, [b; 64])]),
+                Op::NoisyLines(p, seed) => {
+                    let mut lines = lines_of(0, &random(seed));
+                    lines.truncate(56);
+                    (p * P, lines)
+                }
+                Op::Bytes(p, o, b) => {
+                    let data = vec![b; 100];
+                    s.write(base + p * P + o as u64, &data).unwrap();
+                    oracle.write(obase + p * P + o as u64, &data).unwrap();
+                    continue;
+                }
+                Op::Read(p, n) => {
+                    let got = read(&s, base + p * P, n as usize);
+                    let mut want = vec![0u8; n as usize];
+                    oracle.read(obase + p * P, &mut want).unwrap();
+                    prop_assert_eq!(got, want);
+                    continue;
+                }
+            };
+            let shift = |b: u64| lines.iter().map(|(a, l)| (b + off + a, *l)).collect::<Vec<_>>();
+            s.write_lines(&shift(base)).unwrap();
+            oracle.write_lines(&shift(obase)).unwrap();
+        }
+        let st = s.stats();
+        prop_assert!(st.bytes <= 2 * (ENTRY_OVERHEAD + 60) || st.pages <= 1, "{:?}", st);
+    }
+}
