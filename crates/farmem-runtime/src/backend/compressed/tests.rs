@@ -242,13 +242,16 @@ fn a_pool_turned_off_drains_a_batch_at_a_time() {
         s.write_lines(&lines_of(base + i * P, &compressible(i as u8)))
             .unwrap();
     }
+    let batch = DEMOTE_BATCH as u64;
     let st = s.stats();
-    assert_eq!(
-        (st.switches, st.demoted, st.pages),
-        (1, DEMOTE_BATCH as u64, 44)
-    );
-    s.write_lines(&lines_of(base + 300 * P, &compressible(0)))
-        .unwrap();
+    assert_eq!((st.switches, st.demoted, st.pages), (1, batch, 300 - batch));
+    // Each later write-back demotes one more batch.
+    for i in 1..300u64.div_ceil(batch) {
+        s.write_lines(&lines_of(base + (300 + i) * P, &compressible(0)))
+            .unwrap();
+        let st = s.stats();
+        assert_eq!(st.demoted, (batch * (i + 1)).min(300), "{st:?}");
+    }
     let st = s.stats();
     assert_eq!((st.demoted, st.pages, s.local_bytes()), (300, 0, 0));
     for i in 0..300 {
