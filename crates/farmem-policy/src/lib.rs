@@ -9,6 +9,7 @@ pub mod cache;
 pub mod daemon;
 pub mod delay;
 pub mod diffbase;
+pub mod dispatch;
 pub mod list;
 pub mod poll;
 pub mod prefetch;
