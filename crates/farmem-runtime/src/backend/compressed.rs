@@ -181,6 +181,19 @@ impl Pool {
         if let Some(old) = self.pages.insert(page, e) {
             self.forget_charge(&old);
         }
+        self.compact_order();
+    }
+
+    /// Drops the places in `order` of pages stored again or gone, once
+    /// they outnumber the live ones: they leave only when they reach the
+    /// front, and a pool that never fills would keep them all.
+    fn compact_order(&mut self) {
+        if self.order.len() <= 2 * self.pages.len() + 64 {
+            return;
+        }
+        let pages = &self.pages;
+        self.order
+            .retain(|(p, seq)| pages.get(p).is_some_and(|e| e.seq == *seq && !e.demoting));
     }
 
     fn forget_charge(&mut self, e: &Entry) {
@@ -194,6 +207,7 @@ impl Pool {
         if let Some(old) = self.pages.remove(&page) {
             self.forget_charge(&old);
         }
+        self.compact_order();
     }
 
     /// Marks the oldest pages for demotion until the rest fit in `max`,

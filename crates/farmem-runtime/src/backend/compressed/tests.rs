@@ -259,6 +259,36 @@ fn a_pool_turned_off_drains_a_batch_at_a_time() {
     }
 }
 
+#[test]
+fn a_page_stored_again_and_again_leaves_no_trail() {
+    let (_below, s, base) = setup(1 << 20);
+    for i in 0..10_000u64 {
+        let page = base + (i % 3) * P;
+        s.write_lines(&lines_of(page, &compressible(i as u8)))
+            .unwrap();
+        if i % 7 == 0 {
+            // Passed down: gone from the pool.
+            s.write_lines(&lines_of(page, &random(i))).unwrap();
+        }
+    }
+    let pool = s.pool.lock();
+    assert!(
+        pool.order.len() <= 2 * pool.pages.len() + 64,
+        "{}",
+        pool.order.len()
+    );
+    drop(pool);
+    for i in 0..3u64 {
+        let last = (0..10_000u64).rev().find(|j| j % 3 == i).unwrap();
+        let want = if last % 7 == 0 {
+            random(last)
+        } else {
+            compressible(last as u8)
+        };
+        assert_eq!(read(&s, base + i * P, PAGE), want);
+    }
+}
+
 #[derive(Debug, Clone)]
 enum Op {
     Page(u64, u8),
