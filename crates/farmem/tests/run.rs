@@ -1145,6 +1145,44 @@ fn demo_checksum(out: &std::process::Output) -> String {
     v["checksum"].as_str().expect("a checksum").to_string()
 }
 
+/// `worker` under `farmem run` on one memory node with `local_mem`, LRU
+/// (it evicts pages soon after their fault-around brought them in, so
+/// kept pages come and go at their fastest) and `extra` flags: checks it
+/// gave `local`'s answer and returns its stderr and `--stats-json` report.
+fn far_run_matching(
+    worker: &[&str],
+    local: &std::process::Output,
+    local_mem: &str,
+    extra: &[&str],
+) -> (String, serde_json::Value) {
+    let stats = std::env::temp_dir().join(format!(
+        "farmem-run-{}-{}.json",
+        extra.join("-").replace(['/', ':'], "_"),
+        std::process::id()
+    ));
+    let far = Command::new(farmem())
+        .args(["run", "--memnodes", "1", "--local-mem", local_mem])
+        .args(["--policy", "lru"])
+        .args(extra)
+        .arg("--stats-json")
+        .arg(&stats)
+        .arg("--")
+        .arg(farmem())
+        .args(worker)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&far.stderr).into_owned();
+    assert!(far.status.success(), "{extra:?}: {stderr}");
+    assert_eq!(
+        demo_checksum(&far),
+        demo_checksum(local),
+        "{extra:?}: {stderr}"
+    );
+    let report = serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
+    let _ = std::fs::remove_file(&stats);
+    (stderr, report)
+}
+
 /// The demo's PageRank under `--backend compressed`, on both fault paths:
 /// the same ranks as without far memory, pages kept compressed within the
 /// limit and the rest on the memory nodes; a backend it does not know is
@@ -1159,34 +1197,9 @@ fn the_compressed_backend_gives_the_same_ranks_and_reports_its_pool() {
     let local = Command::new(farmem()).args(worker).output().unwrap();
     assert!(local.status.success());
     for fault_path in ["thread", "signal"] {
-        let stats = std::env::temp_dir().join(format!(
-            "farmem-run-compressed-{fault_path}-{}.json",
-            std::process::id()
-        ));
-        // LRU evicts pages soon after their fault-around brought them in:
-        // kept pages patched by a few lines come and go at their fastest.
-        let far = Command::new(farmem())
-            .args(["run", "--memnodes", "1", "--local-mem", "12MiB"])
-            .args(["--backend", "compressed", "--fault-path", fault_path])
-            .args(["--policy", "lru"])
-            .arg("--stats-json")
-            .arg(&stats)
-            .arg("--")
-            .arg(farmem())
-            .args(worker)
-            .output()
-            .unwrap();
-        let stderr = String::from_utf8_lossy(&far.stderr);
-        assert!(far.status.success(), "{stderr}");
-        assert_eq!(
-            demo_checksum(&far),
-            demo_checksum(&local),
-            "{fault_path}: {stderr}"
-        );
+        let flags = ["--backend", "compressed", "--fault-path", fault_path];
+        let (stderr, report) = far_run_matching(&worker, &local, "12MiB", &flags);
         assert!(stderr.contains("farmem: compressed pool: kept"), "{stderr}");
-        let report: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
-        let _ = std::fs::remove_file(&stats);
         assert_eq!(report["backend"], "compressed", "{report}");
         assert_eq!(report["dirty"], "line", "{report}");
         let pool = &report["compressed"];
@@ -1222,34 +1235,12 @@ fn auto_turns_a_pool_that_does_not_pay_off_and_gives_the_same_answer() {
     let local = Command::new(farmem()).args(worker).output().unwrap();
     assert!(local.status.success());
     for fault_path in ["thread", "signal"] {
-        let stats = std::env::temp_dir().join(format!(
-            "farmem-run-auto-{fault_path}-{}.json",
-            std::process::id()
-        ));
-        let far = Command::new(farmem())
-            .args(["run", "--memnodes", "1", "--local-mem", "6MiB"])
-            .args(["--backend", "auto", "--fault-path", fault_path])
-            .args(["--policy", "lru", "--stats-json"])
-            .arg(&stats)
-            .arg("--")
-            .arg(farmem())
-            .args(worker)
-            .output()
-            .unwrap();
-        let stderr = String::from_utf8_lossy(&far.stderr);
-        assert!(far.status.success(), "{stderr}");
-        assert_eq!(
-            demo_checksum(&far),
-            demo_checksum(&local),
-            "{fault_path}: {stderr}"
-        );
+        let flags = ["--backend", "auto", "--fault-path", fault_path];
+        let (stderr, report) = far_run_matching(&worker, &local, "6MiB", &flags);
         assert!(
             stderr.contains("farmem: auto: the pool was turned off"),
             "{stderr}"
         );
-        let report: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
-        let _ = std::fs::remove_file(&stats);
         assert_eq!(report["backend"], "auto", "{report}");
         let pool = &report["compressed"];
         let n = |k: &str| pool[k].as_u64().unwrap_or(0);

@@ -420,12 +420,9 @@ impl Cluster {
             }
             _ => vec![PAGE / k.max(1); k],
         };
-        let widest = chunks.iter().copied().max().unwrap_or(PAGE).max(1) as u64;
-        let len = e.len / widest * PAGE as u64;
-        let base = self.stripes.next.fetch_add(len, Ordering::SeqCst);
-        let stripe = Stripe {
-            base,
-            len,
+        let mut stripe = Stripe {
+            base: 0,
+            len: 0,
             k,
             m,
             chunks,
@@ -434,6 +431,10 @@ impl Cluster {
             filling: None,
             retired: Vec::new(),
         };
+        // As many pages as the shard holding most of each fits.
+        let len = e.len / stripe.widest() as u64 * PAGE as u64;
+        let base = self.stripes.next.fetch_add(len, Ordering::SeqCst);
+        (stripe.base, stripe.len) = (base, len);
         self.stripes.map.write().insert(base, Arc::new(stripe));
         Ok(Extent {
             node,
