@@ -64,6 +64,8 @@ pub const LOG: &CStr = c"FARMEM_LOG";
 
 pub const DEFAULT_LOCAL_BYTES: u64 = 256 << 20;
 pub const DEFAULT_FAR_BYTES: u64 = 8 << 30;
+/// Far memory a process under the shim asks the rack for at a time.
+pub const SLAB_BATCH: u64 = 256 << 20;
 pub const DEFAULT_THRESHOLD: u64 = 1 << 20;
 pub const DEFAULT_NAME: &str = "farmem-run";
 pub const DEFAULT_LEASE_MS: u64 = 60_000;
@@ -335,12 +337,12 @@ impl PreloadEnv {
     }
 
     /// The runtime's configuration: the shim's choices (lazily backed
-    /// slabs, in 256 MiB batches) and these variables'.
+    /// slabs, in batches of [`SLAB_BATCH`]) and these variables'.
     pub fn config(&self) -> Result<Config, String> {
         let mut cfg = Config {
             local_bytes: self.local_bytes,
             zeroed_slabs: true,
-            slab_batch: 256 << 20,
+            slab_batch: SLAB_BATCH,
             dirty: self.dirty,
             fault_path: self.fault_path,
             ..Config::default()

@@ -36,8 +36,10 @@ enum Command {
     /// Generate, capture and inspect memory-access traces.
     #[command(subcommand)]
     Trace(cmd::trace::Trace),
-    /// Run an unmodified program with its large allocations in far memory.
+    // No doc comment on these two: `--help` then shows their Args' whole
+    // text, the listing its first sentence.
     Run(cmd::run::Args),
+    Batch(cmd::batch::Args),
     /// The quick start: a local cluster and a memory-heavy job, side by side.
     Demo(cmd::demo::Args),
     /// Print a role's key derived from the cluster secret (for compute nodes).
@@ -57,6 +59,7 @@ fn main() -> std::process::ExitCode {
         Command::Eval(a) => cmd::eval::run(a),
         Command::Trace(t) => cmd::trace::run(t),
         Command::Run(a) => cmd::run::run(a),
+        Command::Batch(a) => cmd::batch::run(a),
         Command::Demo(a) => cmd::demo::run(a),
         Command::Token(a) => cmd::token::run(a),
         Command::Track(a) => cmd::track::run(a),

@@ -82,6 +82,11 @@ impl LocalRack {
         &self.token_file
     }
 
+    /// This rack's token.
+    pub fn token(&self) -> &[u8] {
+        &self.token
+    }
+
     /// Spawns `farmem ARGS…` and waits for the JSON line announcing its
     /// address. What the daemon logs reaches our stderr as `farmem: ROLE: …`
     /// lines, so a program run under `farmem run` keeps its stderr readable.

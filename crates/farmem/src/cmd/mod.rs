@@ -1,5 +1,6 @@
 //! One module per subcommand; each has `Args` (or a subcommand enum) and `run`.
 
+pub mod batch;
 pub mod bench;
 pub mod controller;
 pub mod demo;

@@ -10,19 +10,45 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 
-/// The child being measured (0: none), for passing on a stop.
-static CHILD: AtomicI32 = AtomicI32::new(0);
+/// Most children measured at once (`farmem batch` runs several).
+pub const MAX_CHILDREN: usize = 16;
+
+/// The children being measured (0: a free place), for passing on a stop.
+static CHILDREN: [AtomicI32; MAX_CHILDREN] = [const { AtomicI32::new(0) }; MAX_CHILDREN];
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 
 extern "C" fn on_stop(_sig: libc::c_int) {
     INTERRUPTED.store(true, Ordering::SeqCst);
-    let pid = CHILD.load(Ordering::SeqCst);
-    if pid > 0 {
-        // SAFETY: kill(2) is async-signal-safe. SIGTERM rather than the
-        // signal itself: `farmem run` ignores SIGINT (it waits for its
-        // program) and passes SIGTERM on. To the child's whole process
-        // group: a shell's pipeline would outlive the shell.
-        unsafe { libc::kill(-pid, libc::SIGTERM) };
+    for child in &CHILDREN {
+        let pid = child.load(Ordering::SeqCst);
+        if pid > 0 {
+            // SAFETY: kill(2) is async-signal-safe. SIGTERM rather than the
+            // signal itself: `farmem run` ignores SIGINT (it waits for its
+            // program) and passes SIGTERM on. To the child's whole process
+            // group: a shell's pipeline would outlive the shell.
+            unsafe { libc::kill(-pid, libc::SIGTERM) };
+        }
+    }
+}
+
+/// A child's place in [`CHILDREN`] while it is measured.
+struct Registered(Option<&'static AtomicI32>);
+
+impl Registered {
+    fn new(pid: i32) -> Self {
+        let place = CHILDREN.iter().find(|c| {
+            c.compare_exchange(0, pid, Ordering::SeqCst, Ordering::SeqCst)
+                .is_ok()
+        });
+        Self(place)
+    }
+}
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        if let Some(c) = self.0 {
+            c.store(0, Ordering::SeqCst);
+        }
     }
 }
 
@@ -93,7 +119,7 @@ pub fn run(cmd: &mut Command, limit: Option<Duration>) -> anyhow::Result<Measure
         .spawn()
         .with_context(|| format!("starting {:?}", cmd.get_program()))?;
     let pid = child.id() as i32;
-    CHILD.store(pid, Ordering::SeqCst);
+    let registered = Registered::new(pid);
     if interrupted() {
         on_stop(0);
     }
@@ -116,7 +142,6 @@ pub fn run(cmd: &mut Command, limit: Option<Duration>) -> anyhow::Result<Measure
                 let e = std::io::Error::last_os_error();
                 let _ = child.kill();
                 let _ = child.wait();
-                CHILD.store(0, Ordering::SeqCst);
                 return Err(e).context("watching the child for --run-timeout");
             }
             Some(std::thread::spawn(move || {
@@ -155,11 +180,10 @@ pub fn run(cmd: &mut Command, limit: Option<Duration>) -> anyhow::Result<Measure
         }
         let e = std::io::Error::last_os_error();
         if e.kind() != std::io::ErrorKind::Interrupted {
-            CHILD.store(0, Ordering::SeqCst);
             return Err(e).context("waiting for the child");
         }
     }
-    CHILD.store(0, Ordering::SeqCst);
+    drop(registered);
     let seconds = start.elapsed().as_secs_f64();
     drop(ended);
     let late = watchdog.is_some_and(|w| w.join().unwrap_or(false));

@@ -12,6 +12,7 @@ mod swap;
 mod swap_plan;
 mod swap_report;
 mod wire;
+pub mod workload;
 
 use super::Outcome;
 

@@ -18,6 +18,7 @@ use super::kernel_swap::{self, Cgroup, KernelSwap};
 use super::measure::{self, Measured};
 use super::swap_plan::{Config, LocalMem, parse_configs, plan, swap_bytes};
 use super::swap_report;
+use super::workload::Workload;
 use crate::cmd::Outcome;
 
 /// Compare farmem with the kernel's swap (swap file, zram, zswap) under a
@@ -83,87 +84,6 @@ pub struct Args {
     command: Vec<OsString>,
 }
 
-/// The program every config runs.
-struct Workload {
-    argv: Vec<OsString>,
-    /// The demo's worker, which prints its own result and time.
-    demo: bool,
-}
-
-impl Workload {
-    fn from_args(args: &Args, size: ByteSize, iterations: usize) -> anyhow::Result<Self> {
-        if !args.command.is_empty() {
-            return Ok(Self {
-                argv: args.command.clone(),
-                demo: false,
-            });
-        }
-        let kind = match args.workload.as_str() {
-            "demo" | "pagerank" => "pagerank",
-            other => {
-                other
-                    .parse::<farmem_workloads::synthetic::Kind>()
-                    .map_err(|e| {
-                        anyhow::anyhow!(
-                            "--workload: {e}, or demo; give any other program after `--`"
-                        )
-                    })?;
-                other
-            }
-        };
-        let exe = std::env::current_exe().context("finding the farmem binary")?;
-        let argv = [
-            exe.into_os_string(),
-            "demo".into(),
-            "--worker".into(),
-            "--kind".into(),
-            kind.into(),
-            "--size".into(),
-            size.bytes().to_string().into(),
-            "--iterations".into(),
-            iterations.to_string().into(),
-        ];
-        Ok(Self {
-            argv: argv.to_vec(),
-            demo: true,
-        })
-    }
-
-    fn shown(&self) -> String {
-        self.argv
-            .iter()
-            .map(|a| a.to_string_lossy())
-            .collect::<Vec<_>>()
-            .join(" ")
-    }
-
-    /// The result to compare across configs and the program's own seconds:
-    /// the demo's checksum and time, else a hash of all it printed.
-    fn result(&self, stdout: &[u8]) -> (Option<String>, Option<f64>) {
-        if !self.demo {
-            return (Some(format!("{:016x}", fnv1a(stdout))), None);
-        }
-        let text = String::from_utf8_lossy(stdout);
-        let r = text
-            .lines()
-            .filter_map(|l| l.strip_prefix("result "))
-            .find_map(|r| serde_json::from_str::<Value>(r).ok());
-        match r {
-            Some(r) => (
-                r["checksum"].as_str().map(str::to_string),
-                r["seconds"].as_f64(),
-            ),
-            None => (None, None),
-        }
-    }
-}
-
-fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-    })
-}
-
 /// What the rounds gave: every run, the configs left out (a backing this
 /// kernel lacks, and why) and the program's footprint.
 struct Rounds {
@@ -196,7 +116,11 @@ pub fn run(args: Args) -> Outcome {
     let iterations = args.iterations.unwrap_or(if args.quick { 2 } else { 3 });
     anyhow::ensure!(iterations >= 1, "--iterations must be at least 1");
     let rounds = args.rounds.unwrap_or(if args.quick { 1 } else { 2 });
-    let workload = Workload::from_args(&args, size, iterations)?;
+    let workload = if args.command.is_empty() {
+        Workload::builtin(&args.workload, size, iterations)?
+    } else {
+        Workload::command(args.command.clone())
+    };
     let kernel = configs.iter().any(|c| matches!(c, Config::Kernel(_)));
     let why_not = kernel_swap::unavailable();
     if let (true, Some(why)) = (kernel, &why_not) {
@@ -455,9 +379,7 @@ impl Bench {
     }
 
     fn program(&self) -> Command {
-        let mut cmd = Command::new(&self.workload.argv[0]);
-        cmd.args(&self.workload.argv[1..]);
-        cmd
+        self.workload.program()
     }
 
     fn describe_run(&self, config: Config, round: u32, m: &Measured) -> Value {
@@ -522,27 +444,5 @@ impl StatsFile {
 impl Drop for StatsFile {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.0);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_demo_reports_its_checksum_and_a_command_its_output_hash() {
-        let demo = Workload {
-            argv: vec!["x".into()],
-            demo: true,
-        };
-        let out = b"progress 1 round 1\nresult {\"seconds\": 1.5, \"checksum\": \"00ab\"}\n";
-        assert_eq!(demo.result(out), (Some("00ab".into()), Some(1.5)));
-        assert_eq!(demo.result(b"progress 1\nresult {not json"), (None, None));
-        let cmd = Workload {
-            argv: vec!["x".into()],
-            demo: false,
-        };
-        assert_eq!(cmd.result(b"a"), cmd.result(b"a"));
-        assert_ne!(cmd.result(b"a"), cmd.result(b"b"));
     }
 }

@@ -7,18 +7,25 @@
 //! | `backend_selection(fa, system_pressure)` | [`SelectConfig::select`] with [`Pressure`] |
 //! | `parameter_optimization(fa)` | [`SelectConfig::params`] |
 //! | online VMs, free VMs, `accept`, `SwitchBackend`, `CreateVM` | [`Instance`], [`place`] |
+//! | the loop over the queue of applications | [`batch::Batch`] |
 //!
 //! Pure: the caller measures, runs and times; this only decides. Its
-//! caller is to be `farmem batch` (issue 17's dispatcher), not built yet.
+//! caller is `farmem batch`, through [`batch::Batch`]: which job starts
+//! next, where, and what it reserves.
 //!
 //! Where the seed is ambiguous: it names the features (data segments,
 //! sequential vs random, hot/cold) but not the rule from features to a
-//! backend. The rule here follows what `farmem eval xdm` measured on this
-//! project's backends: a compressed pool pays only when its pages are
-//! read back (hot data that compresses), a file serves sequential access
-//! nearly as well as the rack and random access at twice its time, and
-//! the rack is the default while it has room. "Free VM" is read as an
-//! instance running nothing, and `accept` as a free slot.
+//! backend. The rule here follows what `farmem eval xdm` and `farmem
+//! batch` measured on this project's backends: a compressed pool pays
+//! only when its pages are read back (hot data that compresses); the rack
+//! is the default while it has room; a file serves a stream alone nearly
+//! as well as the rack, random access at twice its time, and slows a
+//! program beside it, so it takes streams when the rack is full. "Free
+//! VM" is read as an instance running nothing, and `accept` as a free
+//! slot. The seed does not say what a program does when no backend that
+//! suits it has room; here it waits, unless the rack could never hold it.
+
+pub mod batch;
 
 /// A backend an instance runs its programs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -27,8 +34,25 @@ pub enum BackendKind {
     Remote,
     /// A compressed pool in front of the memory nodes.
     Compressed,
+    /// The same pool, on only while its pages are read back enough (the
+    /// runtime's own choice, mid-run; [`SelectConfig::select`] never
+    /// picks it, a static assignment may).
+    Auto,
     /// A file or block device.
     File,
+}
+
+impl BackendKind {
+    /// Its name, as `farmem run --backend` takes it (a file's without
+    /// its path).
+    pub fn name(self) -> &'static str {
+        match self {
+            BackendKind::Remote => "remote",
+            BackendKind::Compressed => "compressed",
+            BackendKind::Auto => "auto",
+            BackendKind::File => "file",
+        }
+    }
 }
 
 /// What a profile run says about a program's pages.
@@ -46,13 +70,58 @@ pub struct Features {
     pub far_bytes: u64,
 }
 
-/// How much room each kind of far memory has now.
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
+/// Room on one kind of far memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Room {
+    /// Bytes it can still grant now.
+    pub free: u64,
+    /// Bytes it has in all (0: not configured).
+    pub total: u64,
+}
+
+impl Room {
+    /// Room of `total` bytes, all free.
+    pub fn empty(total: u64) -> Self {
+        Self { free: total, total }
+    }
+
+    fn fits_now(&self, bytes: u64) -> bool {
+        self.total > 0 && bytes <= self.free
+    }
+
+    fn fits_ever(&self, bytes: u64) -> bool {
+        self.total > 0 && bytes <= self.total
+    }
+}
+
+/// How much room each kind of far memory has: Algorithm 1's
+/// `system_pressure`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Pressure {
-    /// Far memory the rack can still grant.
-    pub rack_free: u64,
-    /// Bytes a file backend can still reserve (0: no file configured).
-    pub file_free: u64,
+    /// The rack's memory nodes (the remote and compressed backends).
+    pub rack: Room,
+    /// A file backend's filesystem.
+    pub file: Room,
+}
+
+impl Pressure {
+    /// The room `backend` takes its far memory from.
+    pub fn room(&self, backend: BackendKind) -> Room {
+        match backend {
+            BackendKind::File => self.file,
+            BackendKind::Remote | BackendKind::Compressed | BackendKind::Auto => self.rack,
+        }
+    }
+
+    /// Whether `backend` can hold `bytes` now.
+    pub fn fits_now(&self, backend: BackendKind, bytes: u64) -> bool {
+        self.room(backend).fits_now(bytes)
+    }
+
+    /// Whether `backend` could hold `bytes` once the others are done.
+    pub fn fits_ever(&self, backend: BackendKind, bytes: u64) -> bool {
+        self.room(backend).fits_ever(bytes)
+    }
 }
 
 /// Thresholds of [`SelectConfig::select`] and [`SelectConfig::params`].
@@ -63,7 +132,8 @@ pub struct SelectConfig {
     /// Least compressible share for the pool to pay (default 1/32, as
     /// the compression gate).
     pub min_compressible: f64,
-    /// Sequential share from which a file serves as well as the rack
+    /// Sequential share from which a program runs on a file about as
+    /// fast as on the rack, so it may take the file when the rack is full
     /// (default 0.8: the eval's scans, 3-6% apart).
     pub file_sequential: f64,
 }
@@ -86,20 +156,33 @@ pub struct Params {
 }
 
 impl SelectConfig {
-    /// The backend for a program with `f`, given `p`; None when nothing
-    /// has room for it now (it waits).
-    pub fn select(&self, f: &Features, p: &Pressure) -> Option<BackendKind> {
-        let pool_pays = f.reuse >= self.min_reuse && f.compressible >= self.min_compressible;
-        let fits_rack = f.far_bytes <= p.rack_free;
-        let fits_file = p.file_free > 0 && f.far_bytes <= p.file_free;
-        match (fits_rack, fits_file) {
-            (true, _) if pool_pays => Some(BackendKind::Compressed),
-            // A stream leaves the rack to programs that need it.
-            (true, true) if f.sequential >= self.file_sequential => Some(BackendKind::File),
-            (true, _) => Some(BackendKind::Remote),
-            (false, true) => Some(BackendKind::File),
-            (false, false) => None,
+    /// The backend a program with `f` runs best on while the rack has
+    /// room: the pool for hot data that compresses, else the rack itself.
+    pub fn preferred(&self, f: &Features) -> BackendKind {
+        if f.reuse >= self.min_reuse && f.compressible >= self.min_compressible {
+            BackendKind::Compressed
+        } else {
+            BackendKind::Remote
         }
+    }
+
+    /// The backend for a program with `f` under `p`, or None: it waits.
+    ///
+    /// The rack while it has room: a file's direct I/O costs this
+    /// machine's CPU, so beside another program a scan on the file took
+    /// 1.5x its time on the rack and slowed its neighbour by 1.4x
+    /// (`farmem batch` on a roomy rack). When the rack is full, a stream
+    /// takes the file, where it runs about as fast as on the rack; random
+    /// access waits for the rack rather than run at twice its time there
+    /// (the eval's kv), unless the rack could never hold it.
+    pub fn select(&self, f: &Features, p: &Pressure) -> Option<BackendKind> {
+        let want = self.preferred(f);
+        if p.fits_now(want, f.far_bytes) {
+            return Some(want);
+        }
+        let stream = f.sequential >= self.file_sequential;
+        let file_now = p.fits_now(BackendKind::File, f.far_bytes);
+        (file_now && (stream || !p.fits_ever(want, f.far_bytes))).then_some(BackendKind::File)
     }
 
     /// Fault-around for a program with `f`: wide for streams, narrow for
@@ -143,6 +226,19 @@ pub enum Placement {
     Wait,
 }
 
+impl Placement {
+    /// Algorithm 1's branch, in a word.
+    pub fn name(self) -> &'static str {
+        match self {
+            Placement::Online(_) => "online",
+            Placement::Free(_) => "free",
+            Placement::Switch(_) => "switch",
+            Placement::Create => "create",
+            Placement::Wait => "wait",
+        }
+    }
+}
+
 /// Algorithm 1's choice of instance for a program that needs `backend`,
 /// among `instances` (by index), when `can_create` more.
 pub fn place(backend: BackendKind, instances: &[Instance], can_create: bool) -> Placement {
@@ -179,11 +275,11 @@ mod tests {
     }
 
     #[test]
-    fn hot_compressible_data_gets_the_pool_streams_a_file_the_rest_the_rack() {
+    fn hot_compressible_data_gets_the_pool_the_rest_the_rack_while_it_has_room() {
         let cfg = SelectConfig::default();
         let room = Pressure {
-            rack_free: 1024 * MIB,
-            file_free: 1024 * MIB,
+            rack: Room::empty(1024 * MIB),
+            file: Room::empty(1024 * MIB),
         };
         let pick = |f: Features| cfg.select(&f, &room);
         assert_eq!(
@@ -199,31 +295,49 @@ mod tests {
             pick(features(0.15, 0.9, 0.1, 100)),
             Some(BackendKind::Remote)
         );
-        assert_eq!(pick(features(0.0, 0.0, 0.95, 100)), Some(BackendKind::File));
-        // No file configured: the stream stays on the rack.
-        let no_file = Pressure {
-            file_free: 0,
-            ..room
-        };
+        // A stream too, while the rack has room.
         assert_eq!(
-            cfg.select(&features(0.0, 0.0, 0.95, 100), &no_file),
+            pick(features(0.0, 0.0, 0.95, 100)),
             Some(BackendKind::Remote)
         );
     }
 
     #[test]
-    fn a_full_rack_sends_programs_to_a_file_or_makes_them_wait() {
+    fn a_full_rack_sends_streams_to_a_file_and_makes_the_rest_wait() {
         let cfg = SelectConfig::default();
-        let tight = Pressure {
-            rack_free: 64 * MIB,
-            file_free: 512 * MIB,
+        let busy = Pressure {
+            rack: Room {
+                free: 64 * MIB,
+                total: 512 * MIB,
+            },
+            file: Room::empty(4096 * MIB),
         };
+        // The rack will have room again: random access and hot data wait.
         let random = features(0.1, 0.0, 0.1, 128);
-        assert_eq!(cfg.select(&random, &tight), Some(BackendKind::File));
+        assert_eq!(cfg.select(&random, &busy), None);
         let hot = features(2.0, 0.6, 0.1, 128);
-        assert_eq!(cfg.select(&hot, &tight), Some(BackendKind::File));
+        assert_eq!(cfg.select(&hot, &busy), None);
+        // It never will: the file takes the program now.
         let huge = features(0.1, 0.0, 0.1, 1024);
-        assert_eq!(cfg.select(&huge, &tight), None);
+        assert_eq!(cfg.select(&huge, &busy), Some(BackendKind::File));
+        // A stream takes the file while the rack is full.
+        let stream = features(0.0, 0.0, 0.9, 128);
+        assert_eq!(cfg.select(&stream, &busy), Some(BackendKind::File));
+        // No file configured, or none with room: the stream waits.
+        let no_file = Pressure {
+            file: Room::default(),
+            ..busy
+        };
+        assert_eq!(cfg.select(&stream, &no_file), None);
+        let big_stream = features(0.0, 0.0, 0.9, 8192);
+        assert_eq!(cfg.select(&big_stream, &busy), None);
+        let idle = Pressure {
+            rack: Room::empty(16384 * MIB),
+            ..busy
+        };
+        assert_eq!(cfg.select(&big_stream, &idle), Some(BackendKind::Remote));
+        // Nothing could ever hold it.
+        assert_eq!(cfg.select(&random, &Pressure::default()), None);
     }
 
     #[test]
