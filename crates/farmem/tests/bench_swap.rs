@@ -244,7 +244,7 @@ fn eval_xdm_compares_every_backend_with_the_kernels_swap() {
     };
     let out = Command::new(farmem())
         .args(["eval", "xdm", "--quick", "--scale", "16MiB"])
-        .args(["--workloads", "text,kv", "--json"])
+        .args(["--workloads", "text,kv,sqlite", "--json"])
         .stderr(Stdio::piped())
         .output()
         .unwrap();
@@ -267,7 +267,9 @@ fn eval_xdm_compares_every_backend_with_the_kernels_swap() {
             ("text", "25%"),
             ("text", "50%"),
             ("kv", "25%"),
-            ("kv", "50%")
+            ("kv", "50%"),
+            ("sqlite", "25%"),
+            ("sqlite", "50%")
         ]
     );
     for r in rows {

@@ -812,6 +812,44 @@ fn sqlite_results_match_a_run_without_farmem() {
     assert!(stderr.contains("far memory used"), "{stderr}");
 }
 
+/// The eval's real programs, `redis` and `sqlite`, through `bench swap`:
+/// each under `auto` at a quarter of its footprint prints what it printed
+/// on local memory (redis: its data's digest; sqlite: every answer).
+#[test]
+fn bench_swap_runs_redis_and_sqlite_with_the_local_answers() {
+    if let Some(why) = unavailable() {
+        eprintln!("skipping: {why}");
+        return;
+    }
+    for (workload, needs) in [("redis", "redis-benchmark"), ("sqlite", "sqlite3")] {
+        if installed(needs).is_none() {
+            continue;
+        }
+        let out = Command::new(farmem())
+            .args(["bench", "swap", "--workload", workload, "--size", "12MiB"])
+            .args(["--iterations", "2", "--rounds", "1", "--json"])
+            .args(["--configs", "local,farmem-auto"])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{workload}: {stderr}");
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(v["results_match"], true, "{workload}: {v}");
+        assert_eq!(v["failed_runs"], 0, "{workload}: {v}");
+        let far = v["runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["config"] == "farmem-auto")
+            .unwrap();
+        // It did go far: pages were written back and faulted in again.
+        assert!(
+            far["farmem"]["bytes_written_back"].as_u64().unwrap() > 0,
+            "{far}"
+        );
+    }
+}
+
 #[test]
 fn demo_ranks_agree_between_local_and_far_memory() {
     if let Some(why) = unavailable() {

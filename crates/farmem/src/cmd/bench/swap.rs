@@ -33,12 +33,16 @@ pub struct Args {
     /// worker), or a synthetic one over --size for --iterations passes:
     /// `kv` (random reads and writes of 256 B records), `scan` (sequential
     /// reads), `text` (pages of words, rewritten and re-read: compressible)
-    /// or `noise` (the same with random bytes). A command line after `--`
-    /// replaces it.
+    /// or `noise` (the same with random bytes); or a real program when
+    /// installed: `redis` (redis-server loaded with --size of 1000 B
+    /// values, then random GETs from redis-benchmark; prints the data's
+    /// digest) or `sqlite` (an in-memory database of --size scanned,
+    /// searched, grouped and updated). A command line after `--` replaces it.
     #[arg(long, default_value = "demo")]
     workload: String,
     /// Memory of the built-in workload: the graph of the demo, the array of
-    /// the others (default 1GiB; --quick: 32MiB).
+    /// the synthetic ones, the data of redis and sqlite (default 1GiB;
+    /// --quick: 32MiB).
     #[arg(long)]
     size: Option<ByteSize>,
     /// PageRank rounds of the demo, passes of the others (default 3; --quick: 2).

@@ -17,12 +17,24 @@ pub struct Workload {
 }
 
 /// The built-in workloads, as `--workload` and a batch's `workload` take them.
-pub const BUILTIN: &str = "pagerank (alias demo), kv, scan, text, noise";
+pub const BUILTIN: &str = "pagerank (alias demo), kv, scan, text, noise, redis, sqlite";
+
+/// Bytes per record of the `redis` workload's values.
+const REDIS_VALUE: u64 = 1000;
+/// Bytes a row of the `sqlite` workload takes, indexes included (about).
+const SQLITE_ROW: u64 = 300;
+/// Bytes of a page slot of sqlite's `-pagecache`: a 4 KiB page and its header.
+const SQLITE_SLOT: u64 = 4400;
 
 impl Workload {
     /// The demo's worker running `kind` (`demo` or `pagerank`, else a
     /// synthetic kind) over `size` for `iterations`.
     pub fn builtin(kind: &str, size: ByteSize, iterations: usize) -> anyhow::Result<Self> {
+        match kind {
+            "redis" => return redis(size.bytes(), iterations),
+            "sqlite" => return sqlite(size.bytes(), iterations),
+            _ => {}
+        }
         let kind = match kind {
             "demo" | "pagerank" => "pagerank",
             other => {
@@ -96,6 +108,91 @@ impl Workload {
     }
 }
 
+/// A program this workload needs, from PATH.
+fn installed(program: &str, package: &str) -> anyhow::Result<()> {
+    let found = std::env::var_os("PATH")
+        .is_some_and(|paths| std::env::split_paths(&paths).any(|d| d.join(program).is_file()));
+    anyhow::ensure!(found, "{program} is not installed (apt install {package})");
+    Ok(())
+}
+
+/// redis-server holding `size` bytes of 1000 B values, loaded in order
+/// through `redis-cli --pipe`, then `iterations` passes of random GETs
+/// from redis-benchmark (8 clients, 16 requests in flight each); prints
+/// the dataset's digest, which the GETs leave as it is. The server listens
+/// on a Unix socket in a private directory, so runs never share a port.
+fn redis(size: u64, iterations: usize) -> anyhow::Result<Workload> {
+    installed("redis-server", "redis-server")?;
+    installed("redis-benchmark", "redis-tools")?;
+    let keys = (size / (REDIS_VALUE + 200)).max(1000);
+    let gets = keys * iterations as u64;
+    // Keys as redis-benchmark's -r names them: key:%012d.
+    let script = format!(
+        r#"set -e
+d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
+redis-server --port 0 --unixsocket "$d/s" --save '' --appendonly no --dir "$d" --enable-debug-command local >/dev/null &
+until redis-cli -s "$d/s" ping >/dev/null 2>&1; do sleep 0.05; done
+awk -v n={keys} -v sz={value} 'BEGIN {{ pad = sprintf("%*s", sz, ""); gsub(/ /, "v", pad); for (i = 0; i < n; i++) {{ k = sprintf("key:%012d", i); v = substr(i pad, 1, sz); printf "*3\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n", length(k), k, length(v), v }} }}' | redis-cli -s "$d/s" --pipe >/dev/null
+redis-benchmark -s "$d/s" -t get -r {keys} -n {gets} -c 8 -P 16 -d {value} -q >/dev/null
+redis-cli -s "$d/s" dbsize
+redis-cli -s "$d/s" debug digest
+redis-cli -s "$d/s" shutdown nosave >/dev/null 2>&1 || true
+wait
+"#,
+        value = REDIS_VALUE
+    );
+    Ok(Workload::command(vec![
+        "sh".into(),
+        "-c".into(),
+        script.into(),
+    ]))
+}
+
+/// sqlite3 with an in-memory database of about `size` bytes in one
+/// `-pagecache` allocation (so it goes far): rows inserted, indexed, then
+/// `iterations` rounds of range scans, index lookups, grouping and an
+/// update; prints every query's answer and the integrity check's.
+fn sqlite(size: u64, iterations: usize) -> anyhow::Result<Workload> {
+    installed("sqlite3", "sqlite3")?;
+    let rows = (size / SQLITE_ROW).max(1000);
+    let slots = size / 4096 * 5 / 4 + 256;
+    // No rollback journal: sqlite's in-memory journal copies every page an
+    // update touches with small mallocs, which stay local.
+    let mut sql = format!(
+        "PRAGMA journal_mode = OFF;
+CREATE TABLE t(id INTEGER PRIMARY KEY, k INTEGER, name TEXT, payload TEXT);
+WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < {rows})
+INSERT INTO t SELECT x, (x * 7919) % 1000003, printf('name-%09d', (x * 104729) % {rows}),
+    printf('%.*c', 200, char(65 + x % 26)) FROM c;
+CREATE INDEX t_k ON t(k);
+CREATE INDEX t_name ON t(name);
+"
+    );
+    for i in 0..iterations {
+        sql.push_str(&format!(
+            "SELECT count(*), sum(k), total(length(payload)) FROM t;
+SELECT count(*), sum(id) FROM t WHERE k BETWEEN {lo} AND {hi};
+SELECT substr(payload, 1, 1) AS g, count(*), sum(k), min(name) FROM t GROUP BY g ORDER BY g;
+SELECT name, id FROM t ORDER BY name LIMIT 3 OFFSET {off};
+UPDATE t SET payload = upper(name) || '-{i}' WHERE id % 7 = {m};
+",
+            lo = i * 50_000,
+            hi = i * 50_000 + 20_000,
+            off = rows / 2,
+            m = i % 7
+        ));
+    }
+    sql.push_str("PRAGMA integrity_check;\n");
+    Ok(Workload::command(vec![
+        "sqlite3".into(),
+        "-pagecache".into(),
+        SQLITE_SLOT.to_string().into(),
+        slots.to_string().into(),
+        ":memory:".into(),
+        sql.into(),
+    ]))
+}
+
 fn fnv1a(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
         (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
@@ -129,6 +226,16 @@ mod tests {
                 .ends_with("demo --worker --kind pagerank --size 8388608 --iterations 2")
         );
         assert!(Workload::builtin("kv", ByteSize::mib(8), 1).is_ok());
+        // The SQL grows with the rounds; redis's GETs with the passes.
+        if let Ok(sql) = Workload::builtin("sqlite", ByteSize::mib(30), 2) {
+            let text = sql.argv[5].to_string_lossy().into_owned();
+            assert_eq!(text.matches("UPDATE").count(), 2);
+            assert!(text.contains("x < 104857"), "{text}");
+            assert_eq!(sql.argv[3], "9856");
+        }
+        if let Ok(r) = Workload::builtin("redis", ByteSize::mib(12), 3) {
+            assert!(r.shown().contains("-r 10485 -n 31455"), "{}", r.shown());
+        }
         let e = Workload::builtin("quicksort", ByteSize::mib(8), 1).unwrap_err();
         assert!(e.to_string().contains("quicksort"), "{e}");
     }
