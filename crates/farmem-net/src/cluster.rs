@@ -533,7 +533,13 @@ impl Cluster {
                     if waited < self.cfg.fail_after {
                         return Err(e);
                     }
-                    *n.down.lock() = Some((waited, e.to_string()));
+                    // A node behind an injected delay may be up and slow:
+                    // the cause says which delay held its requests.
+                    let cause = match n.cfg.delay.as_ref().and_then(|d| d.in_force()) {
+                        Some(delay) => format!("{e}; {delay}"),
+                        None => e.to_string(),
+                    };
+                    *n.down.lock() = Some((waited, cause));
                     n.dropped_at.lock().get_or_insert(now);
                     n.is_down.store(true, Ordering::SeqCst);
                     n.check_lost().err().unwrap_or(e)

@@ -46,6 +46,17 @@ impl EgressDelay {
         self.gate.lock().model().clone()
     }
 
+    /// What an error should say of this gate: None when it delays nothing.
+    pub fn in_force(&self) -> Option<String> {
+        let model = self.model();
+        (model != DelayModel::None).then(|| {
+            format!(
+                "an injected delay of {model} is in force on its link, and {} request(s) found their turn at it past their deadline",
+                self.late.get()
+            )
+        })
+    }
+
     /// Blocks until one more request, moving `bytes`, may leave. Never
     /// parks on the gate's lock (held for one admission), so a fault served
     /// in a signal handler may pass the gate too.

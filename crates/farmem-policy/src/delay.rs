@@ -2,8 +2,12 @@
 //!
 //! The paper's injector lets a request pass once every PERIOD cycles, so
 //! latency grows linearly with PERIOD while the bandwidth-delay product stays
-//! constant. [`DelayGate`] does the same in time: each request is admitted no
-//! earlier than one gap after the previous one. The paper's stated next step,
+//! constant. [`DelayGate`] does the same in time: the link carries one
+//! request at a time and each holds it for its gap, so a request leaves one
+//! gap after it reaches an idle link, or one gap after the request before
+//! it left. A lone request is delayed by exactly the gap (the latency a
+//! program sees grows with it even when the link is idle), back-to-back
+//! ones leave one gap apart (the bandwidth falls). The paper's stated next step,
 //! delays drawn from a distribution and varying within a run, are the other
 //! [`DelayModel`]s. [`DelayModel::Rate`] throttles bandwidth instead: a
 //! request's gap is the time its bytes take at the rate, which is how one
@@ -106,26 +110,32 @@ impl std::str::FromStr for DelayModel {
     }
 }
 
+/// `ns` in the largest unit that keeps it whole (`4ms`, `20us`, `0`), as
+/// [`farmem_core::parse_duration_ns`] reads it back.
+fn duration(ns: Nanos) -> String {
+    match ns {
+        0 => "0".into(),
+        n if n.is_multiple_of(1_000_000_000) => format!("{}s", n / 1_000_000_000),
+        n if n.is_multiple_of(1_000_000) => format!("{}ms", n / 1_000_000),
+        n if n.is_multiple_of(1_000) => format!("{}us", n / 1_000),
+        n => format!("{n}ns"),
+    }
+}
+
 impl std::fmt::Display for DelayModel {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let us = |ns: &Nanos| *ns as f64 / 1000.0;
+        let d = |ns: &Nanos| duration(*ns);
         match self {
             DelayModel::None => write!(f, "none"),
-            DelayModel::Period { gap_ns } => write!(f, "{}us", us(gap_ns)),
+            DelayModel::Period { gap_ns } => write!(f, "{}", d(gap_ns)),
             DelayModel::Uniform { min_ns, max_ns } => {
-                write!(f, "uniform:{}us..{}us", us(min_ns), us(max_ns))
+                write!(f, "uniform:{}..{}", d(min_ns), d(max_ns))
             }
-            DelayModel::Exponential { mean_ns } => write!(f, "exp:{}us", us(mean_ns)),
+            DelayModel::Exponential { mean_ns } => write!(f, "exp:{}", d(mean_ns)),
             DelayModel::Steps { steps } => {
                 write!(f, "steps:")?;
                 for (i, (from, gap)) in steps.iter().enumerate() {
-                    write!(
-                        f,
-                        "{}{}us={}us",
-                        if i > 0 { "," } else { "" },
-                        us(from),
-                        us(gap)
-                    )?;
+                    write!(f, "{}{}={}", if i > 0 { "," } else { "" }, d(from), d(gap))?;
                 }
                 Ok(())
             }
@@ -134,7 +144,7 @@ impl std::fmt::Display for DelayModel {
     }
 }
 
-/// Admits requests one gap apart.
+/// A link that holds each request for its gap.
 #[derive(Debug, Clone)]
 pub struct DelayGate {
     model: DelayModel,
@@ -164,14 +174,15 @@ impl DelayGate {
         self.model == DelayModel::None
     }
 
-    /// A request moving `bytes` is ready at `now`; returns when it may
-    /// pass (≥ `now`).
+    /// A request moving `bytes` is ready at `now`; returns when it leaves
+    /// (≥ `now`): its gap after the link is free.
     pub fn admit(&mut self, now: Nanos, bytes: u64) -> Nanos {
         let start = *self.started.get_or_insert(now);
-        let pass = self.next_free.map_or(now, |free| free.max(now));
-        let gap = self.gap(pass.saturating_sub(start), bytes);
-        self.next_free = Some(pass.saturating_add(gap));
-        pass
+        let on_link = self.next_free.map_or(now, |free| free.max(now));
+        let gap = self.gap(on_link.saturating_sub(start), bytes);
+        let leaves = on_link.saturating_add(gap);
+        self.next_free = Some(leaves);
+        leaves
     }
 
     fn gap(&mut self, since_start: Nanos, bytes: u64) -> Nanos {
@@ -201,13 +212,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn period_spaces_back_to_back_requests_one_gap_apart() {
+    fn period_delays_every_request_by_its_gap_and_spaces_them() {
         let mut g = DelayGate::new(DelayModel::Period { gap_ns: 100 }, 0);
         let passes: Vec<Nanos> = (0..4).map(|_| g.admit(1000, 4096)).collect();
-        assert_eq!(passes, vec![1000, 1100, 1200, 1300]);
-        // An idle link lets the next request through at once.
-        assert_eq!(g.admit(5000, 4096), 5000);
+        assert_eq!(passes, vec![1100, 1200, 1300, 1400]);
+        // On an idle link a request still takes its gap.
         assert_eq!(g.admit(5000, 4096), 5100);
+        assert_eq!(g.admit(5000, 4096), 5200);
+        // One that comes while the link is busy waits for it, then its gap.
+        assert_eq!(g.admit(5150, 4096), 5300);
     }
 
     #[test]
@@ -230,8 +243,8 @@ mod tests {
         );
         assert_eq!(g.admit(0, 4096), 0);
         assert_eq!(g.admit(0, 4096), 0);
-        assert_eq!(g.admit(1000, 4096), 1000);
         assert_eq!(g.admit(1000, 4096), 1050);
+        assert_eq!(g.admit(1000, 4096), 1100);
     }
 
     #[test]
@@ -265,13 +278,12 @@ mod tests {
             },
             0,
         );
-        assert_eq!(g.admit(0, 4096), 0);
-        assert_eq!(g.admit(0, 100), 4_096_000);
-        assert_eq!(g.admit(0, 0), 4_196_000);
+        assert_eq!(g.admit(0, 4096), 4_096_000);
+        assert_eq!(g.admit(0, 100), 4_196_000);
         assert_eq!(g.admit(0, 0), 4_196_000, "nothing moved, no gap");
         // A byte count too large for the clock saturates, never wraps.
         let mut g = DelayGate::new(DelayModel::Rate { bytes_per_sec: 1 }, 0);
-        g.admit(5, u64::MAX);
+        assert_eq!(g.admit(5, u64::MAX), Nanos::MAX);
         assert_eq!(g.admit(0, 1), Nanos::MAX);
     }
 
@@ -309,8 +321,10 @@ mod tests {
             "none",
             "20us",
             "uniform:10us..50us",
-            "exp:1000us",
-            "steps:0us=0us,1000000us=50us",
+            "exp:1ms",
+            "steps:0=0,1s=50us",
+            "1500ns",
+            "uniform:0..2s",
             "rate:1048576/s",
         ] {
             let model: DelayModel = spec.parse().unwrap();

@@ -347,10 +347,14 @@ impl Shared {
         if let Some(v) = victim {
             self.cache.force_out(v);
         }
-        match ctx {
-            Ctx::Thread => self.m.fault_latency.record(job.t0.elapsed()),
-            Ctx::Signal => {
-                self.m.fault_latency.try_record(job.t0.elapsed());
+        let took = job.t0.elapsed();
+        let remote = (!job.zero).then_some(&self.m.remote_fault_latency);
+        for hist in std::iter::once(&self.m.fault_latency).chain(remote) {
+            match ctx {
+                Ctx::Thread => hist.record(took),
+                Ctx::Signal => {
+                    hist.try_record(took);
+                }
             }
         }
         installed

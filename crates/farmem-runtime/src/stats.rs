@@ -62,6 +62,8 @@ pub(crate) struct Metrics {
     /// ([`farmem_policy::diffbase`]): written back whole.
     pub snapshots_skipped: Counter,
     pub fault_latency: LatencyHistogram,
+    /// The missing faults whose page the store had (not filled with zeros).
+    pub remote_fault_latency: LatencyHistogram,
     pub wp_latency: LatencyHistogram,
     pub st_fetch: Stage,
     pub st_install: Stage,
@@ -144,6 +146,9 @@ pub struct Stats {
     pub limit_pages: u64,
     /// Missing-fault latency, message read to page installed.
     pub fault_latency: LatencySummary,
+    /// The same for the faults that read their page from the store: what
+    /// the link's latency and an injected delay add to.
+    pub remote_fault_latency: LatencySummary,
     /// Write-protect fault latency, message read to protection lifted.
     pub wp_latency: LatencySummary,
     pub stages: StageTimes,
@@ -190,6 +195,7 @@ impl Metrics {
             store_pages,
             limit_pages,
             fault_latency: self.fault_latency.summary(),
+            remote_fault_latency: self.remote_fault_latency.summary(),
             wp_latency: self.wp_latency.summary(),
             stages: StageTimes {
                 fetch_ns: self.st_fetch.get(),

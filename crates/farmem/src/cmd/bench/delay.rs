@@ -8,14 +8,16 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::Context;
-use farmem_core::LatencyHistogram;
+use farmem_core::{ByteSize, LatencyHistogram};
 use farmem_net::delay::EgressDelay;
 use farmem_net::{ClientConfig, Cluster};
 use farmem_policy::delay::DelayModel;
 use farmem_wire::{Placement, Role};
 use rand::{Rng, SeedableRng};
 
+use super::measure;
 use super::wire::{PAGE, pipelined_reads};
+use super::workload::Workload;
 use crate::cmd::Outcome;
 use crate::cmd::local::{LocalRack, connect_target};
 
@@ -46,6 +48,15 @@ pub struct Args {
     /// Reads in flight for the bandwidth measurement.
     #[arg(long, default_value_t = 32)]
     inflight: usize,
+    /// Also run a built-in workload (scan, kv, text, noise, pagerank) under
+    /// `farmem run --delay` at every gap, at a quarter of its memory local,
+    /// and report its mean remote fault latency from `--stats-json`: what
+    /// the injected delay adds to a program's faults.
+    #[arg(long, value_name = "WORKLOAD")]
+    program: Option<String>,
+    /// Memory of --program.
+    #[arg(long, default_value = "64MiB")]
+    program_size: ByteSize,
     /// Print one JSON object on stdout.
     #[arg(long)]
     json: bool,
@@ -86,15 +97,105 @@ pub fn run(args: Args) -> Outcome {
         released
             .with_context(|| format!("giving 128MiB back to the controller at {controller}"))?;
     }
+    let program = match &args.program {
+        Some(w) => Some(program_rows(&args, w)?),
+        None => None,
+    };
     let report = serde_json::json!({
         "benchmark": "delay",
-        "what": "4 KiB reads from one memory node through an egress delay gate (a request passes once per gap), per gap: synchronous latency and 32-deep pipelined bandwidth, in one run",
+        "what": "4 KiB reads from one memory node through an egress delay gate (each request holds the link for its gap), per gap: synchronous latency and 32-deep pipelined bandwidth, in one run; with --program, a program under farmem run --delay at each gap",
         "runs": rows,
+        "program": program,
     });
     if args.json {
         println!("{report}");
     }
     Ok(std::process::ExitCode::SUCCESS)
+}
+
+/// `workload` under `farmem run --delay` at every gap: its mean remote
+/// fault latency, and how much each gap added to the first gap's.
+fn program_rows(args: &Args, workload: &str) -> anyhow::Result<serde_json::Value> {
+    let w = Workload::builtin(workload, args.program_size, 2)?;
+    let local = (args.program_size.bytes() / 4).max(4 << 20);
+    let exe = std::env::current_exe().context("finding the farmem binary")?;
+    crate::cmd::run::find_preload()?;
+    let mut rows = Vec::new();
+    let mut results = Vec::new();
+    for (i, model) in args.gaps.iter().enumerate() {
+        let stats = std::env::temp_dir().join(format!(
+            "farmem-bench-delay-{}-{i}.json",
+            std::process::id()
+        ));
+        let mut cmd = std::process::Command::new(&exe);
+        cmd.arg("run")
+            .args(["--local-mem", &local.to_string(), "--replicas", "1"])
+            .args(["--delay", &model.to_string()])
+            .arg("--stats-json")
+            .arg(&stats)
+            .arg("--")
+            .args(&w.argv);
+        let m = measure::run(&mut cmd, None)?;
+        let report: Option<serde_json::Value> = std::fs::read_to_string(&stats)
+            .ok()
+            .and_then(|t| serde_json::from_str(&t).ok());
+        let _ = std::fs::remove_file(&stats);
+        anyhow::ensure!(
+            m.outcome() == "ok",
+            "{workload} under --delay {model}: {}: {}",
+            m.outcome(),
+            m.stderr_tail
+        );
+        let report =
+            report.with_context(|| format!("{workload} under --delay {model}: no statistics"))?;
+        // The process that faulted most is the program (not a shell).
+        let faults = report["processes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|p| &p["stats"]["remote_fault_latency"])
+            .max_by_key(|l| l["count"].as_u64().unwrap_or(0))
+            .cloned()
+            .unwrap_or_default();
+        let (result, _) = w.result(&m.stdout);
+        results.push(result.clone());
+        let mean = faults["mean_us"].as_f64();
+        if !args.json {
+            eprintln!(
+                "farmem: {workload} under --delay {:<20} {} remote faults, mean {:8.1} µs in {:.2} s",
+                model.to_string(),
+                faults["count"],
+                mean.unwrap_or(f64::NAN),
+                m.seconds
+            );
+        }
+        rows.push(serde_json::json!({
+            "delay": model.to_string(),
+            "remote_faults": faults["count"],
+            "remote_fault_us_mean": mean,
+            "remote_fault_us_p50": faults["p50_us"],
+            "remote_fault_us_p99": faults["p99_us"],
+            "seconds": m.seconds,
+            "result": result,
+        }));
+    }
+    let base = rows
+        .first()
+        .and_then(|r| r["remote_fault_us_mean"].as_f64());
+    for r in &mut rows {
+        let added = r["remote_fault_us_mean"]
+            .as_f64()
+            .zip(base)
+            .map(|(m, b)| m - b);
+        r["added_us"] = serde_json::json!(added);
+    }
+    Ok(serde_json::json!({
+        "workload": w.shown(),
+        "local_mem_bytes": local,
+        "what": "the program under farmem run --delay GAP at each gap, one run each; added_us: its mean remote fault latency less the first gap's",
+        "results_match": results.windows(2).all(|p| p[0] == p[1]) && results.iter().all(Option::is_some),
+        "runs": rows,
+    }))
 }
 
 /// Latency and bandwidth through one delay gate, on `extent`: a JSON row.
