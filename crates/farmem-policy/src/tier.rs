@@ -194,6 +194,16 @@ pub struct TunerConfig {
     /// it is tried again (default 16); each failed trial doubles the
     /// number, from one.
     pub max_backoff: u32,
+    /// The pool also pays, read back or not yet, when most pages written in
+    /// a window were kept at 1/`min_shrink` of their size or less (default
+    /// 4): it then holds that many times the pages of the cache it takes,
+    /// and writes them back without the network. A program that loads its
+    /// data first and reads it later shows no reads in its first windows:
+    /// redis loaded with values that shrank 23x read nothing back while
+    /// loading, so the pool went off and its GETs went to the memory nodes,
+    /// 1.4x the time they took with the pool on (which held all 135 MiB in
+    /// 14 MiB).
+    pub min_shrink: f64,
 }
 
 impl Default for TunerConfig {
@@ -202,6 +212,7 @@ impl Default for TunerConfig {
             window: 4096,
             min_reads_per_write: 0.25,
             max_backoff: 16,
+            min_shrink: 4.0,
         }
     }
 }
@@ -225,6 +236,9 @@ pub struct PoolTuner {
     on: bool,
     written: u32,
     reads: u32,
+    /// Of the pages written this window: those kept, and their bytes.
+    kept: u32,
+    kept_bytes: u64,
     /// Windows in a row that would have paid, while off.
     paying: u32,
     backoff: u32,
@@ -246,6 +260,8 @@ impl PoolTuner {
             on: true,
             written: 0,
             reads: 0,
+            kept: 0,
+            kept_bytes: 0,
             paying: 0,
             backoff: 1,
             trial: false,
@@ -265,17 +281,28 @@ impl PoolTuner {
         self.switches
     }
 
-    /// Page `page` was written back.
-    pub fn written(&mut self, page: u64) {
+    /// Page `page` was written back: kept in the pool in `kept` bytes
+    /// (zero for a page of zeros), or None (passed down, or the pool off).
+    pub fn written(&mut self, page: u64, kept: Option<u64>) {
         if !self.on {
             self.remember(page);
         }
         self.written += 1;
+        if let Some(bytes) = kept {
+            self.kept += 1;
+            self.kept_bytes += bytes;
+        }
         if self.written < self.cfg.window.max(1) {
             return;
         }
-        let pays = f64::from(self.reads) >= f64::from(self.written) * self.cfg.min_reads_per_write;
-        (self.written, self.reads) = (0, 0);
+        let read_back =
+            f64::from(self.reads) >= f64::from(self.written) * self.cfg.min_reads_per_write;
+        // (With min_shrink infinite, never: reads alone decide.)
+        let shrunk = 2 * self.kept > self.written
+            && self.cfg.min_shrink.is_finite()
+            && self.kept_bytes as f64 * self.cfg.min_shrink <= f64::from(self.kept) * 4096.0;
+        let pays = read_back || shrunk;
+        (self.written, self.reads, self.kept, self.kept_bytes) = (0, 0, 0, 0);
         match (self.on, pays) {
             (true, true) => {
                 self.trial = false;
@@ -340,6 +367,7 @@ mod tests {
                 window: 10,
                 min_reads_per_write: 0.5,
                 max_backoff: 4,
+                min_shrink: 4.0,
             },
             four_pages,
         )
@@ -350,12 +378,39 @@ mod tests {
     /// it is on); whether the pool is on after.
     fn window(t: &mut PoolTuner, reads: u32) -> bool {
         for i in 0..10 {
-            t.written(100 + u64::from(i % 4));
+            t.written(100 + u64::from(i % 4), None);
             if i < reads {
                 t.read(100 + u64::from(i % 4), true);
             }
         }
         t.is_on()
+    }
+
+    #[test]
+    fn a_pool_whose_pages_shrink_fourfold_stays_on_unread() {
+        let mut t = tuner();
+        // Seven of ten kept at 1 KiB or less, none read: on.
+        let mut write = |t: &mut PoolTuner, bytes: &[Option<u64>]| {
+            for (i, &b) in bytes.iter().cycle().take(10).enumerate() {
+                t.written(i as u64, b);
+            }
+            t.is_on()
+        };
+        let good = [
+            Some(1024),
+            Some(0),
+            Some(900),
+            None,
+            Some(1024),
+            Some(1000),
+            Some(512),
+        ];
+        assert!(write(&mut t, &good));
+        // Kept at half their size: the reads decide, and there are none.
+        assert!(!write(&mut t, &[Some(2048)]));
+        let mut t = tuner();
+        // Well shrunk, but most pages passed down: off.
+        assert!(!write(&mut t, &[Some(100), None, None]));
     }
 
     #[test]
@@ -374,14 +429,14 @@ mod tests {
         // ghost list) do not count, nor does a pool that no longer has them.
         for p in 0..10 {
             t.read(500 + p, false);
-            t.written(p);
+            t.written(p, None);
         }
         assert!(!t.is_on());
         for p in 0..4 {
             t.read(p, false); // fell off: only 6..10 are remembered
         }
         for p in 20..30 {
-            t.written(p);
+            t.written(p, None);
         }
         assert!(!t.is_on());
         // Reads of remembered pages count: one window that would have paid

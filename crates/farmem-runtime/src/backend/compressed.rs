@@ -155,10 +155,10 @@ impl Pool {
         self.tuner.as_ref().is_none_or(PoolTuner::is_on)
     }
 
-    /// `page` was written back, kept here or not.
-    fn written(&mut self, page: u64) {
+    /// `page` was written back: kept here in `kept` bytes, or not.
+    fn written(&mut self, page: u64, kept: Option<u64>) {
         if let Some(t) = &mut self.tuner {
-            t.written(page);
+            t.written(page, kept);
         }
     }
 
@@ -329,7 +329,7 @@ impl CompressedStore {
         match admit {
             Admit::Zero => {
                 let mut pool = self.pool.lock();
-                pool.written(page);
+                pool.written(page, Some(0));
                 pool.insert(page, None);
                 self.publish(&pool);
                 self.counters.stored_zero.inc();
@@ -338,7 +338,7 @@ impl CompressedStore {
             Admit::Pool => {
                 let n = compressed.unwrap_or(PAGE);
                 let mut pool = self.pool.lock();
-                pool.written(page);
+                pool.written(page, Some(n as u64));
                 pool.insert(page, Some(out[..n].into()));
                 self.publish(&pool);
                 self.counters.stored.inc();
@@ -357,7 +357,7 @@ impl CompressedStore {
     /// demotion of it has landed.
     fn pass_down(&self, page: u64) -> Staged {
         let mut pool = self.pool.lock();
-        pool.written(page);
+        pool.written(page, None);
         while pool.pages.get(&page).is_some_and(|e| e.demoting) {
             self.demoted.wait(&mut pool);
         }
@@ -483,7 +483,7 @@ impl CompressedStore {
             return false;
         }
         for g in groups {
-            pool.written(g.page);
+            pool.written(g.page, None);
             self.counters.off_passed.inc();
         }
         true

@@ -20,13 +20,15 @@ fn setup_with(max_bytes: u64, cfg: CompressedTierConfig) -> (Arc<MemStore>, Comp
 
 /// `auto`'s pool with a verdict every `window` pages written back, on
 /// while half as many are read from it (or would be, off), tried again
-/// after one window that would pay.
+/// after one window that would pay; reads alone decide, however well the
+/// test's pages shrink.
 fn tuned(window: u32) -> CompressedTierConfig {
     CompressedTierConfig {
         tuner: Some(farmem_policy::tier::TunerConfig {
             window,
             min_reads_per_write: 0.5,
             max_backoff: 1,
+            min_shrink: f64::INFINITY,
         }),
         ..Default::default()
     }
