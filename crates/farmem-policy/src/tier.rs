@@ -390,7 +390,7 @@ mod tests {
     fn a_pool_whose_pages_shrink_fourfold_stays_on_unread() {
         let mut t = tuner();
         // Seven of ten kept at 1 KiB or less, none read: on.
-        let mut write = |t: &mut PoolTuner, bytes: &[Option<u64>]| {
+        let write = |t: &mut PoolTuner, bytes: &[Option<u64>]| {
             for (i, &b) in bytes.iter().cycle().take(10).enumerate() {
                 t.written(i as u64, b);
             }
