@@ -123,88 +123,29 @@ impl<'a> Runner<'a> {
 
     /// The batch to its end; its makespan and each program's run.
     pub fn run(&self, mut batch: Batch, profiles: &[Profile]) -> anyhow::Result<Value> {
-        let n = self.jobs.jobs.len();
-        type Ended = (Start, f64, StatsFile, anyhow::Result<Measured>);
         let (tx, rx) = mpsc::channel::<Ended>();
         let t0 = Instant::now();
-        let mut records = vec![Value::Null; n];
+        let mut records = vec![Value::Null; self.jobs.jobs.len()];
         let mut running = 0;
         let mut failure = None;
         while !batch.done() {
             while failure.is_none() {
                 let Some(s) = batch.start_next() else { break };
-                let job = &self.jobs.jobs[s.job];
-                let fault_around = s.params.map(|p| p.fault_around);
-                eprintln!(
-                    "farmem:   {} on {} (instance {}, {}{})",
-                    job.name,
-                    s.backend.name(),
-                    s.instance,
-                    s.placement.name(),
-                    fault_around
-                        .map(|f| format!(", fault-around {f}"))
-                        .unwrap_or_default()
-                );
-                let stats = StatsFile::new(&format!("job-{}", s.job));
-                let mut cmd = self.far_command(job, s.backend, fault_around, &stats.0);
-                let started = t0.elapsed().as_secs_f64();
-                let timeout = self.timeout;
-                let tx = tx.clone();
-                std::thread::spawn(move || {
-                    let m = measure::run(&mut cmd, Some(timeout));
-                    let _ = tx.send((s, started, stats, m));
-                });
+                self.launch(s, t0, tx.clone());
                 running += 1;
             }
             if running == 0 {
                 break;
             }
-            let (s, started, stats, m) = rx.recv().context("a program's runner thread vanished")?;
+            let ended = rx.recv().context("a program's runner thread vanished")?;
             running -= 1;
-            batch.finished(s.job);
-            let m = match m {
-                Ok(m) => m,
+            batch.finished(ended.start.job);
+            match ended.measured {
+                Ok(ref m) => records[ended.start.job] = self.record(&ended, m, profiles, t0),
                 Err(e) => {
                     failure.get_or_insert(e);
-                    continue;
                 }
-            };
-            let job = &self.jobs.jobs[s.job];
-            let (result, _) = job.workload.result(&m.stdout);
-            let matches = result.is_some() && result == profiles[s.job].result;
-            // A full rack does not stop a program: its pages stay local,
-            // past its limit. Its reservation was too small; say so.
-            let over = read_stats(&stats.0).map_or(0, |st| refused(&st));
-            let outcome = match m.outcome() {
-                o if o == "ok" && over > 0 => {
-                    format!("over its local memory: the rack refused {over} write-backs")
-                }
-                o => o,
-            };
-            eprintln!(
-                "farmem:   {} {outcome} in {:.1} s{}",
-                job.name,
-                m.seconds,
-                if matches {
-                    ""
-                } else {
-                    ", printing other than its profile"
-                }
-            );
-            records[s.job] = json!({
-                "name": job.name,
-                "backend": s.backend.name(),
-                "fault_around": s.params.map(|p| p.fault_around),
-                "instance": s.instance,
-                "placement": s.placement.name(),
-                "start_seconds": started,
-                "end_seconds": t0.elapsed().as_secs_f64(),
-                "seconds": m.seconds,
-                "outcome": outcome,
-                "result": result,
-                "result_matches_profile": matches,
-                "stderr_tail": (outcome != "ok").then_some(&m.stderr_tail),
-            });
+            }
         }
         if let Some(e) = failure {
             return Err(e);
@@ -219,6 +160,76 @@ impl<'a> Runner<'a> {
             "all_ok": all_ok,
             "jobs": records,
         }))
+    }
+
+    /// Starts `s`'s program on a thread of its own, which sends it back on
+    /// `done` once it has ended.
+    fn launch(&self, s: Start, t0: Instant, done: mpsc::Sender<Ended>) {
+        let job = &self.jobs.jobs[s.job];
+        let fault_around = s.params.map(|p| p.fault_around);
+        eprintln!(
+            "farmem:   {} on {} (instance {}, {}{})",
+            job.name,
+            s.backend.name(),
+            s.instance,
+            s.placement.name(),
+            fault_around
+                .map(|f| format!(", fault-around {f}"))
+                .unwrap_or_default()
+        );
+        let stats = StatsFile::new(&format!("job-{}", s.job));
+        let mut cmd = self.far_command(job, s.backend, fault_around, &stats.0);
+        let started = t0.elapsed().as_secs_f64();
+        let timeout = self.timeout;
+        std::thread::spawn(move || {
+            let measured = measure::run(&mut cmd, Some(timeout));
+            let _ = done.send(Ended {
+                start: s,
+                started,
+                stats,
+                measured,
+            });
+        });
+    }
+
+    /// What an ended program did, checked against its profile.
+    fn record(&self, ended: &Ended, m: &Measured, profiles: &[Profile], t0: Instant) -> Value {
+        let s = &ended.start;
+        let job = &self.jobs.jobs[s.job];
+        let (result, _) = job.workload.result(&m.stdout);
+        let matches = result.is_some() && result == profiles[s.job].result;
+        // A full rack does not stop a program: its pages stay local, past
+        // its limit. Its reservation was too small; say so.
+        let over = read_stats(&ended.stats.0).map_or(0, |st| refused(&st));
+        let outcome = match m.outcome() {
+            o if o == "ok" && over > 0 => {
+                format!("over its local memory: the rack refused {over} write-backs")
+            }
+            o => o,
+        };
+        let differs = if matches {
+            ""
+        } else {
+            ", printing other than its profile"
+        };
+        eprintln!(
+            "farmem:   {} {outcome} in {:.1} s{differs}",
+            job.name, m.seconds
+        );
+        json!({
+            "name": job.name,
+            "backend": s.backend.name(),
+            "fault_around": s.params.map(|p| p.fault_around),
+            "instance": s.instance,
+            "placement": s.placement.name(),
+            "start_seconds": ended.started,
+            "end_seconds": t0.elapsed().as_secs_f64(),
+            "seconds": m.seconds,
+            "outcome": outcome,
+            "result": result,
+            "result_matches_profile": matches,
+            "stderr_tail": (outcome != "ok").then_some(&m.stderr_tail),
+        })
     }
 
     /// `farmem run` of `job` on this rack with `backend`.
@@ -248,6 +259,15 @@ impl<'a> Runner<'a> {
         cmd.arg("--").args(&job.workload.argv);
         cmd
     }
+}
+
+/// A program that ended: when it started (seconds into the batch), its
+/// statistics file and how it ran.
+struct Ended {
+    start: Start,
+    started: f64,
+    stats: StatsFile,
+    measured: anyhow::Result<Measured>,
 }
 
 /// Pages a run kept local past its limit because the store refused them.

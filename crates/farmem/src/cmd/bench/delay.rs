@@ -123,61 +123,14 @@ fn program_rows(args: &Args, workload: &str) -> anyhow::Result<serde_json::Value
     let mut rows = Vec::new();
     let mut results = Vec::new();
     for (i, model) in args.gaps.iter().enumerate() {
-        let stats = std::env::temp_dir().join(format!(
-            "farmem-bench-delay-{}-{i}.json",
-            std::process::id()
-        ));
         let mut cmd = std::process::Command::new(&exe);
         cmd.arg("run")
             .args(["--local-mem", &local.to_string(), "--replicas", "1"])
-            .args(["--delay", &model.to_string()])
-            .arg("--stats-json")
-            .arg(&stats)
-            .arg("--")
-            .args(&w.argv);
-        let m = measure::run(&mut cmd, None)?;
-        let report: Option<serde_json::Value> = std::fs::read_to_string(&stats)
-            .ok()
-            .and_then(|t| serde_json::from_str(&t).ok());
-        let _ = std::fs::remove_file(&stats);
-        anyhow::ensure!(
-            m.outcome() == "ok",
-            "{workload} under --delay {model}: {}: {}",
-            m.outcome(),
-            m.stderr_tail
-        );
-        let report =
-            report.with_context(|| format!("{workload} under --delay {model}: no statistics"))?;
-        // The process that faulted most is the program (not a shell).
-        let faults = report["processes"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(|p| &p["stats"]["remote_fault_latency"])
-            .max_by_key(|l| l["count"].as_u64().unwrap_or(0))
-            .cloned()
-            .unwrap_or_default();
-        let (result, _) = w.result(&m.stdout);
-        results.push(result.clone());
-        let mean = faults["mean_us"].as_f64();
-        if !args.json {
-            eprintln!(
-                "farmem: {workload} under --delay {:<20} {} remote faults, mean {:8.1} µs in {:.2} s",
-                model.to_string(),
-                faults["count"],
-                mean.unwrap_or(f64::NAN),
-                m.seconds
-            );
-        }
-        rows.push(serde_json::json!({
-            "delay": model.to_string(),
-            "remote_faults": faults["count"],
-            "remote_fault_us_mean": mean,
-            "remote_fault_us_p50": faults["p50_us"],
-            "remote_fault_us_p99": faults["p99_us"],
-            "seconds": m.seconds,
-            "result": result,
-        }));
+            .args(["--delay", &model.to_string()]);
+        let (row, result) = program_run(args.json, &w, cmd, model, i)
+            .with_context(|| format!("{workload} under --delay {model}"))?;
+        rows.push(row);
+        results.push(result);
     }
     let base = rows
         .first()
@@ -196,6 +149,59 @@ fn program_rows(args: &Args, workload: &str) -> anyhow::Result<serde_json::Value
         "results_match": results.windows(2).all(|p| p[0] == p[1]) && results.iter().all(Option::is_some),
         "runs": rows,
     }))
+}
+
+/// One run of `w` under `run` (`farmem run` and its flags): a JSON row of
+/// its remote faults, and its result.
+fn program_run(
+    quiet: bool,
+    w: &Workload,
+    mut run: std::process::Command,
+    model: &DelayModel,
+    i: usize,
+) -> anyhow::Result<(serde_json::Value, Option<String>)> {
+    let stats = std::env::temp_dir().join(format!(
+        "farmem-bench-delay-{}-{i}.json",
+        std::process::id()
+    ));
+    run.arg("--stats-json").arg(&stats).arg("--").args(&w.argv);
+    let m = measure::run(&mut run, None)?;
+    let report: Option<serde_json::Value> = std::fs::read_to_string(&stats)
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok());
+    let _ = std::fs::remove_file(&stats);
+    anyhow::ensure!(m.outcome() == "ok", "{}: {}", m.outcome(), m.stderr_tail);
+    let report = report.context("no statistics")?;
+    // The process that faulted most is the program (not a shell).
+    let faults = report["processes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|p| &p["stats"]["remote_fault_latency"])
+        .max_by_key(|l| l["count"].as_u64().unwrap_or(0))
+        .cloned()
+        .unwrap_or_default();
+    let (result, _) = w.result(&m.stdout);
+    let mean = faults["mean_us"].as_f64();
+    if !quiet {
+        eprintln!(
+            "farmem: under --delay {:<20} {} remote faults, mean {:8.1} µs in {:.2} s",
+            model.to_string(),
+            faults["count"],
+            mean.unwrap_or(f64::NAN),
+            m.seconds
+        );
+    }
+    let row = serde_json::json!({
+        "delay": model.to_string(),
+        "remote_faults": faults["count"],
+        "remote_fault_us_mean": mean,
+        "remote_fault_us_p50": faults["p50_us"],
+        "remote_fault_us_p99": faults["p99_us"],
+        "seconds": m.seconds,
+        "result": result,
+    });
+    Ok((row, result))
 }
 
 /// Latency and bandwidth through one delay gate, on `extent`: a JSON row.
