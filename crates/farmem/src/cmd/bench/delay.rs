@@ -32,7 +32,7 @@ pub struct Args {
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "none,5us,10us,20us,50us,100us,200us"
+        default_value = "none,5us,10us,20us,50us,100us,200us,300us,500us,1ms,2ms,5ms"
     )]
     gaps: Vec<DelayModel>,
     /// Use this controller instead of starting a local rack.
@@ -42,7 +42,8 @@ pub struct Args {
     /// makes its own).
     #[arg(long, value_name = "FILE", requires = "controller")]
     token_file: Option<PathBuf>,
-    /// Reads per latency measurement.
+    /// Reads per latency measurement (fewer at a gap so long that they
+    /// would take over half a second).
     #[arg(long, default_value_t = 2000)]
     iters: usize,
     /// Reads in flight for the bandwidth measurement.
@@ -101,16 +102,86 @@ pub fn run(args: Args) -> Outcome {
         Some(w) => Some(program_rows(&args, w)?),
         None => None,
     };
+    let validation = validation(&rows);
+    if !args.json {
+        eprintln!("farmem: {validation}");
+    }
     let report = serde_json::json!({
         "benchmark": "delay",
         "what": "4 KiB reads from one memory node through an egress delay gate (each request holds the link for its gap), per gap: synchronous latency and 32-deep pipelined bandwidth, in one run; with --program, a program under farmem run --delay at each gap",
         "runs": rows,
+        "validation": validation,
         "program": program,
     });
     if args.json {
         println!("{report}");
     }
     Ok(std::process::ExitCode::SUCCESS)
+}
+
+/// The fixed gap of `model`, if it has one.
+fn gap_ns(model: &DelayModel) -> Option<u64> {
+    match model {
+        DelayModel::None => Some(0),
+        DelayModel::Period { gap_ns } => Some(*gap_ns),
+        _ => None,
+    }
+}
+
+/// The paper's two checks over the fixed gaps: latency linear in the gap
+/// (least squares, R^2), and the bandwidth-delay product constant where
+/// the gap dominates the link's own latency (gaps of at least four times
+/// the undelayed latency; the paper's link took about 1 µs, so its whole
+/// sweep of 1.2-150 µs was in that regime).
+fn validation(rows: &[serde_json::Value]) -> serde_json::Value {
+    let pts: Vec<(f64, f64, f64)> = rows
+        .iter()
+        .filter_map(|r| {
+            Some((
+                r["gap_us"].as_f64()?,
+                r["read4k_us_mean"].as_f64()?,
+                r["bdp_bytes"].as_f64()?,
+            ))
+        })
+        .collect();
+    let n = pts.len() as f64;
+    if pts.len() < 2 {
+        return serde_json::json!({"fixed_gaps": pts.len()});
+    }
+    let (mx, my) = (
+        pts.iter().map(|p| p.0).sum::<f64>() / n,
+        pts.iter().map(|p| p.1).sum::<f64>() / n,
+    );
+    let sxy: f64 = pts.iter().map(|p| (p.0 - mx) * (p.1 - my)).sum();
+    let sxx: f64 = pts.iter().map(|p| (p.0 - mx).powi(2)).sum();
+    let syy: f64 = pts.iter().map(|p| (p.1 - my).powi(2)).sum();
+    let slope = if sxx > 0.0 { sxy / sxx } else { 0.0 };
+    let r2 = if sxx > 0.0 && syy > 0.0 {
+        sxy * sxy / (sxx * syy)
+    } else {
+        0.0
+    };
+    let undelayed = pts
+        .iter()
+        .find(|p| p.0 == 0.0)
+        .map_or(my - slope * mx, |p| p.1);
+    let from = 4.0 * undelayed;
+    let bdp: Vec<f64> = pts.iter().filter(|p| p.0 >= from).map(|p| p.2).collect();
+    let mean = bdp.iter().sum::<f64>() / bdp.len().max(1) as f64;
+    let spread = bdp
+        .iter()
+        .map(|b| (b / mean - 1.0).abs())
+        .fold(0.0, f64::max);
+    serde_json::json!({
+        "fixed_gaps": pts.len(),
+        "latency_fit": {"slope": slope, "intercept_us": my - slope * mx, "r2": r2},
+        "bdp": {
+            "from_gap_us": from,
+            "gaps": bdp.len(),
+            "mean_bytes": (!bdp.is_empty()).then_some(mean),
+            "max_deviation_from_mean": (!bdp.is_empty()).then_some(spread),
+        },
+    })
 }
 
 /// `workload` under `farmem run --delay` at every gap: its mean remote
@@ -217,14 +288,20 @@ fn one_gap(
     let hist = LatencyHistogram::new();
     let mut rng = rand::rngs::SmallRng::seed_from_u64(3);
     let mut page = vec![0u8; PAGE];
-    for _ in 0..args.iters {
+    // About half a second of gaps at most, and never under 20 reads.
+    let gap = gap_ns(model);
+    let fit = |n: usize, budget_ns: u64| match gap {
+        Some(g) if g > 0 => n.min((budget_ns / g).max(20) as usize),
+        _ => n,
+    };
+    for _ in 0..fit(args.iters, 500_000_000) {
         let addr = extent.base + (rng.gen_range(0..pages) * PAGE) as u64;
         let t = Instant::now();
         conn.read(addr, &mut page)?;
         hist.record(t.elapsed());
     }
     // Enough reads for a steady state, few enough that big gaps finish.
-    let reads = (args.iters * 4).max(args.inflight * 8) as u64;
+    let reads = fit(args.iters * 4, 1_000_000_000).max(args.inflight * 4) as u64;
     let gbps = pipelined_reads(
         &conn,
         extent.base,
@@ -235,6 +312,7 @@ fn one_gap(
     let s = hist.summary();
     let row = serde_json::json!({
         "delay": model.to_string(),
+        "gap_us": gap.map(|g| g as f64 / 1000.0),
         "read4k_us_p50": s.p50_us,
         "read4k_us_mean": s.mean_us,
         "read4k_us_p99": s.p99_us,
@@ -253,4 +331,43 @@ fn one_gap(
         );
     }
     Ok(row)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn validation_fits_latency_and_checks_the_product_where_the_gap_dominates() {
+        // Latency 30 µs + the gap; bandwidth one 4 KiB read per gap.
+        let rows: Vec<serde_json::Value> = [0.0, 50.0, 120.0, 200.0, 500.0, 1000.0]
+            .iter()
+            .map(|&g: &f64| {
+                let lat = 30.0 + g;
+                let gbps = if g > 0.0 { 4096.0 / (g * 1e3) } else { 1.0 };
+                serde_json::json!({
+                    "gap_us": g,
+                    "read4k_us_mean": lat,
+                    "bdp_bytes": gbps * 1e9 * lat * 1e-6,
+                })
+            })
+            .chain([serde_json::json!({"gap_us": null, "read4k_us_mean": 9.0})])
+            .collect();
+        let v = validation(&rows);
+        assert_eq!(v["fixed_gaps"], 6);
+        let fit = &v["latency_fit"];
+        assert!((fit["slope"].as_f64().unwrap() - 1.0).abs() < 1e-9, "{v}");
+        assert!(
+            (fit["intercept_us"].as_f64().unwrap() - 30.0).abs() < 1e-6,
+            "{v}"
+        );
+        assert!((fit["r2"].as_f64().unwrap() - 1.0).abs() < 1e-9, "{v}");
+        // From 120 µs (four times 30): 4096 x (1 + 30/gap).
+        let bdp = &v["bdp"];
+        assert_eq!(bdp["gaps"], 4, "{v}");
+        assert_eq!(bdp["from_gap_us"], 120.0);
+        let spread = bdp["max_deviation_from_mean"].as_f64().unwrap();
+        assert!(spread > 0.05 && spread < 0.15, "{v}");
+        assert_eq!(validation(&rows[..1])["fixed_gaps"], 1);
+    }
 }
