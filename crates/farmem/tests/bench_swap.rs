@@ -297,6 +297,26 @@ fn eval_xdm_compares_every_backend_with_the_kernels_swap() {
             assert!(names.contains(&want), "{want} missing: {r}");
         }
         assert!(r["auto_to_best_single_backend"].as_f64().is_some(), "{r}");
+        // Each farmem config says what reached its tiers.
+        let config = |name: &str| {
+            r["configs"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|c| c["name"] == name)
+                .unwrap()
+                .clone()
+        };
+        let pool = config("farmem-compressed");
+        assert!(pool["tiers_median"]["pool_pages_kept"].is_u64(), "{pool}");
+        let remote = config("farmem");
+        assert!(
+            remote["tiers_median"]["below_bytes_written"]
+                .as_u64()
+                .unwrap()
+                > 0,
+            "{remote}"
+        );
         assert!(
             r["best_farmem"]["name"]
                 .as_str()

@@ -842,11 +842,17 @@ fn bench_swap_runs_redis_and_sqlite_with_the_local_answers() {
             .iter()
             .find(|r| r["config"] == "farmem-auto")
             .unwrap();
-        // It did go far: pages were written back and faulted in again.
+        // It did go far: pages were written back and faulted in again,
+        // and the report says what went to the pool and what below it.
         assert!(
             far["farmem"]["bytes_written_back"].as_u64().unwrap() > 0,
             "{far}"
         );
+        let tiers = &far["farmem"]["tiers"];
+        let n = |k: &str| tiers[k].as_u64().unwrap_or_else(|| panic!("{k}: {far}"));
+        assert!(n("pool_pages_kept") + n("below_pages_written") > 0, "{far}");
+        n("pool_pages_read");
+        n("below_pages_read");
     }
 }
 

@@ -426,8 +426,31 @@ impl Bench {
             "bytes_written_back": total["bytes_written_back"],
             "program_seconds": s["seconds"],
             "fault_path": s["fault_path"],
+            "tiers": tiers(&s),
         });
     }
+}
+
+/// What went to each tier: a compressed pool's pages and bytes kept and
+/// the pages it sent below, and the reads each served; without a pool,
+/// all of it below.
+fn tiers(s: &Value) -> Value {
+    let pool = &s["compressed"];
+    let n = |k: &str| pool[k].as_u64().unwrap_or(0);
+    if !pool.is_object() {
+        return json!({
+            "below_bytes_written": s["total"]["bytes_written_back"],
+            "below_bytes_read": s["total"]["bytes_fetched"],
+        });
+    }
+    json!({
+        "pool_pages_kept": n("stored") + n("stored_zero"),
+        "pool_bytes_kept": n("bytes_in"),
+        "pool_bytes_compressed": n("bytes_out"),
+        "pool_pages_read": n("hits"),
+        "below_pages_written": n("passed_down") + n("off_passed") + n("demoted"),
+        "below_pages_read": n("misses"),
+    })
 }
 
 /// farmem run's --stats-json file, removed on drop.

@@ -139,6 +139,17 @@ impl Report<'_> {
         if matches!(c, Config::Farmem(_)) {
             v["farmem_faults_missing_median"] = json!(med("/farmem/faults_missing"));
             v["farmem_faults_wp_median"] = json!(med("/farmem/faults_wp"));
+            // Each tier's traffic, the median of each counter the runs report.
+            let keys: std::collections::BTreeSet<String> = ok
+                .iter()
+                .filter_map(|r| r.pointer("/farmem/tiers")?.as_object())
+                .flat_map(|t| t.keys().cloned())
+                .collect();
+            v["tiers_median"] = keys
+                .iter()
+                .map(|k| (k.clone(), json!(med(&format!("/farmem/tiers/{k}")))))
+                .collect::<serde_json::Map<_, _>>()
+                .into();
         }
         if matches!(c, Config::Kernel(_)) {
             v["cgroup_pgmajfault_median"] = json!(med("/cgroup/pgmajfault"));

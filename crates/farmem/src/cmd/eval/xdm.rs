@@ -105,7 +105,7 @@ pub fn run(args: Args) -> Outcome {
     }
     let report = json!({
         "benchmark": "xdm",
-        "what": "each workload at 25% and 50% local under the kernel's swap (cgroup v1 limit) and farmem's backends at the same local memory, interleaved in each round; medians of the rounds",
+        "what": "each workload at 25% and 50% local under the kernel's swap (cgroup v1 limit) and farmem's backends at the same local memory, interleaved in each round; medians of the rounds; farmem's tiers_median: pages and bytes its compressed pool kept and served, and what went to the tier below",
         "workload_bytes": bytes,
         "rounds": rounds,
         "iterations": iterations,
@@ -181,6 +181,7 @@ fn row(workload: &str, share: &str, r: &Value) -> Value {
             "ok": c["ok"],
             "runs": c["runs"],
             "oom_killed": c["oom_killed"],
+            "tiers_median": c["tiers_median"],
         })).collect::<Vec<_>>(),
         "best_kernel": kernel.as_ref().map(|k| json!({"name": k.0, "seconds": k.1})),
         "best_farmem": farmem.as_ref().map(|f| json!({"name": f.0, "seconds": f.1})),
