@@ -162,6 +162,13 @@ impl Pool {
         }
     }
 
+    /// The pool, on, demotes `pages` to stay within its size.
+    fn demoting(&mut self, pages: u32) {
+        if let Some(t) = &mut self.tuner {
+            t.demoted(pages);
+        }
+    }
+
     /// `page` was read, from here or from below.
     fn read(&mut self, page: u64, from_pool: bool) {
         if let Some(t) = &mut self.tuner {
@@ -414,8 +421,13 @@ impl CompressedStore {
         let victims = {
             let mut pool = self.pool.lock();
             // Off, the pool gives all its memory back to the cache.
-            let max = if pool.is_on() { self.max_bytes } else { 0 };
-            pool.pick_victims(max)
+            let on = pool.is_on();
+            let max = if on { self.max_bytes } else { 0 };
+            let victims = pool.pick_victims(max);
+            if on {
+                pool.demoting(victims.len() as u32);
+            }
+            victims
         };
         let mut done = Vec::with_capacity(victims.len());
         let mut page_buf = [0u8; PAGE];
