@@ -196,9 +196,10 @@ pub struct TunerConfig {
     pub max_backoff: u32,
     /// The pool also pays, read back or not yet, in a window where most
     /// pages written were kept at 1/`min_shrink` of their size or less
-    /// (default 4) and it demoted at most a quarter as many as it kept: it
-    /// has room to spare, holds that many times the pages of the cache it
-    /// takes, and keeps them without the network. A program that loads its data first and
+    /// (default 4) and it demoted at most a quarter as many as it kept,
+    /// until it is first turned off: it has room to spare, holds that many
+    /// times the pages of the cache it takes, and keeps them without the
+    /// network. A program that loads its data first and
     /// reads it later shows no reads in its first windows: redis loaded
     /// with values that shrank 23x read nothing back while loading, so the
     /// pool went off and its GETs went to the memory nodes, 1.4x the time
@@ -305,7 +306,11 @@ impl PoolTuner {
         let read_back =
             f64::from(self.reads) >= f64::from(self.written) * self.cfg.min_reads_per_write;
         // (With min_shrink infinite, never: reads alone decide.)
-        let shrunk = 4 * self.demoted <= self.kept
+        // Only before the pool was first turned off: once judged by its
+        // reads, its trials are judged by reads too, as a refilling pool
+        // always has room at first.
+        let shrunk = self.switches == 0
+            && 4 * self.demoted <= self.kept
             && 2 * self.kept > self.written
             && self.cfg.min_shrink.is_finite()
             && self.kept_bytes as f64 * self.cfg.min_shrink <= f64::from(self.kept) * 4096.0;
@@ -426,6 +431,8 @@ mod tests {
         t.demoted(1);
         assert!(write(&mut t, &good));
         t.demoted(3);
+        assert!(!write(&mut t, &good));
+        // Once off, only reads turn it on again and keep it on.
         assert!(!write(&mut t, &good));
         let mut t = tuner();
         // Kept at half their size: the reads decide, and there are none.
