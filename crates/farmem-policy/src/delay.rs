@@ -2,12 +2,8 @@
 //!
 //! The paper's injector lets a request pass once every PERIOD cycles, so
 //! latency grows linearly with PERIOD while the bandwidth-delay product stays
-//! constant. [`DelayGate`] does the same in time: the link carries one
-//! request at a time and each holds it for its gap, so a request leaves one
-//! gap after it reaches an idle link, or one gap after the request before
-//! it left. A lone request is delayed by exactly the gap (the latency a
-//! program sees grows with it even when the link is idle), back-to-back
-//! ones leave one gap apart (the bandwidth falls). The paper's stated next step,
+//! constant. [`DelayGate`] does the same in time: each request is admitted no
+//! earlier than one gap after the previous one. The paper's stated next step,
 //! delays drawn from a distribution and varying within a run, are the other
 //! [`DelayModel`]s. [`DelayModel::Rate`] throttles bandwidth instead: a
 //! request's gap is the time its bytes take at the rate, which is how one
@@ -144,7 +140,7 @@ impl std::fmt::Display for DelayModel {
     }
 }
 
-/// A link that holds each request for its gap.
+/// Admits requests one gap apart.
 #[derive(Debug, Clone)]
 pub struct DelayGate {
     model: DelayModel,
@@ -174,15 +170,14 @@ impl DelayGate {
         self.model == DelayModel::None
     }
 
-    /// A request moving `bytes` is ready at `now`; returns when it leaves
-    /// (≥ `now`): its gap after the link is free.
+    /// A request moving `bytes` is ready at `now`; returns when it may
+    /// pass (≥ `now`).
     pub fn admit(&mut self, now: Nanos, bytes: u64) -> Nanos {
         let start = *self.started.get_or_insert(now);
-        let on_link = self.next_free.map_or(now, |free| free.max(now));
-        let gap = self.gap(on_link.saturating_sub(start), bytes);
-        let leaves = on_link.saturating_add(gap);
-        self.next_free = Some(leaves);
-        leaves
+        let pass = self.next_free.map_or(now, |free| free.max(now));
+        let gap = self.gap(pass.saturating_sub(start), bytes);
+        self.next_free = Some(pass.saturating_add(gap));
+        pass
     }
 
     fn gap(&mut self, since_start: Nanos, bytes: u64) -> Nanos {
@@ -212,15 +207,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn period_delays_every_request_by_its_gap_and_spaces_them() {
+    fn period_spaces_back_to_back_requests_one_gap_apart() {
         let mut g = DelayGate::new(DelayModel::Period { gap_ns: 100 }, 0);
         let passes: Vec<Nanos> = (0..4).map(|_| g.admit(1000, 4096)).collect();
-        assert_eq!(passes, vec![1100, 1200, 1300, 1400]);
-        // On an idle link a request still takes its gap.
+        assert_eq!(passes, vec![1000, 1100, 1200, 1300]);
+        // An idle link lets the next request through at once.
+        assert_eq!(g.admit(5000, 4096), 5000);
         assert_eq!(g.admit(5000, 4096), 5100);
-        assert_eq!(g.admit(5000, 4096), 5200);
-        // One that comes while the link is busy waits for it, then its gap.
-        assert_eq!(g.admit(5150, 4096), 5300);
     }
 
     #[test]
@@ -243,8 +236,8 @@ mod tests {
         );
         assert_eq!(g.admit(0, 4096), 0);
         assert_eq!(g.admit(0, 4096), 0);
+        assert_eq!(g.admit(1000, 4096), 1000);
         assert_eq!(g.admit(1000, 4096), 1050);
-        assert_eq!(g.admit(1000, 4096), 1100);
     }
 
     #[test]
@@ -278,12 +271,13 @@ mod tests {
             },
             0,
         );
-        assert_eq!(g.admit(0, 4096), 4_096_000);
-        assert_eq!(g.admit(0, 100), 4_196_000);
+        assert_eq!(g.admit(0, 4096), 0);
+        assert_eq!(g.admit(0, 100), 4_096_000);
+        assert_eq!(g.admit(0, 0), 4_196_000);
         assert_eq!(g.admit(0, 0), 4_196_000, "nothing moved, no gap");
         // A byte count too large for the clock saturates, never wraps.
         let mut g = DelayGate::new(DelayModel::Rate { bytes_per_sec: 1 }, 0);
-        assert_eq!(g.admit(5, u64::MAX), Nanos::MAX);
+        g.admit(5, u64::MAX);
         assert_eq!(g.admit(0, 1), Nanos::MAX);
     }
 

@@ -161,10 +161,8 @@ pub struct Args {
     /// the program with its error). Not with --replicas.
     #[arg(long, value_name = "rs:K+M|stripe:K", conflicts_with = "replicas")]
     redundancy: Option<farmem_net::Redundancy>,
-    /// Inject delay on the program's link to the rack (ThymesisFlow): the
-    /// link carries one request to a memory node at a time and holds each
-    /// for its gap, so a lone request leaves one gap late and back-to-back
-    /// ones one gap apart. A model, as
+    /// Inject delay on the program's link to the rack (ThymesisFlow): every
+    /// request to a memory node passes one gate, once per gap. A model, as
     /// in `farmem bench delay`: `20us` (a fixed gap), `uniform:10us..50us`,
     /// `exp:30us`, `steps:0=0,1s=50us` (changing mid-run), `rate:200MiB/s`
     /// (a bandwidth: each request's gap is its bytes' time).
