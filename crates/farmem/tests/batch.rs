@@ -32,6 +32,16 @@ impl BatchFile {
     fn path(&self) -> std::path::PathBuf {
         self.dir.join("jobs.toml")
     }
+
+    /// `farmem batch` of this file with `flags`.
+    fn run(&self, flags: &[&str]) -> std::process::Output {
+        farmem()
+            .arg("batch")
+            .arg(self.path())
+            .args(flags)
+            .output()
+            .unwrap()
+    }
 }
 
 impl Drop for BatchFile {
@@ -76,12 +86,7 @@ command = ["sh", "-c", "seq 200000 | sort -r | head -3"]
 local_mem = "8MiB"
 "#,
     );
-    let out = farmem()
-        .arg("batch")
-        .arg(file.path())
-        .args(["--compare", "remote,file", "--json"])
-        .output()
-        .unwrap();
+    let out = file.run(&["--compare", "remote,file", "--json"]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     let report: Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -183,12 +188,7 @@ command = ["sh", "-c", "od -An -N8 -tx8 /dev/urandom"]
 local_mem = "8MiB"
 "#,
     );
-    let out = farmem()
-        .arg("batch")
-        .arg(file.path())
-        .arg("--json")
-        .output()
-        .unwrap();
+    let out = file.run(&["--json"]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     let report: Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -227,7 +227,7 @@ iterations = 1
 local_mem = "4MiB"
 "#,
     );
-    let out = farmem().arg("batch").arg(small.path()).output().unwrap();
+    let out = small.run(&[]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(

@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 
 use super::jobs::{Job, Jobs};
 use super::profile::{self, GrantWatch};
-use crate::cmd::bench::measure::{self, Measured};
+use crate::cmd::bench::measure::{self, Measured, StatsFile};
 use crate::cmd::local::LocalRack;
 
 /// What a program's profile run measured.
@@ -76,7 +76,7 @@ impl<'a> Runner<'a> {
                 i + 1,
                 job.name
             );
-            let stats = StatsFile::new(&format!("profile-{i}"));
+            let stats = StatsFile::new("batch-profile");
             let mut cmd = self.far_command(job, BackendKind::Compressed, None, &stats.0);
             watch.take();
             let m = measure::run(&mut cmd, Some(self.timeout))?;
@@ -88,7 +88,7 @@ impl<'a> Runner<'a> {
                 m.outcome(),
                 m.stderr_tail
             );
-            let stats = read_stats(&stats.0).with_context(|| {
+            let stats = stats.read().with_context(|| {
                 format!("job `{}`: its profile run wrote no statistics", job.name)
             })?;
             anyhow::ensure!(
@@ -177,7 +177,7 @@ impl<'a> Runner<'a> {
                 .map(|f| format!(", fault-around {f}"))
                 .unwrap_or_default()
         );
-        let stats = StatsFile::new(&format!("job-{}", s.job));
+        let stats = StatsFile::new("batch-job");
         let mut cmd = self.far_command(job, s.backend, fault_around, &stats.0);
         let started = t0.elapsed().as_secs_f64();
         let timeout = self.timeout;
@@ -200,7 +200,7 @@ impl<'a> Runner<'a> {
         let matches = result.is_some() && result == profiles[s.job].result;
         // A full rack does not stop a program: its pages stay local, past
         // its limit. Its reservation was too small; say so.
-        let over = read_stats(&ended.stats.0).map_or(0, |st| refused(&st));
+        let over = ended.stats.read().map_or(0, |st| refused(&st));
         let outcome = match m.outcome() {
             o if o == "ok" && over > 0 => {
                 format!("over its local memory: the rack refused {over} write-backs")
@@ -274,24 +274,4 @@ struct Ended {
 fn refused(stats: &Value) -> u64 {
     let get = |k: &str| stats["total"][k].as_u64().unwrap_or(0);
     get("limit_overruns") + get("writeback_kept")
-}
-
-fn read_stats(path: &Path) -> Option<Value> {
-    let text = std::fs::read_to_string(path).ok()?;
-    serde_json::from_str(&text).ok()
-}
-
-/// A run's --stats-json file, removed on drop.
-struct StatsFile(PathBuf);
-
-impl StatsFile {
-    fn new(tag: &str) -> Self {
-        Self(std::env::temp_dir().join(format!("farmem-batch-{}-{tag}.json", std::process::id())))
-    }
-}
-
-impl Drop for StatsFile {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
 }

@@ -15,7 +15,7 @@ use farmem_policy::delay::DelayModel;
 use farmem_wire::{Placement, Role};
 use rand::{Rng, SeedableRng};
 
-use super::measure;
+use super::measure::{self, StatsFile};
 use super::wire::{PAGE, pipelined_reads};
 use super::workload::Workload;
 use crate::cmd::Outcome;
@@ -193,12 +193,12 @@ fn program_rows(args: &Args, workload: &str) -> anyhow::Result<serde_json::Value
     crate::cmd::run::find_preload()?;
     let mut rows = Vec::new();
     let mut results = Vec::new();
-    for (i, model) in args.gaps.iter().enumerate() {
+    for model in &args.gaps {
         let mut cmd = std::process::Command::new(&exe);
         cmd.arg("run")
             .args(["--local-mem", &local.to_string(), "--replicas", "1"])
             .args(["--delay", &model.to_string()]);
-        let (row, result) = program_run(args.json, &w, cmd, model, i)
+        let (row, result) = program_run(args.json, &w, cmd, model)
             .with_context(|| format!("{workload} under --delay {model}"))?;
         rows.push(row);
         results.push(result);
@@ -229,18 +229,14 @@ fn program_run(
     w: &Workload,
     mut run: std::process::Command,
     model: &DelayModel,
-    i: usize,
 ) -> anyhow::Result<(serde_json::Value, Option<String>)> {
-    let stats = std::env::temp_dir().join(format!(
-        "farmem-bench-delay-{}-{i}.json",
-        std::process::id()
-    ));
-    run.arg("--stats-json").arg(&stats).arg("--").args(&w.argv);
+    let stats = StatsFile::new("bench-delay");
+    run.arg("--stats-json")
+        .arg(&stats.0)
+        .arg("--")
+        .args(&w.argv);
     let m = measure::run(&mut run, None)?;
-    let report: Option<serde_json::Value> = std::fs::read_to_string(&stats)
-        .ok()
-        .and_then(|t| serde_json::from_str(&t).ok());
-    let _ = std::fs::remove_file(&stats);
+    let report = stats.read();
     anyhow::ensure!(m.outcome() == "ok", "{}: {}", m.outcome(), m.stderr_tail);
     let report = report.context("no statistics")?;
     // The process that faulted most is the program (not a shell).

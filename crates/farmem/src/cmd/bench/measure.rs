@@ -229,6 +229,33 @@ fn tail(text: &str, n: usize) -> String {
     lines[lines.len().saturating_sub(n)..].join("\n")
 }
 
+/// A `farmem run --stats-json` file in the temp dir, named for this
+/// process and `tag` (and a count, so no two collide), removed on drop.
+pub struct StatsFile(pub std::path::PathBuf);
+
+impl StatsFile {
+    pub fn new(tag: &str) -> Self {
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        Self(std::env::temp_dir().join(format!(
+            "farmem-{tag}-{}-{}.json",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        )))
+    }
+
+    /// The report `farmem run` wrote, if it wrote one that parses.
+    pub fn read(&self) -> Option<serde_json::Value> {
+        let text = std::fs::read_to_string(&self.0).ok()?;
+        serde_json::from_str(&text).ok()
+    }
+}
+
+impl Drop for StatsFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -15,7 +15,7 @@ use farmem_core::ByteSize;
 use serde_json::{Value, json};
 
 use super::kernel_swap::{self, Cgroup, KernelSwap};
-use super::measure::{self, Measured};
+use super::measure::{self, Measured, StatsFile};
 use super::swap_plan::{Config, LocalMem, parse_configs, plan, swap_bytes};
 use super::swap_report;
 use super::workload::Workload;
@@ -309,7 +309,7 @@ impl Bench {
         let mut cmd;
         let mut swap = None;
         let mut cgroup = None;
-        let stats = StatsFile::new();
+        let stats = StatsFile::new("bench-swap");
         match config {
             Config::Local => {
                 cmd = self.program();
@@ -409,10 +409,7 @@ impl Bench {
     /// farmem's own counters, and its program's peak RSS (the tree's
     /// includes the rack's memory nodes, which hold the far pages).
     fn farmem_stats(&self, r: &mut Value, stats: &StatsFile) {
-        let s: Option<Value> = std::fs::read_to_string(&stats.0)
-            .ok()
-            .and_then(|t| serde_json::from_str(&t).ok());
-        let Some(s) = s else {
+        let Some(s) = stats.read() else {
             r["farmem"] = Value::Null;
             return;
         };
@@ -451,25 +448,4 @@ fn tiers(s: &Value) -> Value {
         "below_pages_written": n("passed_down") + n("off_passed") + n("demoted"),
         "below_pages_read": n("misses"),
     })
-}
-
-/// farmem run's --stats-json file, removed on drop.
-struct StatsFile(PathBuf);
-
-impl StatsFile {
-    fn new() -> Self {
-        use std::sync::atomic::{AtomicU32, Ordering};
-        static N: AtomicU32 = AtomicU32::new(0);
-        Self(std::env::temp_dir().join(format!(
-            "farmem-bench-swap-stats-{}-{}.json",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        )))
-    }
-}
-
-impl Drop for StatsFile {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
 }
