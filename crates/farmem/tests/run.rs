@@ -826,7 +826,8 @@ fn bench_swap_runs_redis_and_sqlite_with_the_local_answers() {
             continue;
         }
         let out = Command::new(farmem())
-            .args(["bench", "swap", "--workload", workload, "--size", "12MiB"])
+            // Data well past the 16 MiB floor of a share's local memory.
+            .args(["bench", "swap", "--workload", workload, "--size", "48MiB"])
             .args(["--iterations", "2", "--rounds", "1", "--json"])
             .args(["--configs", "local,farmem-auto"])
             .output()
