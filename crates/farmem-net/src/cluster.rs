@@ -39,7 +39,7 @@ pub use ec::{LOGICAL_BASE, Redundancy, RedundancyError, StripeSplit};
 pub use repair::Repaired;
 
 use crate::conn::copy_read_reply;
-use crate::{ClientConfig, Connection, NetError, PageReadError, PageReader, Reply, Ticket};
+use crate::{ClientConfig, Connection, Lane, NetError, PageReadError, PageReader, Reply, Ticket};
 
 /// Largest read a page reader serves: one 4 KiB page.
 const PAGE_READ_MAX: usize = 4096;
@@ -81,11 +81,13 @@ struct NodeConns {
 }
 
 impl NodeConns {
-    /// The next connection round-robin; a failed one is replaced by a fresh
-    /// connection first, which must reach the same incarnation.
-    fn pick(&self) -> Result<Connection, NetError> {
+    /// The next connection of `lane` (see [`Lane::connection`]); a failed
+    /// one is replaced by a fresh connection first, which must reach the
+    /// same incarnation.
+    fn pick(&self, lane: Lane) -> Result<Connection, NetError> {
         self.check_lost()?;
-        let i = self.next.fetch_add(1, Ordering::Relaxed) % self.conns.len();
+        let turn = self.next.fetch_add(1, Ordering::Relaxed);
+        let i = lane.connection(self.conns.len(), turn);
         let mut slot = self.conns[i].lock();
         if !slot.is_alive() {
             let conn = Connection::connect(&self.addr, &self.cfg)?;
@@ -703,23 +705,26 @@ impl Cluster {
         None
     }
 
-    /// A connection to the first live copy of `addr` (round-robin over
-    /// its node's pool). Requests sent on it reach that copy only.
+    /// The demand lane's connection to the first live copy of `addr`
+    /// (the benches' reads). Requests sent on it reach that copy only.
     pub fn conn_for(&self, addr: u64, len: u64) -> Result<Connection, NetError> {
-        self.node_conn(self.copies(addr, len, false)?[0].node)
+        self.node_conn(self.copies(addr, len, false)?[0].node, Lane::Demand)
     }
 
-    fn node_conn(&self, slot: u32) -> Result<Connection, NetError> {
+    fn node_conn(&self, slot: u32, lane: Lane) -> Result<Connection, NetError> {
         let nodes = self.nodes.read();
         let conns = nodes
             .get(&slot)
             .ok_or_else(|| NetError::Routing(format!("no connection in slot {slot}")))?;
-        conns.pick()
+        conns.pick(lane)
     }
 
-    /// Sends `msg` to slot `node`, its health kept (see [`Self::settle`]).
+    /// Sends `msg` to slot `node` in its lane, the node's health kept (see
+    /// [`Self::settle`]).
     fn submit_to(&self, node: u32, msg: &Msg<'_>) -> Result<Ticket, NetError> {
-        let sent = self.node_conn(node).and_then(|c| c.submit(msg));
+        let sent = self
+            .node_conn(node, Lane::of(msg))
+            .and_then(|c| c.submit(msg));
         self.settle(node, sent)
     }
 
@@ -735,7 +740,7 @@ impl Cluster {
         };
         let mut out: Vec<(u32, String)> = current
             .into_iter()
-            .map(|(id, slot)| stats_json(&self.node_conn(slot)?).map(|s| (id, s)))
+            .map(|(id, slot)| stats_json(&self.node_conn(slot, Lane::Bulk)?).map(|s| (id, s)))
             .collect::<Result<_, _>>()?;
         out.sort();
         Ok(out)

@@ -9,11 +9,13 @@
 //!   with the authentication handshake and protocol-error isolation.
 //! - [`cluster`]: the compute node's view of a rack: a controller client and
 //!   a pool of connections to memory nodes, routing by global address.
+//! - [`Lane`]: reads and write-backs on connections of their own.
 
 pub mod cluster;
 mod conn;
 pub mod delay;
 mod frame;
+mod lane;
 mod page_reader;
 pub mod server;
 
@@ -24,6 +26,7 @@ pub use cluster::{
 };
 pub use conn::{Connection, Reply, Ticket};
 pub use frame::{await_frame, read_frame, write_all_frames};
+pub use lane::Lane;
 pub use page_reader::{PageReadError, PageReader};
 
 use farmem_wire::{ErrorCode, WireError};
