@@ -35,6 +35,8 @@ const IDLE_CHECK_AFTER: Duration = Duration::from_secs(1);
 pub struct Reply {
     pub op: u8,
     pub body: Vec<u8>,
+    /// When it was read off the socket (a delay holds it from then).
+    pub(crate) arrived: Instant,
 }
 
 impl Reply {
@@ -111,11 +113,33 @@ pub struct Ticket {
     /// The request's deadline: its submission plus the timeout, so time at
     /// the delay gate counts against it.
     deadline: Instant,
+    /// When the request passed the delay gate, and how long the gate
+    /// holds its reply once it lands.
+    passed: Instant,
+    hold: Duration,
 }
 
 impl Ticket {
     pub fn wait(self) -> Result<Reply, NetError> {
-        self.conn.wait(self.id, self.deadline)
+        let waited_from = Instant::now();
+        let reply = self.conn.wait(self.id, self.deadline)?;
+        if let Some(delay) = self
+            .conn
+            .inner
+            .delay
+            .as_ref()
+            .filter(|_| !self.hold.is_zero())
+            && !delay.hold(
+                self.passed,
+                waited_from,
+                reply.arrived,
+                self.hold,
+                self.deadline,
+            )
+        {
+            return Err(NetError::Timeout(self.conn.inner.timeout));
+        }
+        Ok(reply)
     }
 }
 
@@ -188,16 +212,21 @@ impl Connection {
     /// [`NetError::Timeout`] at the deadline.
     pub fn submit(&self, msg: &Msg<'_>) -> Result<Ticket, NetError> {
         let deadline = Instant::now() + self.inner.timeout;
-        if let Some(delay) = &self.inner.delay
-            && !delay.pass_by(deadline, msg.data_bytes())
-        {
-            tracing::debug!(
-                "a request to {} waited its whole {:?} at the delay gate",
-                self.inner.peer,
-                self.inner.timeout
-            );
-            return Err(NetError::Timeout(self.inner.timeout));
-        }
+        let hold = match &self.inner.delay {
+            None => Duration::ZERO,
+            Some(delay) => match delay.pass_by(deadline, msg.data_bytes()) {
+                Some(hold) => hold,
+                None => {
+                    tracing::debug!(
+                        "a request to {} waited its whole {:?} at the delay gate",
+                        self.inner.peer,
+                        self.inner.timeout
+                    );
+                    return Err(NetError::Timeout(self.inner.timeout));
+                }
+            },
+        };
+        let passed = Instant::now();
         self.reopen_if_closed_while_idle();
         let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
         self.check_alive()?;
@@ -217,6 +246,8 @@ impl Connection {
             conn: self.clone(),
             id,
             deadline,
+            passed,
+            hold,
         })
     }
 
@@ -264,6 +295,8 @@ impl Connection {
                 conn: self.clone(),
                 id,
                 deadline,
+                passed: deadline,
+                hold: Duration::ZERO,
             })
             .collect())
     }
@@ -441,6 +474,7 @@ impl Connection {
         let reply = Reply {
             op: header.op,
             body: std::mem::take(&mut rd.body),
+            arrived: Instant::now(),
         };
         if header.id == id {
             self.inner.slots.lock().remove(&id);
@@ -684,29 +718,70 @@ mod tests {
     #[test]
     fn time_at_the_delay_gate_counts_against_the_deadline() {
         let server = Server::start("127.0.0.1:0", ServerConfig::default(), Arc::new(Echo)).unwrap();
-        let gap: DelayModel = "400ms".parse().unwrap();
+        // 400 ms gaps from the first request, none a second later.
+        let gap: DelayModel = "steps:0=400ms,1s=0".parse().unwrap();
         let delay = Arc::new(EgressDelay::new(gap, 1));
         let mut cfg = ClientConfig::new("cn-0", Role::Compute).with_delay(delay.clone());
         cfg.timeout = Duration::from_millis(150);
         let conn = Connection::connect(&server.local_addr().to_string(), &cfg).unwrap();
-        // The first request passes an idle gate at once; the second's turn
-        // comes 400 ms later, past its 150 ms deadline.
-        conn.call(&Msg::Stats).unwrap().done("first").unwrap();
+        let timed_out = |err: NetError| matches!(err, NetError::Timeout(t) if t == cfg.timeout);
+        // The first request passes an idle gate at once, but its reply is
+        // held its 400 ms gap, past its 150 ms deadline.
         let start = Instant::now();
-        let err = conn.call(&Msg::Stats).unwrap_err();
-        assert!(
-            matches!(err, NetError::Timeout(t) if t == cfg.timeout),
-            "{err}"
-        );
+        assert!(timed_out(conn.call(&Msg::Stats).unwrap_err()));
+        assert_eq!(delay.late.get(), 1);
+        // The second's turn comes 400 ms after the first's, past its own.
+        assert!(timed_out(conn.call(&Msg::Stats).unwrap_err()));
+        assert_eq!(delay.late.get(), 2);
         assert!(
             start.elapsed() < Duration::from_secs(5),
             "{:?}",
             start.elapsed()
         );
-        assert_eq!(delay.late.get(), 1);
-        // The connection is still good once the gate is free again.
-        std::thread::sleep(Duration::from_millis(900));
+        // The connection is still good once the gaps are gone.
+        std::thread::sleep(Duration::from_millis(1200));
         conn.call(&Msg::Stats).unwrap().done("after").unwrap();
+        assert_eq!(delay.late.get(), 2);
+    }
+
+    #[test]
+    fn a_lone_request_is_held_its_gap_and_a_thread_waits_out_several_at_once() {
+        let server = Server::start("127.0.0.1:0", ServerConfig::default(), Arc::new(Echo)).unwrap();
+        let addr = server.local_addr().to_string();
+        let gap: DelayModel = "30ms".parse().unwrap();
+        // Two memory nodes' paths, a gate each, as `--path-delay` makes.
+        let paths: Vec<_> = (0..2)
+            .map(|i| Arc::new(EgressDelay::new(gap.clone(), i)))
+            .collect();
+        let conns: Vec<_> = paths
+            .iter()
+            .map(|d| {
+                let cfg = ClientConfig::new("cn-0", Role::Compute).with_delay(d.clone());
+                Connection::connect(&addr, &cfg).unwrap()
+            })
+            .collect();
+        // One request on each path, then the waits: the holds overlap.
+        let start = Instant::now();
+        let tickets: Vec<_> = conns
+            .iter()
+            .map(|c| c.submit(&Msg::Stats).unwrap())
+            .collect();
+        for t in tickets {
+            t.wait().unwrap().done("held").unwrap();
+        }
+        assert!(
+            start.elapsed() >= Duration::from_millis(30),
+            "no reply comes early"
+        );
+        for d in &paths {
+            assert_eq!(d.waited_ns.get(), 0, "an idle gate lets a request by");
+            let held = Duration::from_nanos(d.held_ns.get());
+            assert!(held <= Duration::from_millis(30), "{held:?}");
+        }
+        // Held in turn they would add up to 60 ms: the second path's reply
+        // was held no more than what was left of the first's.
+        let total = paths.iter().map(|d| d.held_ns.get()).sum::<u64>();
+        assert!(total < 60_000_000, "{total} ns");
     }
 
     #[test]

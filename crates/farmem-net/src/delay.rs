@@ -1,10 +1,14 @@
 //! Delay injection at a compute node's egress (ThymesisFlow's injector),
-//! driving the pure [`DelayGate`] policy with the monotonic clock.
+//! driving the pure [`DelayGate`] policy with the monotonic clock: a
+//! request waits for its turn at the gate in the thread that sends it,
+//! and its reply is held for the link's latency in the thread that waits
+//! for it, so a thread's requests to several nodes are in flight together.
 //!
 //! One [`EgressDelay`] stands for one node's link: share it (it is an `Arc`
 //! inside [`crate::ClientConfig`]) between every connection of the node so
 //! that all its requests queue at the same gate, as on the hardware.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use farmem_core::Counter;
@@ -14,6 +18,12 @@ use parking_lot::Mutex;
 
 /// Below this, waiting spins: sleeping would overshoot by tens of µs.
 const SPIN_BELOW: Duration = Duration::from_micros(200);
+
+/// The quickest recent undelayed round trip of any gate's request (the
+/// host's link, before a hold): learnt from every gate, since a path whose
+/// replies its thread always reads after another's hold never sees one
+/// come.
+static QUICKEST_ROUND_TRIP_NS: AtomicU64 = AtomicU64::new(0);
 
 /// A node's egress gate.
 #[derive(Debug)]
@@ -26,6 +36,8 @@ pub struct EgressDelay {
     pub bytes: Counter,
     /// Nanoseconds requests spent waiting at the gate.
     pub waited_ns: Counter,
+    /// Nanoseconds replies were held (the link's latency).
+    pub held_ns: Counter,
     /// Requests whose turn came after their deadline (not sent).
     pub late: Counter,
 }
@@ -38,6 +50,7 @@ impl EgressDelay {
             admitted: Counter::default(),
             bytes: Counter::default(),
             waited_ns: Counter::default(),
+            held_ns: Counter::default(),
             late: Counter::default(),
         }
     }
@@ -57,39 +70,91 @@ impl EgressDelay {
         })
     }
 
-    /// Blocks until one more request, moving `bytes`, may leave. Never
-    /// parks on the gate's lock (held for one admission), so a fault served
-    /// in a signal handler may pass the gate too.
-    pub fn pass(&self, bytes: u64) {
-        let until = self.admit(bytes);
+    /// Blocks until one more request, moving `bytes`, may leave; returns
+    /// how long its reply is to be held ([`Self::hold`]). Never parks on
+    /// the gate's lock (held for one admission), so a fault served in a
+    /// signal handler may pass the gate too.
+    pub fn pass(&self, bytes: u64) -> Duration {
+        let (until, hold) = self.admit(bytes);
         wait_until(until);
+        hold
     }
 
     /// Like [`Self::pass`] for a request due by `deadline`: waits for its
     /// turn, but if that comes after the deadline, waits only until the
-    /// deadline and returns `false` (the request must not be sent). The
-    /// turn stays taken, as a request lost on the link would have taken it.
-    pub fn pass_by(&self, deadline: Instant, bytes: u64) -> bool {
-        let until = self.admit(bytes);
+    /// deadline and returns None (the request must not be sent). The turn
+    /// stays taken, as a request lost on the link would have taken it.
+    pub fn pass_by(&self, deadline: Instant, bytes: u64) -> Option<Duration> {
+        let (until, hold) = self.admit(bytes);
+        if until > deadline {
+            self.late.inc();
+            wait_until(deadline);
+            return None;
+        }
+        wait_until(until);
+        Some(hold)
+    }
+
+    /// Holds the reply to a request that passed the gate at `passed` for
+    /// `hold` (the link's latency) after it landed, but not past
+    /// `deadline`: false then, and the reply counts as late. It landed when
+    /// it was read (`arrived`) if its waiter was there before the quickest
+    /// round trip lately; a reply read late (its thread was waiting out
+    /// another's hold first) landed that quickest round trip after it
+    /// left, so the holds of a thread's requests to several nodes overlap.
+    pub fn hold(
+        &self,
+        passed: Instant,
+        waited_from: Instant,
+        arrived: Instant,
+        hold: Duration,
+        deadline: Instant,
+    ) -> bool {
+        let was = Duration::from_nanos(QUICKEST_ROUND_TRIP_NS.load(Ordering::Relaxed));
+        let prompt = was.is_zero() || waited_from <= passed + was;
+        let landed = if prompt {
+            // A round trip: the quickest, creeping up 1/64 a reply so it
+            // follows a link that slowed. Late ones teach nothing.
+            let took = arrived.saturating_duration_since(passed);
+            let quickest = if was.is_zero() {
+                took
+            } else {
+                took.min(was + was / 64)
+            };
+            let ns = (quickest.as_nanos() as u64).max(1);
+            QUICKEST_ROUND_TRIP_NS.store(ns, Ordering::Relaxed);
+            arrived
+        } else {
+            arrived.min(passed + was)
+        };
+        let until = landed + hold;
         if until > deadline {
             self.late.inc();
             wait_until(deadline);
             return false;
         }
+        let now = Instant::now();
+        if until > now {
+            self.held_ns.add((until - now).as_nanos() as u64);
+        }
         wait_until(until);
         true
     }
 
-    /// Takes the next turn at the gate; returns when it comes.
-    fn admit(&self, bytes: u64) -> Instant {
+    /// Takes the next turn at the gate; returns when it comes, and the
+    /// request's hold.
+    fn admit(&self, bytes: u64) -> (Instant, Duration) {
         let now = self.origin.elapsed().as_nanos() as u64;
-        let at = lock_without_parking(&self.gate).admit(now, bytes);
+        let (at, hold) = lock_without_parking(&self.gate).admit_held(now, bytes);
         self.admitted.inc();
         self.bytes.add(bytes);
         if at > now {
             self.waited_ns.add(at - now);
         }
-        self.origin + Duration::from_nanos(at)
+        (
+            self.origin + Duration::from_nanos(at),
+            Duration::from_nanos(hold),
+        )
     }
 }
 

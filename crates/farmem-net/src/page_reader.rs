@@ -99,7 +99,11 @@ impl PageReader {
             self.stream.write_all(&request)?;
             let mut body = Vec::new();
             let h = crate::frame::read_frame(&mut self.stream, &mut body, self.max_frame)?;
-            let reply = crate::Reply { op: h.op, body };
+            let reply = crate::Reply {
+                op: h.op,
+                body,
+                arrived: std::time::Instant::now(),
+            };
             if h.id != id {
                 return Err(NetError::Routing(format!(
                     "reply {} to present request {id}",
@@ -152,9 +156,8 @@ impl PageReader {
     }
 
     fn round_trip(&mut self, addr: u64, out: &mut [u8]) -> Result<(), PageReadError> {
-        if let Some(delay) = &self.delay {
-            delay.pass(out.len() as u64);
-        }
+        let hold = self.delay.as_ref().map(|d| d.pass(out.len() as u64));
+        let passed = std::time::Instant::now();
         let id = self.next_id;
         self.next_id += 1;
         self.request.clear();
@@ -178,6 +181,11 @@ impl PageReader {
         }
         while got < end {
             got += self.receive(got)?;
+        }
+        if let (Some(delay), Some(hold)) = (&self.delay, hold) {
+            // The link's latency; this reader's caller waited all along.
+            let arrived = std::time::Instant::now();
+            delay.hold(passed, passed, arrived, hold, arrived + hold);
         }
         match Msg::decode(h.op, &self.frame[HEADER_LEN..end]) {
             Ok(Msg::ReadOk { data }) if data.len() == out.len() => {

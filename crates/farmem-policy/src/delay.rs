@@ -7,7 +7,9 @@
 //! delays drawn from a distribution and varying within a run, are the other
 //! [`DelayModel`]s. [`DelayModel::Rate`] throttles bandwidth instead: a
 //! request's gap is the time its bytes take at the rate, which is how one
-//! path of several is made a given speed for striping. Pure: the caller
+//! path of several is made a given speed for striping. A request's reply is
+//! held its gap too ([`DelayGate::admit_held`]): the latency of the link,
+//! which a lone request on an idle link pays as well. Pure: the caller
 //! passes `now` and the bytes, and waits until the time returned, so the
 //! simulator and the real transport share it.
 
@@ -173,11 +175,19 @@ impl DelayGate {
     /// A request moving `bytes` is ready at `now`; returns when it may
     /// pass (≥ `now`).
     pub fn admit(&mut self, now: Nanos, bytes: u64) -> Nanos {
+        self.admit_held(now, bytes).0
+    }
+
+    /// Like [`Self::admit`], with how long the request's reply is held
+    /// after it arrives: its own gap, the link's latency. A lone request
+    /// so pays its gap once, on the way back, and back-to-back ones leave
+    /// a gap apart as well.
+    pub fn admit_held(&mut self, now: Nanos, bytes: u64) -> (Nanos, Nanos) {
         let start = *self.started.get_or_insert(now);
         let pass = self.next_free.map_or(now, |free| free.max(now));
         let gap = self.gap(pass.saturating_sub(start), bytes);
         self.next_free = Some(pass.saturating_add(gap));
-        pass
+        (pass, gap)
     }
 
     fn gap(&mut self, since_start: Nanos, bytes: u64) -> Nanos {
@@ -211,9 +221,28 @@ mod tests {
         let mut g = DelayGate::new(DelayModel::Period { gap_ns: 100 }, 0);
         let passes: Vec<Nanos> = (0..4).map(|_| g.admit(1000, 4096)).collect();
         assert_eq!(passes, vec![1000, 1100, 1200, 1300]);
-        // An idle link lets the next request through at once.
+        // An idle link lets the next request through at once (its reply
+        // is held instead: `admit_held`).
         assert_eq!(g.admit(5000, 4096), 5000);
         assert_eq!(g.admit(5000, 4096), 5100);
+    }
+
+    #[test]
+    fn every_reply_is_held_its_requests_gap() {
+        let mut g = DelayGate::new(DelayModel::Period { gap_ns: 100 }, 0);
+        assert_eq!(g.admit_held(1000, 4096), (1000, 100), "a lone request");
+        assert_eq!(g.admit_held(1000, 4096), (1100, 100));
+        let mut r = DelayGate::new(
+            DelayModel::Rate {
+                bytes_per_sec: 1_000_000_000,
+            },
+            0,
+        );
+        assert_eq!(r.admit_held(0, 4096), (0, 4096), "its bytes' time");
+        assert_eq!(
+            DelayGate::new(DelayModel::None, 0).admit_held(5, 4096),
+            (5, 0)
+        );
     }
 
     #[test]
