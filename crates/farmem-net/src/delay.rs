@@ -15,6 +15,10 @@ use farmem_core::Counter;
 use farmem_core::sync::lock_without_parking;
 use farmem_policy::delay::{DelayGate, DelayModel};
 use parking_lot::Mutex;
+use rand::SeedableRng;
+use rand::rngs::SmallRng;
+
+use crate::link::SharedLink;
 
 /// Below this, waiting spins: sleeping would overshoot by tens of µs.
 const SPIN_BELOW: Duration = Duration::from_micros(200);
@@ -25,10 +29,22 @@ const SPIN_BELOW: Duration = Duration::from_micros(200);
 /// come.
 static QUICKEST_ROUND_TRIP_NS: AtomicU64 = AtomicU64::new(0);
 
+/// Whose turns a gate gives out.
+#[derive(Debug)]
+enum Gate {
+    /// This process's own.
+    Own(Mutex<DelayGate>),
+    /// A link's that several processes share, with this one's draws.
+    Shared {
+        link: SharedLink,
+        rng: Mutex<SmallRng>,
+    },
+}
+
 /// A node's egress gate.
 #[derive(Debug)]
 pub struct EgressDelay {
-    gate: Mutex<DelayGate>,
+    gate: Gate,
     origin: Instant,
     /// Requests that passed the gate.
     pub admitted: Counter,
@@ -44,8 +60,21 @@ pub struct EgressDelay {
 
 impl EgressDelay {
     pub fn new(model: DelayModel, seed: u64) -> Self {
+        Self::with_gate(Gate::Own(Mutex::new(DelayGate::new(model, seed))))
+    }
+
+    /// A gate whose turns `link` gives out, shared with every process on
+    /// it; `seed` seeds this process's draws of random gaps.
+    pub fn on_link(link: SharedLink, seed: u64) -> Self {
+        Self::with_gate(Gate::Shared {
+            link,
+            rng: Mutex::new(SmallRng::seed_from_u64(seed)),
+        })
+    }
+
+    fn with_gate(gate: Gate) -> Self {
         Self {
-            gate: Mutex::new(DelayGate::new(model, seed)),
+            gate,
             origin: Instant::now(),
             admitted: Counter::default(),
             bytes: Counter::default(),
@@ -56,7 +85,10 @@ impl EgressDelay {
     }
 
     pub fn model(&self) -> DelayModel {
-        self.gate.lock().model().clone()
+        match &self.gate {
+            Gate::Own(g) => g.lock().model().clone(),
+            Gate::Shared { link, .. } => link.model(),
+        }
     }
 
     /// What an error should say of this gate: None when it delays nothing.
@@ -144,17 +176,25 @@ impl EgressDelay {
     /// Takes the next turn at the gate; returns when it comes, and the
     /// request's hold.
     fn admit(&self, bytes: u64) -> (Instant, Duration) {
-        let now = self.origin.elapsed().as_nanos() as u64;
-        let (at, hold) = lock_without_parking(&self.gate).admit_held(now, bytes);
+        let (now, at, hold) = match &self.gate {
+            Gate::Own(g) => {
+                let now = self.origin.elapsed().as_nanos() as u64;
+                let (at, hold) = lock_without_parking(g).admit_held(now, bytes);
+                (now, at, hold)
+            }
+            Gate::Shared { link, rng } => {
+                let now = crate::link::monotonic_ns();
+                let (at, hold) = link.admit(bytes, |model, since_start| {
+                    model.gap(&mut lock_without_parking(rng), since_start, bytes)
+                });
+                (now, at, hold)
+            }
+        };
         self.admitted.inc();
         self.bytes.add(bytes);
-        if at > now {
-            self.waited_ns.add(at - now);
-        }
-        (
-            self.origin + Duration::from_nanos(at),
-            Duration::from_nanos(hold),
-        )
+        let wait = Duration::from_nanos(at.saturating_sub(now));
+        self.waited_ns.add(wait.as_nanos() as u64);
+        (Instant::now() + wait, Duration::from_nanos(hold))
     }
 }
 

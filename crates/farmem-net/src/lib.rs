@@ -10,12 +10,14 @@
 //! - [`cluster`]: the compute node's view of a rack: a controller client and
 //!   a pool of connections to memory nodes, routing by global address.
 //! - [`Lane`]: reads and write-backs on connections of their own.
+//! - [`link`]: a delay gate shared by several processes, set live.
 
 pub mod cluster;
 mod conn;
 pub mod delay;
 mod frame;
 mod lane;
+pub mod link;
 mod page_reader;
 pub mod server;
 

@@ -191,16 +191,25 @@ impl DelayGate {
     }
 
     fn gap(&mut self, since_start: Nanos, bytes: u64) -> Nanos {
-        match &self.model {
+        self.model.gap(&mut self.rng, since_start, bytes)
+    }
+}
+
+impl DelayModel {
+    /// The gap of one request moving `bytes`, `since_start` after the
+    /// gate's first: drawn from `rng` for the random models. One place for
+    /// every gate, private ([`DelayGate`]) or shared by processes.
+    pub fn gap(&self, rng: &mut SmallRng, since_start: Nanos, bytes: u64) -> Nanos {
+        match self {
             DelayModel::Rate { bytes_per_sec } => {
                 let ns = u128::from(bytes) * 1_000_000_000 / u128::from((*bytes_per_sec).max(1));
                 Nanos::try_from(ns).unwrap_or(Nanos::MAX)
             }
             DelayModel::None => 0,
             DelayModel::Period { gap_ns } => *gap_ns,
-            DelayModel::Uniform { min_ns, max_ns } => self.rng.gen_range(*min_ns..=*max_ns),
+            DelayModel::Uniform { min_ns, max_ns } => rng.gen_range(*min_ns..=*max_ns),
             DelayModel::Exponential { mean_ns } => {
-                let u: f64 = self.rng.r#gen::<f64>();
+                let u: f64 = rng.r#gen::<f64>();
                 (-(1.0 - u).ln() * *mean_ns as f64) as Nanos
             }
             DelayModel::Steps { steps } => steps

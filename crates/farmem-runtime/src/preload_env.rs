@@ -55,6 +55,10 @@ pub const DELAY: &CStr = c"FARMEM_DELAY";
 /// Delay models for each memory node's path, `;`-separated: a gate per
 /// node, node `id` taking model `id % count`.
 pub const PATH_DELAY: &CStr = c"FARMEM_PATH_DELAY";
+/// A shared link's name (`/dev/shm/farmem-link-NAME`, set up by `farmem
+/// run --link`): its gate, shared with every process on it, is the
+/// program's link to the rack; its delay is the link's, set live.
+pub const LINK: &CStr = c"FARMEM_LINK";
 /// How long the controller keeps a silent process's remote memory, in ms.
 pub const LEASE_MS: &CStr = c"FARMEM_LEASE_MS";
 /// A `tracing` filter for what the runtime reports on stderr (default
@@ -139,6 +143,8 @@ pub struct PreloadEnv {
     pub delay: Option<DelayModel>,
     /// One per memory node, by node id modulo their number.
     pub path_delays: Vec<DelayModel>,
+    /// A shared link instead of `delay` (see [`LINK`]).
+    pub link: Option<String>,
     /// 0: no lease.
     pub lease_ms: u64,
 }
@@ -261,6 +267,7 @@ impl PreloadEnv {
             Some(d) => d.parse().map(Some).map_err(|e| parsed(var, &e)),
         };
         let delay = delay_model(DELAY)?;
+        let link = non_empty(get, LINK);
         let path_delays = match non_empty(get, PATH_DELAY) {
             None => Vec::new(),
             Some(list) => list
@@ -288,6 +295,7 @@ impl PreloadEnv {
             redundancy,
             delay,
             path_delays,
+            link,
             lease_ms,
         })
     }
@@ -330,6 +338,7 @@ impl PreloadEnv {
                     models.join(";").into()
                 }),
             ),
+            (key(LINK), self.link.clone().map(Into::into)),
             (key(TOKEN_FILE), path(&self.token_file)),
             (key(POLICY), self.policy.clone().map(Into::into)),
         ];
@@ -400,6 +409,7 @@ mod tests {
                 "rate:100MiB/s".parse().unwrap(),
                 "steps:0=0,1s=50us".parse().unwrap(),
             ],
+            link: Some("lab-1".into()),
             lease_ms: 0,
         };
         let vars: HashMap<String, String> = written

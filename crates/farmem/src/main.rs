@@ -46,6 +46,9 @@ enum Command {
     Token(cmd::token::Args),
     /// A live program's dirty data amplification per tracking granularity (Kona's KTracker).
     Track(cmd::track::Args),
+    // No doc comment: `--help` shows the subcommands' whole text.
+    #[command(subcommand)]
+    Link(cmd::link::Link),
 }
 
 fn main() -> std::process::ExitCode {
@@ -63,6 +66,7 @@ fn main() -> std::process::ExitCode {
         Command::Demo(a) => cmd::demo::run(a),
         Command::Token(a) => cmd::token::run(a),
         Command::Track(a) => cmd::track::run(a),
+        Command::Link(c) => cmd::link::run(c),
     };
     match result {
         Ok(code) => code,

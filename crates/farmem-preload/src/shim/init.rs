@@ -148,7 +148,13 @@ fn connect(env: &PreloadEnv, controller: &str) -> Result<Arc<RackStore>, String>
     let token = token(env)?;
     let anonymous = token.is_empty();
     let mut cfg = farmem_net::ClientConfig::new(name, farmem_wire::Role::Compute).with_token(token);
-    if let Some(model) = &env.delay {
+    if let Some(link) = &env.link {
+        let link = farmem_net::link::SharedLink::open(link).map_err(|e| e.to_string())?;
+        // SAFETY: getpid has no preconditions; each process draws its own gaps.
+        let seed = u64::from(unsafe { libc::getpid() }.unsigned_abs());
+        let gate = farmem_net::delay::EgressDelay::on_link(link, seed);
+        cfg = cfg.with_delay(Arc::new(gate));
+    } else if let Some(model) = &env.delay {
         let gate = farmem_net::delay::EgressDelay::new(model.clone(), 0);
         cfg = cfg.with_delay(Arc::new(gate));
     }

@@ -5,6 +5,7 @@ pub mod bench;
 pub mod controller;
 pub mod demo;
 pub mod eval;
+pub mod link;
 pub mod local;
 pub mod memnode;
 pub mod run;

@@ -174,6 +174,16 @@ pub struct Args {
     /// times, memory node `id` takes the (`id` modulo their number)-th.
     #[arg(long, value_name = "MODEL", conflicts_with = "delay")]
     path_delay: Vec<farmem_policy::delay::DelayModel>,
+    /// Put the program on a named link, `/dev/shm/farmem-link-NAME`,
+    /// shared with every other program on it (ThymesisFlow's MCBN: their
+    /// requests take turns at one gate, so its bandwidth divides among
+    /// them). Made if missing, with --delay's model (else none); an
+    /// existing link keeps its delay unless --delay is given, which sets
+    /// it for everyone on it. `farmem link set NAME --delay MODEL` changes
+    /// it while they run; the link stays until `farmem link remove NAME`.
+    /// `steps:` models cannot be shared: step the delay with `link set`.
+    #[arg(long, value_name = "NAME", conflicts_with = "path_delay")]
+    link: Option<String>,
     /// The program and its arguments (after `--`).
     #[arg(last = true, required = true, value_name = "CMD")]
     command: Vec<OsString>,
@@ -294,6 +304,17 @@ fn validate(args: &Args) -> anyhow::Result<(u64, u64)> {
         "--delay and --path-delay act on the link to memory nodes; --backend {} uses none",
         args.backend
     );
+    anyhow::ensure!(
+        args.backend.needs_rack() || args.link.is_none(),
+        "--link is the link to memory nodes; --backend {} uses none",
+        args.backend
+    );
+    if let Some(name) = &args.link {
+        // Made or set here, once: the program's processes only join it,
+        // so one starting later does not undo a `farmem link set`.
+        let link = farmem_net::link::SharedLink::open_or_create(name, args.delay.as_ref());
+        link.context("--link")?;
+    }
     let far = args.far_mem.bytes().div_ceil(128 << 20) * (128 << 20);
     anyhow::ensure!(far > 0, "--far-mem must be positive");
     Ok(((args.lease * 1000.0).round() as u64, far))
@@ -463,8 +484,10 @@ fn shim_env(
         },
         replicas: Some(target.replicas),
         redundancy: target.redundancy,
-        delay: args.delay.clone(),
+        // On a link, the delay is the link's (set up in `validate`).
+        delay: args.delay.clone().filter(|_| args.link.is_none()),
         path_delays: args.path_delay.clone(),
+        link: args.link.clone(),
         lease_ms,
     };
     for (var, value) in env.vars() {

@@ -1,0 +1,152 @@
+//! A named link shared by programs (`farmem run --link`, ThymesisFlow's
+//! MCBN) and changed by `farmem link`: the requests of every program on it
+//! pass one gate, and bad names and models are refused by name.
+
+use std::process::{Command, Output, Stdio};
+
+fn farmem() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_farmem"))
+}
+
+fn userfaultfd_missing() -> bool {
+    !std::path::Path::new("/proc/sys/vm/unprivileged_userfaultfd").exists()
+}
+
+/// A link name of this test process, removed when dropped.
+struct TestLink(String);
+
+impl TestLink {
+    fn new(test: &str) -> Self {
+        Self(format!("t-{test}-{}", std::process::id()))
+    }
+}
+
+impl Drop for TestLink {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(format!("/dev/shm/farmem-link-{}", self.0));
+    }
+}
+
+/// The demo worker's checksum.
+fn checksum(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.strip_prefix("result "))
+        .find_map(|r| serde_json::from_str::<serde_json::Value>(r).ok())
+        .and_then(|r| r["checksum"].as_str().map(str::to_string))
+        .expect("the worker prints its result")
+}
+
+fn link(args: &[&str]) -> Output {
+    farmem().arg("link").args(args).output().unwrap()
+}
+
+fn shown(name: &str) -> serde_json::Value {
+    let out = link(&["show", name, "--json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// A scan of 8 MiB at 4 MiB local under `farmem run --link name`.
+fn scan_on(name: &str, delay: Option<&str>) -> std::process::Child {
+    let mut cmd = farmem();
+    cmd.args(["run", "--local-mem", "4MiB", "--link", name]);
+    if let Some(d) = delay {
+        cmd.args(["--delay", d]);
+    }
+    cmd.arg("--")
+        .arg(env!("CARGO_BIN_EXE_farmem"))
+        .args([
+            "demo",
+            "--worker",
+            "--kind",
+            "scan",
+            "--size",
+            "8MiB",
+            "--iterations",
+            "1",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+#[test]
+fn programs_on_one_link_pass_one_gate_and_keep_its_delay() {
+    if userfaultfd_missing() {
+        eprintln!("skipping: no userfaultfd");
+        return;
+    }
+    let l = TestLink::new("shared");
+    // The first program makes the link with its delay; the second joins
+    // it without one, and must leave the delay as it is.
+    let first = scan_on(&l.0, Some("2us")).wait_with_output().unwrap();
+    assert!(
+        first.status.success(),
+        "{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
+    let after_one = shown(&l.0);
+    assert_eq!(after_one["delay"], "2us");
+    let one = after_one["requests"].as_u64().unwrap();
+    assert!(one > 0, "the program's requests passed the link's gate");
+
+    let (a, b) = (scan_on(&l.0, None), scan_on(&l.0, None));
+    let (a, b) = (a.wait_with_output().unwrap(), b.wait_with_output().unwrap());
+    for out in [&a, &b] {
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    assert_eq!(
+        checksum(&a),
+        checksum(&first),
+        "the same answer on the shared link"
+    );
+    assert_eq!(checksum(&b), checksum(&first));
+    let after_three = shown(&l.0);
+    assert_eq!(
+        after_three["delay"], "2us",
+        "a program joining kept the delay"
+    );
+    assert!(
+        after_three["requests"].as_u64().unwrap() > one,
+        "both programs' requests were counted at the one gate"
+    );
+}
+
+#[test]
+fn link_commands_name_what_is_wrong() {
+    let l = TestLink::new("cmds");
+    let missing = link(&["show", &l.0]);
+    assert!(!missing.status.success());
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("no link"));
+
+    let bad = link(&["set", "a/b", "--delay", "5us"]);
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("bad link name"));
+
+    // A step model cannot be shared, and refusing it makes nothing.
+    let steps = link(&["set", &l.0, "--delay", "steps:0=0,1s=5us"]);
+    assert!(!steps.status.success());
+    assert!(String::from_utf8_lossy(&steps.stderr).contains("farmem link set"));
+    assert!(!link(&["show", &l.0]).status.success());
+
+    assert!(link(&["set", &l.0, "--delay", "50us"]).status.success());
+    assert_eq!(shown(&l.0)["delay"], "50us");
+    assert!(
+        link(&["set", &l.0, "--delay", "rate:100MiB/s"])
+            .status
+            .success()
+    );
+    assert_eq!(shown(&l.0)["delay"], "rate:104857600/s");
+    assert!(link(&["remove", &l.0]).status.success());
+    assert!(!link(&["show", &l.0]).status.success(), "removed");
+}
