@@ -7,6 +7,7 @@
 //! | type | paper |
 //! |---|---|
 //! | [`BandwidthPartitioner`], [`PartitionConfig`], [`Slot`] | §4.1 approximate bandwidth partitioning (queue controller ⑦) |
+//! | [`ShareServer`] | the same partitioning in continuous time: each class a FIFO server at its share (the simulator's bus and link) |
 //! | [`ComputeEngine`], [`EngineConfig`] | §4.1 queues ①②, §4.2 inflight buffers ③④ and selection unit ⑤, §4.3 dirty unit ⑧, sizes of §4.5 Table 1 |
 //! | [`ComputeEngine::on_miss`] → [`MissAction`] | §4.2 "Scheduling Page / Cache Line Granularity Data Movements" |
 //! | [`ComputeEngine::on_line_arrival`], [`ComputeEngine::on_page_arrival`] | §4.2 (release entries, ignore late lines), §4.3 scenario (i) and the dirty flush |
@@ -104,6 +105,7 @@
 pub mod engine;
 pub mod memory;
 pub mod partition;
+pub mod share;
 
 #[cfg(test)]
 mod proptests;
@@ -116,6 +118,7 @@ pub use engine::{
 };
 pub use memory::{MemoryEngine, MemoryEngineConfig, MemoryStats, QueueFull, Served};
 pub use partition::{BandwidthPartitioner, Class, PartitionConfig, Slot};
+pub use share::ShareServer;
 
 /// A page number (address / page size).
 pub type PageNo = u64;

@@ -8,7 +8,8 @@ use std::collections::{BinaryHeap, HashMap};
 use farmem_codec::CodecKind;
 use farmem_core::{CACHE_LINE, PAGE_SIZE};
 use farmem_policy::daemon::{
-    ComputeEngine, DirtyAction, EngineConfig, LineDecision, PageArrival, PageDecision, Selection,
+    Class, ComputeEngine, DirtyAction, EngineConfig, LineDecision, PageArrival, PageDecision,
+    Selection, ShareServer,
 };
 
 use super::{Scheme, SchemeEntry};
@@ -208,7 +209,7 @@ pub enum DaemonMode {
 /// Non-negative f64 bits order like the numbers.
 type Arrival = Reverse<(u64, u8, u64, u8)>;
 
-/// Index of a traffic class in [`Path`] and [`Timing::share`].
+/// Index of a traffic class in [`Path`].
 const LINE: usize = 0;
 const PAGE: usize = 1;
 
@@ -219,7 +220,7 @@ const PAGE: usize = 1;
 /// the whole bandwidth), so a page never delays a line beyond the line
 /// share. Under `daemon.idle_slots = hold` each class keeps its share
 /// whether or not the other uses it (§4.1's idle slots); under `lend` a
-/// class with nothing in service lends it ([`serve`]).
+/// class with nothing in service lends it ([`ShareServer::serve`]).
 #[derive(Debug, Clone, Copy, Default)]
 struct Path {
     bus: [Time; 3],
@@ -235,31 +236,16 @@ struct Timing {
     header: u64,
     dram_ns: f64,
     translation: bool,
-    /// Fraction of each resource reserved for [lines, pages].
-    share: [f64; 2],
+    /// Each resource's line and page shares, and whether an idle class
+    /// lends its own (`daemon.idle_slots = lend`).
+    server: ShareServer,
     /// Other nodes' traffic (`link.background`, `background_period_ns`).
     background: f64,
     background_period_ns: f64,
-    /// `daemon.idle_slots = lend`: a class may use the other's share while
-    /// the other has nothing in service (§4.1 read as "an idle slot costs
-    /// one controller cycle").
-    lend: bool,
 }
 
 impl Timing {
     fn new(cfg: &Config, partitioner: &farmem_policy::daemon::BandwidthPartitioner) -> Self {
-        // Reserved share exactly as the partitioner's rounded pattern gives
-        // it (21 lines per page at 25%).
-        let line_share = match partitioner.lines_per_page() {
-            Some(n) => {
-                let l = n * partitioner.slot_bytes(farmem_policy::daemon::Class::Line);
-                l as f64 / partitioner.period_bytes() as f64
-            }
-            None => 1.0,
-        };
-        // A page share of zero would never move a page; 1/64 keeps the
-        // 100%-lines corner finite (it is not a paper configuration).
-        let line_share = line_share.clamp(1.0 / 64.0, 63.0 / 64.0);
         Self {
             link_ns_per_byte: 1.0 / (cfg.link.base_gbps * cfg.link.bw_factor),
             bus_ns_per_byte: 1.0 / cfg.remote.bw_gbps,
@@ -267,51 +253,20 @@ impl Timing {
             header: cfg.link.header_bytes as u64,
             dram_ns: cfg.remote.latency_ns,
             translation: cfg.remote.translation,
-            share: [line_share, 1.0 - line_share],
-            lend: cfg.daemon.idle_slots == IdleSlots::Lend,
+            server: ShareServer::new(partitioner, cfg.daemon.idle_slots == IdleSlots::Lend),
             background: cfg.link.background,
             background_period_ns: cfg.link.background_period_ns,
         }
     }
 }
 
-/// One class's share of a partitioned resource: `busy` holds, per class,
-/// when its next transfer may start and, last, when all work so far would
-/// end at the whole bandwidth. Returns (start, end) of a transfer of
-/// `ns_full` (its time at the whole bandwidth) ready at `t`.
-///
-/// A page never delays a line beyond the line share; a line that cuts in
-/// pushes the pages after it back (their end is bounded by the total work),
-/// so the resource never carries more than its bandwidth.
-///
-/// Under `hold` a page is one slot of the alternation (§4.1): it crosses at
-/// the whole bandwidth, and the line slots that follow it stay reserved
-/// whether or not a line uses them, so the next page may start only
-/// `ns_full / page share` after this one started. Pages back to back thus
-/// get the page share, while a page after a quiet spell is not slowed: the
-/// idle line slots have passed (the pattern advances while the link is
-/// parked). Lines, 64 B slots, are served at the line share.
-fn serve(busy: &mut [Time; 3], class: usize, t: Time, ns_full: f64, t_: &Timing) -> (Time, Time) {
-    let start = t.max(busy[class]);
-    // Lending: the other class has nothing in service, so its slots are
-    // free for this transfer.
-    let share = if t_.lend && busy[1 - class] <= start {
-        1.0
+/// The traffic class of a [`Path`] index.
+fn class_of(index: usize) -> Class {
+    if index == LINE {
+        Class::Line
     } else {
-        t_.share[class]
-    };
-    let total = busy[2].max(start) + ns_full;
-    busy[2] = total;
-    if class == PAGE && !t_.lend {
-        busy[PAGE] = start + ns_full / share;
-        return (start, (start + ns_full).max(total));
+        Class::Page
     }
-    let mut end = start + ns_full / share;
-    if class == PAGE {
-        end = end.max(total);
-    }
-    busy[class] = end;
-    (start, end)
 }
 
 /// DaeMon's compute engine (`farmem_policy::daemon::ComputeEngine`) driven
@@ -413,12 +368,11 @@ impl Daemon {
         let at_node = m.links[n].send(Dir::Up, now, t.header);
         let looked_up = at_node + if t.translation { t.dram_ns } else { 0.0 };
         let path = &mut self.paths[n];
-        let (bus_start, bus_end) = serve(
+        let (bus_start, bus_end) = t.server.serve(
             &mut path.bus,
-            class,
+            class_of(class),
             looked_up,
             dram_bytes as f64 * t.bus_ns_per_byte,
-            &t,
         );
         let ready = bus_end + t.dram_ns + enc;
         let bytes = wire_bytes + t.header;
@@ -428,12 +382,11 @@ impl Daemon {
             t.background_period_ns,
             ready.max(path.link[class]),
         );
-        let (link_start, link_end) = serve(
+        let (link_start, link_end) = t.server.serve(
             &mut path.link,
-            class,
+            class_of(class),
             ready,
             bytes as f64 * t.link_ns_per_byte * slow,
-            &t,
         );
         m.links[n].record(Dir::Down, link_start, bytes);
         m.counters.remote_bytes_read += wire_bytes;
@@ -707,7 +660,7 @@ impl Scheme for Daemon {
         out.put(n, "line_queue_wait_ns", self.queue_wait_ns[LINE]);
         out.put(n, "page_queue_wait_ns", self.queue_wait_ns[PAGE]);
         if let Some(t) = &self.timing {
-            out.put(n, "line_share", t.share[LINE]);
+            out.put(n, "line_share", t.server.line_share());
         }
         if let Some(lc) = &self.lc {
             out.put(n, "wire_bytes", lc.wire_bytes as f64);
@@ -728,54 +681,6 @@ mod tests {
     fn machine() -> Machine {
         let cfg = Config::preset("daemon").unwrap();
         Machine::new(&cfg, 64 * PAGE_SIZE)
-    }
-
-    /// Path timing with a 25% line share, no background traffic.
-    fn timing(lend: bool) -> Timing {
-        Timing {
-            link_ns_per_byte: 1.0,
-            bus_ns_per_byte: 1.0,
-            switch_ns: 0.0,
-            header: 0,
-            dram_ns: 0.0,
-            translation: false,
-            share: [0.25, 0.75],
-            background: 0.0,
-            background_period_ns: 1.0,
-            lend,
-        }
-    }
-
-    #[test]
-    fn hold_spaces_pages_back_to_back_but_not_after_a_quiet_spell() {
-        let t = timing(false);
-        let mut busy = [0.0; 3];
-        // A page crosses at the whole bandwidth; the line slots after it
-        // stay reserved, so the next page starts 100 / 0.75 after it.
-        assert_eq!(serve(&mut busy, PAGE, 0.0, 100.0, &t), (0.0, 100.0));
-        let next = 100.0 / 0.75;
-        assert_eq!(serve(&mut busy, PAGE, 0.0, 100.0, &t), (next, next + 100.0));
-        // After a quiet spell the reserved slots have passed.
-        assert_eq!(serve(&mut busy, PAGE, 1000.0, 100.0, &t), (1000.0, 1100.0));
-        // A line crosses at its share, whatever the pages do.
-        assert_eq!(serve(&mut busy, LINE, 1000.0, 10.0, &t), (1000.0, 1040.0));
-        // It cut in: the next page ends no sooner than all the work.
-        let (s, e) = serve(&mut busy, PAGE, 1000.0, 100.0, &t);
-        assert_eq!(s, 1000.0 + next);
-        assert_eq!(e, s + 100.0);
-        assert_eq!(busy[2], e);
-
-        // `lend`: pages back to back at the whole bandwidth while no line
-        // is in service; a line that comes while a page is in service gets
-        // its share.
-        let t = timing(true);
-        let mut busy = [0.0; 3];
-        assert_eq!(serve(&mut busy, PAGE, 0.0, 100.0, &t), (0.0, 100.0));
-        assert_eq!(serve(&mut busy, PAGE, 0.0, 100.0, &t), (100.0, 200.0));
-        assert_eq!(serve(&mut busy, LINE, 150.0, 10.0, &t), (150.0, 190.0));
-        // The line is done by 200: the next page gets the whole bandwidth,
-        // but ends no sooner than all the work (200 + 10 + 75).
-        assert_eq!(serve(&mut busy, PAGE, 150.0, 75.0, &t), (200.0, 285.0));
     }
 
     #[test]

@@ -162,7 +162,8 @@ pub struct Args {
     #[arg(long, value_name = "rs:K+M|stripe:K", conflicts_with = "replicas")]
     redundancy: Option<farmem_net::Redundancy>,
     /// Inject delay on the program's link to the rack (ThymesisFlow): every
-    /// request to a memory node passes one gate, once per gap. A model, as
+    /// request to a memory node passes one gate, once per gap, and its
+    /// reply comes a gap late (the link's latency). A model, as
     /// in `farmem bench delay`: `20us` (a fixed gap), `uniform:10us..50us`,
     /// `exp:30us`, `steps:0=0,1s=50us` (changing mid-run), `rate:200MiB/s`
     /// (a bandwidth: each request's gap is its bytes' time).

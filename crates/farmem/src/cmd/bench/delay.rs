@@ -108,7 +108,7 @@ pub fn run(args: Args) -> Outcome {
     }
     let report = serde_json::json!({
         "benchmark": "delay",
-        "what": "4 KiB reads from one memory node through an egress delay gate (a request passes once per gap), per gap: synchronous latency and 32-deep pipelined bandwidth, in one run; with --program, a program under farmem run --delay at each gap",
+        "what": "4 KiB reads from one memory node through an egress delay gate (a request passes once per gap, its reply held a gap), per gap: synchronous latency and 32-deep pipelined bandwidth, in one run; with --program, a program under farmem run --delay at each gap",
         "runs": rows,
         "validation": validation,
         "program": program,
