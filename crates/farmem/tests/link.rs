@@ -149,4 +149,12 @@ fn link_commands_name_what_is_wrong() {
     assert_eq!(shown(&l.0)["delay"], "rate:104857600/s");
     assert!(link(&["remove", &l.0]).status.success());
     assert!(!link(&["show", &l.0]).status.success(), "removed");
+
+    // A page that is not a set-up link is named, and can be removed.
+    let path = format!("/dev/shm/farmem-link-{}", l.0);
+    std::fs::write(&path, vec![0u8; 4096]).unwrap();
+    let half = link(&["show", &l.0]);
+    assert!(String::from_utf8_lossy(&half.stderr).contains("not a farmem link"));
+    assert!(link(&["remove", &l.0]).status.success());
+    assert!(!std::path::Path::new(&path).exists());
 }

@@ -2,7 +2,7 @@
 //! share, shown and changed while they run.
 
 use anyhow::Context;
-use farmem_net::link::SharedLink;
+use farmem_net::link::{LinkError, SharedLink};
 use farmem_policy::delay::DelayModel;
 
 use super::Outcome;
@@ -60,7 +60,11 @@ pub fn run(cmd: Link) -> Outcome {
             }
         }
         Link::Remove { name } => {
-            SharedLink::open(&name)?;
+            // A page a crashed `farmem run` left half made goes too.
+            match SharedLink::open(&name) {
+                Ok(_) | Err(LinkError::NotALink { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
             let path = SharedLink::path(&name);
             std::fs::remove_file(&path).with_context(|| format!("removing {}", path.display()))?;
         }
