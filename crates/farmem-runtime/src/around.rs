@@ -205,13 +205,14 @@ impl Shared {
                     .update_policy(PolicyUpdate::Insert(r.page_addr(j) / PAGE, now), ctx)
             };
             let absent = m.state == State::Absent;
-            let waiters = std::mem::take(&mut m.waiters);
+            let waiters = self.take_waiters(&mut m, r.page_addr(j));
             drop(m);
             if absent {
                 self.cache.release_page();
             }
-            if waiters {
+            if let Some(since) = waiters {
                 let _ = self.uffd.wake(r.page_addr(j), PAGE);
+                self.woke(since);
             }
             if let Some(v) = victim {
                 self.cache.force_out(v);

@@ -150,12 +150,13 @@ fn drop_pages(sh: &Shared, mut victims: Vec<Victim>) {
         m.state = State::Absent;
         sh.cache.put_buf(m.snapshot.take());
         m.force = 0;
-        let waiters = std::mem::take(&mut m.waiters);
+        let waiters = sh.take_waiters(&mut m, v.page);
         drop(m);
         sh.cache.release_page();
-        if waiters {
+        if let Some(since) = waiters {
             // They retry, miss, and fetch the page back from the store.
             let _ = sh.uffd.wake(v.page, PAGE);
+            sh.woke(since);
         }
     }
 }
@@ -165,7 +166,7 @@ fn finish_kept(sh: &Shared, mut v: Victim) {
     sh.cache.put_buf(v.snapshot.take());
     let mut m = v.region.pages[v.idx].lock();
     m.force = 0;
-    let waiters = std::mem::take(&mut m.waiters);
+    let waiters = sh.take_waiters(&mut m, v.page);
     if v.region.dead.load(Ordering::SeqCst) {
         // Its region was dropped meanwhile: the slot is ours to release.
         m.state = State::Absent;
@@ -178,8 +179,9 @@ fn finish_kept(sh: &Shared, mut v: Victim) {
     sh.cache.reinsert(v.page / PAGE, sh.now());
     drop(m);
     sh.m.pages_synced.inc();
-    if waiters {
+    if let Some(since) = waiters {
         let _ = sh.uffd.wake(v.page, PAGE);
+        sh.woke(since);
     }
 }
 
@@ -194,6 +196,7 @@ fn revert(sh: &Shared, v: Victim, keep: bool) {
     if v.region.dead.load(Ordering::SeqCst) {
         m.state = State::Absent;
         sh.cache.put_buf(m.snapshot.take());
+        sh.take_waiters(&mut m, v.page);
         drop(m);
         sh.cache.release_page();
         return;
@@ -203,7 +206,7 @@ fn revert(sh: &Shared, v: Victim, keep: bool) {
     // Lines of a half-applied batch are forced; the rest are still zero there.
     m.zero_base = v.zero_base;
     m.force |= v.shipped;
-    m.waiters = false;
+    let waiters = sh.take_waiters(&mut m, v.page);
     sh.cache.reinsert(v.page / PAGE, sh.now());
     // Writable again; this also wakes writers that waited on the eviction.
     if let Err(e) = sh.uffd.writeprotect(v.page, PAGE, false) {
@@ -211,6 +214,9 @@ fn revert(sh: &Shared, v: Victim, keep: bool) {
             "unprotecting {:#x} after failed write-back: {e}",
             v.page
         ));
+    }
+    if let Some(since) = waiters {
+        sh.woke(since);
     }
 }
 

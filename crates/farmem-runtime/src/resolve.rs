@@ -86,7 +86,7 @@ impl Shared {
             State::Fetching | State::Busy => {
                 if ctx == Ctx::Thread {
                     // Asleep in the kernel: the owner wakes it when done.
-                    m.waiters = true;
+                    self.add_waiter(&mut m, f.page, f.t0);
                     self.m.faults_waited.inc();
                 }
                 Step::Wait
@@ -337,12 +337,13 @@ impl Shared {
         // COPY woke the faults queued before it; one that arrived between
         // COPY and this lock (a write right after a read install, say)
         // found Fetching and waits for us.
-        let waiters = std::mem::take(&mut m.waiters);
+        let waiters = self.take_waiters(&mut m, page);
         let insert = PolicyUpdate::Insert(page / PAGE, self.now());
         let victim = self.cache.update_policy(insert, ctx);
         drop(m);
-        if waiters {
+        if let Some(since) = waiters {
             let _ = self.uffd.wake(page, PAGE);
+            self.woke(since);
         }
         if let Some(v) = victim {
             self.cache.force_out(v);
@@ -521,9 +522,16 @@ mod tests {
             assert!(matches!(step, Step::Wait));
             let mut m = r.pages[1].lock();
             assert!(m.waiters && m.state == busy);
-            m.waiters = false;
+            // As the page settles, its owner takes the waiter and times it.
+            let since = sh.take_waiters(&mut m, r.page_addr(1));
+            assert!(since.is_some() && !m.waiters);
+            assert_eq!(sh.take_waiters(&mut m, r.page_addr(1)), None, "taken once");
+            drop(m);
+            sh.woke(since.unwrap());
         }
         assert_eq!(sh.m.faults_waited.get(), 2);
+        assert_eq!(sh.m.wait_latency.summary().count, 2, "each wait timed");
+        assert!(sh.waiting.lock().is_empty(), "nothing left behind");
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! metrics, and the few things anyone may do with them (find a region,
 //! report an error, give up on lost data).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant;
@@ -16,7 +16,9 @@ use farmem_policy::readahead::Readahead;
 use crate::cache::Cache;
 use crate::config::{Config, FaultPath};
 use crate::error::RuntimeError;
-use crate::page::{FetchJob, MAX_FAULT_AROUND, PAGE, PageTable, RegionInner, Zeros, map_pages};
+use crate::page::{
+    FetchJob, MAX_FAULT_AROUND, PAGE, PageMeta, PageTable, RegionInner, Zeros, map_pages,
+};
 use crate::slab::{Backing, ResourceManager};
 use crate::stats::Metrics;
 use crate::store::{RemoteStore, SlabSource};
@@ -79,9 +81,40 @@ pub(crate) struct Shared {
     pub on_lost: RwLock<OnLost>,
     /// Fault path `signal`: where handlers pass what they cannot do at once.
     pub handoff: Option<(Sender<Handoff>, Receiver<Handoff>)>,
+    /// Fault path `thread`: when the first fault still waiting on each
+    /// page in transition came, to time its wait when the page settles.
+    pub waiting: Mutex<HashMap<u64, Instant>>,
 }
 
 impl Shared {
+    /// A fault seen at `t0` waits for `page`, in transition, under its
+    /// lock `m` (thread path): the page's owner wakes it when done.
+    pub(crate) fn add_waiter(&self, m: &mut PageMeta, page: u64, t0: Instant) {
+        m.waiters = true;
+        self.waiting.lock().entry(page).or_insert(t0);
+    }
+
+    /// Takes the faults waiting for `page` as it settles, under its lock
+    /// `m`: None if there are none, else when the first came, for
+    /// [`Self::woke`] once they are woken. Never locks without waiters, so
+    /// a signal handler (whose path has none) may call it.
+    pub(crate) fn take_waiters(&self, m: &mut PageMeta, page: u64) -> Option<Instant> {
+        if !std::mem::take(&mut m.waiters) {
+            return None;
+        }
+        Some(
+            self.waiting
+                .lock()
+                .remove(&page)
+                .unwrap_or_else(Instant::now),
+        )
+    }
+
+    /// The faults waiting since `since` were woken: times the wait.
+    pub(crate) fn woke(&self, since: Instant) {
+        self.m.wait_latency.record(since.elapsed());
+    }
+
     /// Opens the userfaultfd and sets up the cache; starts no thread.
     pub(crate) fn new(
         cfg: Config,
@@ -129,6 +162,7 @@ impl Shared {
             on_lost: RwLock::new(Arc::new(stop_process)),
             handoff: (cfg.fault_path == FaultPath::Signal)
                 .then(|| crossbeam_channel::bounded(HANDOFF_QUEUE)),
+            waiting: Mutex::new(HashMap::new()),
             cfg,
         })
     }

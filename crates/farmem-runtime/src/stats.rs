@@ -64,6 +64,9 @@ pub(crate) struct Metrics {
     pub fault_latency: LatencyHistogram,
     /// The missing faults whose page the store had (not filled with zeros).
     pub remote_fault_latency: LatencyHistogram,
+    /// Missing faults that found their page in transition (fetched by
+    /// another fault or read ahead, or being written back): fault to wake.
+    pub wait_latency: LatencyHistogram,
     pub wp_latency: LatencyHistogram,
     pub st_fetch: Stage,
     pub st_install: Stage,
@@ -149,6 +152,10 @@ pub struct Stats {
     /// The same for the faults that read their page from the store: what
     /// the link's latency and an injected delay add to.
     pub remote_fault_latency: LatencySummary,
+    /// Missing faults that waited for a page in transition, from the fault
+    /// to the wake (thread path; not in `fault_latency`, which times the
+    /// faults that fetched). A program sees these too.
+    pub wait_latency: LatencySummary,
     /// Write-protect fault latency, message read to protection lifted.
     pub wp_latency: LatencySummary,
     pub stages: StageTimes,
@@ -196,6 +203,7 @@ impl Metrics {
             limit_pages,
             fault_latency: self.fault_latency.summary(),
             remote_fault_latency: self.remote_fault_latency.summary(),
+            wait_latency: self.wait_latency.summary(),
             wp_latency: self.wp_latency.summary(),
             stages: StageTimes {
                 fetch_ns: self.st_fetch.get(),
