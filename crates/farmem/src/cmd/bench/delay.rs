@@ -240,14 +240,15 @@ fn program_run(
     anyhow::ensure!(m.outcome() == "ok", "{}: {}", m.outcome(), m.stderr_tail);
     let report = report.context("no statistics")?;
     // The process that faulted most is the program (not a shell).
-    let faults = report["processes"]
+    let stats = report["processes"]
         .as_array()
         .into_iter()
         .flatten()
-        .map(|p| &p["stats"]["remote_fault_latency"])
-        .max_by_key(|l| l["count"].as_u64().unwrap_or(0))
+        .map(|p| &p["stats"])
+        .max_by_key(|s| s["remote_fault_latency"]["count"].as_u64().unwrap_or(0))
         .cloned()
         .unwrap_or_default();
+    let (faults, waits) = (&stats["remote_fault_latency"], &stats["wait_latency"]);
     let (result, _) = w.result(&m.stdout);
     let mean = faults["mean_us"].as_f64();
     if !quiet {
@@ -265,6 +266,10 @@ fn program_run(
         "remote_fault_us_mean": mean,
         "remote_fault_us_p50": faults["p50_us"],
         "remote_fault_us_p99": faults["p99_us"],
+        // Faults that found their page on its way (fetched by another, or
+        // read ahead): the program waits for them too.
+        "waited_faults": waits["count"],
+        "waited_fault_us_mean": waits["mean_us"],
         "seconds": m.seconds,
         "result": result,
     });
