@@ -10,8 +10,7 @@ use crate::config::{CacheConfig, Config, LinkConfig};
 use crate::stats::{Component, Stats};
 use crate::{LINES_PER_PAGE, Time};
 
-const LINK_MODELS: &[&str] = &["fifo"];
-const REMOTE_MODELS: &[&str] = &["dram"];
+use crate::config::{LINK_MODELS, REMOTE_MODELS};
 
 /// Every config key that names an implementation, with the names it takes
 /// (`farmem sim --list`).
@@ -24,20 +23,6 @@ pub fn models() -> Vec<(&'static str, &'static [&'static str])> {
         ("link.model", LINK_MODELS),
         ("remote.model", REMOTE_MODELS),
     ]
-}
-
-/// Rejects model names no builder knows (the typed ones are checked when
-/// the config is read).
-pub fn check_models(cfg: &Config) -> Result<(), String> {
-    for (key, name, known) in [
-        ("link.model", &cfg.link.model, LINK_MODELS),
-        ("remote.model", &cfg.remote.model, REMOTE_MODELS),
-    ] {
-        if !known.contains(&name.as_str()) {
-            return Err(format!("{key} `{name}` is unknown ({})", known.join(", ")));
-        }
-    }
-    Ok(())
 }
 
 /// Lines before the MRU one a level remembers the slots of.

@@ -4,9 +4,10 @@
 use std::path::Path;
 
 use farmem_codec::CodecKind;
-use farmem_core::{ByteSize, Ratio};
-use farmem_policy::cache::SetRuleKind;
+use farmem_core::{ByteSize, CACHE_LINE, PAGE_SIZE, Ratio};
+use farmem_policy::cache::{FilterConfig, SetRuleKind};
 use farmem_policy::daemon::EngineConfig;
+use farmem_policy::promote::PromotionConfig;
 use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::SimError;
@@ -33,7 +34,7 @@ pub struct Config {
     pub daemon: DaemonSimConfig,
     /// UniMem's and Kona's local caches (schemes `kona` … `unimem`).
     #[serde(default)]
-    pub unimem: crate::scheme::unimem::UniMemConfig,
+    pub unimem: UniMemConfig,
 }
 
 /// Settings of the DaeMon schemes (seed 000).
@@ -100,7 +101,7 @@ impl Default for DaemonSimConfig {
 #[serde(deny_unknown_fields)]
 pub struct CoreConfig {
     /// `ooo` (interval-style out-of-order) or `in-order` (every load stalls).
-    pub model: crate::core::CoreKind,
+    pub model: CoreKind,
     pub count: u32,
     pub freq_ghz: f64,
     pub width: f64,
@@ -466,7 +467,7 @@ impl Config {
             ));
         }
         self.unimem.validate()?;
-        crate::components::check_models(self)?;
+        check_models(self)?;
         Ok(())
     }
 }
@@ -550,5 +551,139 @@ mod tests {
             vec!["0.5", "0.25", "0.125"]
         );
         assert_eq!(sweep_values("lru"), vec!["lru"]);
+    }
+}
+
+/// `core.model`: the core models by name (the core module builds them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CoreKind {
+    /// Interval-style out-of-order core (`OooCore`).
+    #[default]
+    Ooo,
+    /// In-order core that waits for every load (`InOrderCore`).
+    InOrder,
+}
+
+/// `link.model` and `remote.model`: the names the components module builds.
+pub const LINK_MODELS: &[&str] = &["fifo"];
+pub const REMOTE_MODELS: &[&str] = &["dram"];
+
+/// Rejects model names no builder knows (the typed ones are checked when
+/// the config is read).
+pub fn check_models(cfg: &Config) -> Result<(), String> {
+    for (key, name, known) in [
+        ("link.model", &cfg.link.model, LINK_MODELS),
+        ("remote.model", &cfg.remote.model, REMOTE_MODELS),
+    ] {
+        if !known.contains(&name.as_str()) {
+            return Err(format!("{key} `{name}` is unknown ({})", known.join(", ")));
+        }
+    }
+    Ok(())
+}
+
+/// Settings of the UniMem schemes (`--set unimem.KEY=V`); defaults are
+/// Table 1 and §4.1.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct UniMemConfig {
+    /// Filter-Cache block size, a power of two from 64 to 4096 (paper: 512).
+    pub block_bytes: u64,
+    /// Share of local memory that is host memory under `unimem` (paper: 30%).
+    pub host_share: farmem_core::Ratio,
+    /// Host memory access (paper: 80 ns). Device memory is `local.latency_ns`.
+    pub host_ns: f64,
+    /// Kona's fake-physical address translation, per device access (paper: 14 ns).
+    pub translation_ns: f64,
+    /// Remote fetch of a block of at most 512 B (paper: 2 µs, also for 128
+    /// and 256 B, §4.5), of 2 KiB (3 µs) and of 4 KiB (4 µs); sizes between
+    /// are interpolated on log2 of the size.
+    pub fetch_512_ns: f64,
+    pub fetch_2k_ns: f64,
+    pub fetch_4k_ns: f64,
+    /// Promoting a full batch of `promotion.batch_pages` pages (paper: 2 ms).
+    pub promote_batch_ns: f64,
+    pub filter: FilterConfig,
+    /// Hotness scores, thresholds and batch size; `blocks_per_page` is
+    /// always `4096 / block_bytes`.
+    pub promotion: PromotionConfig,
+}
+
+impl Default for UniMemConfig {
+    fn default() -> Self {
+        Self {
+            block_bytes: 512,
+            host_share: farmem_core::Ratio::new(0.3).unwrap_or_else(|_| unreachable!()),
+            host_ns: 80.0,
+            translation_ns: 14.0,
+            fetch_512_ns: 2000.0,
+            fetch_2k_ns: 3000.0,
+            fetch_4k_ns: 4000.0,
+            promote_batch_ns: 2e6,
+            filter: FilterConfig::default(),
+            promotion: PromotionConfig::default(),
+        }
+    }
+}
+
+impl UniMemConfig {
+    pub fn validate(&self) -> Result<(), String> {
+        let b = self.block_bytes;
+        if !(b.is_power_of_two() && (CACHE_LINE..=PAGE_SIZE).contains(&b)) {
+            return Err(format!(
+                "unimem.block_bytes must be a power of two from 64 to 4096, got {b}"
+            ));
+        }
+        for (k, v) in [
+            ("host_ns", self.host_ns),
+            ("translation_ns", self.translation_ns),
+            ("fetch_512_ns", self.fetch_512_ns),
+            ("fetch_2k_ns", self.fetch_2k_ns),
+            ("fetch_4k_ns", self.fetch_4k_ns),
+            ("promote_batch_ns", self.promote_batch_ns),
+        ] {
+            if !(v.is_finite() && v >= 0.0) {
+                return Err(format!("unimem.{k} must be a non-negative number, got {v}"));
+            }
+        }
+        // Capacity is checked when the cache is built; any capacity works here.
+        self.filter
+            .validate(usize::MAX)
+            .map_err(|e| format!("unimem.filter: {e}"))?;
+        self.promotion()
+            .validate()
+            .map_err(|e| format!("unimem.promotion: {e}"))?;
+        Ok(())
+    }
+
+    /// The promotion settings with the page split into this block size.
+    pub fn promotion(&self) -> PromotionConfig {
+        PromotionConfig {
+            blocks_per_page: (PAGE_SIZE / self.block_bytes.clamp(1, PAGE_SIZE)) as u32,
+            ..self.promotion
+        }
+    }
+
+    /// Remote fetch latency of a `bytes` block.
+    pub fn fetch_ns(&self, bytes: u64) -> f64 {
+        let x = (bytes.max(1) as f64).log2();
+        // (log2 size, ns) knots: 512 B, 2 KiB, 4 KiB; flat below 512 B,
+        // extended along the last segment above 4 KiB.
+        let knots = [
+            (9.0, self.fetch_512_ns),
+            (11.0, self.fetch_2k_ns),
+            (12.0, self.fetch_4k_ns),
+        ];
+        if x <= knots[0].0 {
+            return knots[0].1;
+        }
+        let seg = if x <= knots[1].0 {
+            (knots[0], knots[1])
+        } else {
+            (knots[1], knots[2])
+        };
+        let ((x0, y0), (x1, y1)) = seg;
+        y0 + (y1 - y0) * (x - x0) / (x1 - x0)
     }
 }

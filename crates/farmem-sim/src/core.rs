@@ -4,8 +4,6 @@
 
 use std::collections::VecDeque;
 
-use serde::{Deserialize, Serialize};
-
 use crate::Time;
 use crate::config::CoreConfig;
 
@@ -26,16 +24,7 @@ pub trait CoreModel: Clone + Send + 'static {
     fn drain(&mut self) -> Time;
 }
 
-/// `core.model`: the core models by name.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum CoreKind {
-    /// Interval-style out-of-order core ([`OooCore`]).
-    #[default]
-    Ooo,
-    /// In-order core that waits for every load ([`InOrderCore`]).
-    InOrder,
-}
+pub use crate::config::CoreKind;
 
 impl CoreKind {
     pub const NAMES: &'static [&'static str] = &[OooCore::NAME, InOrderCore::NAME];

@@ -46,9 +46,8 @@
 
 use farmem_core::{CACHE_LINE, PAGE_SIZE};
 use farmem_policy::cache::{FilterCache, FilterConfig, ReplacementPolicy, SetAssocLru, TwoQ};
-use farmem_policy::promote::{Promoter, PromotionConfig};
+use farmem_policy::promote::Promoter;
 use farmem_workloads::fxhash::FxHashSet;
-use serde::{Deserialize, Serialize};
 
 use super::{Scheme, SchemeEntry};
 use crate::config::Config;
@@ -84,110 +83,7 @@ pub const SCHEMES: &[SchemeEntry] = &[
     ),
 ];
 
-/// Settings of the UniMem schemes (`--set unimem.KEY=V`); defaults are
-/// Table 1 and §4.1.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct UniMemConfig {
-    /// Filter-Cache block size, a power of two from 64 to 4096 (paper: 512).
-    pub block_bytes: u64,
-    /// Share of local memory that is host memory under `unimem` (paper: 30%).
-    pub host_share: farmem_core::Ratio,
-    /// Host memory access (paper: 80 ns). Device memory is `local.latency_ns`.
-    pub host_ns: f64,
-    /// Kona's fake-physical address translation, per device access (paper: 14 ns).
-    pub translation_ns: f64,
-    /// Remote fetch of a block of at most 512 B (paper: 2 µs, also for 128
-    /// and 256 B, §4.5), of 2 KiB (3 µs) and of 4 KiB (4 µs); sizes between
-    /// are interpolated on log2 of the size.
-    pub fetch_512_ns: f64,
-    pub fetch_2k_ns: f64,
-    pub fetch_4k_ns: f64,
-    /// Promoting a full batch of `promotion.batch_pages` pages (paper: 2 ms).
-    pub promote_batch_ns: f64,
-    pub filter: FilterConfig,
-    /// Hotness scores, thresholds and batch size; `blocks_per_page` is
-    /// always `4096 / block_bytes`.
-    pub promotion: PromotionConfig,
-}
-
-impl Default for UniMemConfig {
-    fn default() -> Self {
-        Self {
-            block_bytes: 512,
-            host_share: farmem_core::Ratio::new(0.3).unwrap_or_else(|_| unreachable!()),
-            host_ns: 80.0,
-            translation_ns: 14.0,
-            fetch_512_ns: 2000.0,
-            fetch_2k_ns: 3000.0,
-            fetch_4k_ns: 4000.0,
-            promote_batch_ns: 2e6,
-            filter: FilterConfig::default(),
-            promotion: PromotionConfig::default(),
-        }
-    }
-}
-
-impl UniMemConfig {
-    pub fn validate(&self) -> Result<(), String> {
-        let b = self.block_bytes;
-        if !(b.is_power_of_two() && (CACHE_LINE..=PAGE_SIZE).contains(&b)) {
-            return Err(format!(
-                "unimem.block_bytes must be a power of two from 64 to 4096, got {b}"
-            ));
-        }
-        for (k, v) in [
-            ("host_ns", self.host_ns),
-            ("translation_ns", self.translation_ns),
-            ("fetch_512_ns", self.fetch_512_ns),
-            ("fetch_2k_ns", self.fetch_2k_ns),
-            ("fetch_4k_ns", self.fetch_4k_ns),
-            ("promote_batch_ns", self.promote_batch_ns),
-        ] {
-            if !(v.is_finite() && v >= 0.0) {
-                return Err(format!("unimem.{k} must be a non-negative number, got {v}"));
-            }
-        }
-        // Capacity is checked when the cache is built; any capacity works here.
-        self.filter
-            .validate(usize::MAX)
-            .map_err(|e| format!("unimem.filter: {e}"))?;
-        self.promotion()
-            .validate()
-            .map_err(|e| format!("unimem.promotion: {e}"))?;
-        Ok(())
-    }
-
-    /// The promotion settings with the page split into this block size.
-    pub fn promotion(&self) -> PromotionConfig {
-        PromotionConfig {
-            blocks_per_page: (PAGE_SIZE / self.block_bytes.clamp(1, PAGE_SIZE)) as u32,
-            ..self.promotion
-        }
-    }
-
-    /// Remote fetch latency of a `bytes` block.
-    pub fn fetch_ns(&self, bytes: u64) -> f64 {
-        let x = (bytes.max(1) as f64).log2();
-        // (log2 size, ns) knots: 512 B, 2 KiB, 4 KiB; flat below 512 B,
-        // extended along the last segment above 4 KiB.
-        let knots = [
-            (9.0, self.fetch_512_ns),
-            (11.0, self.fetch_2k_ns),
-            (12.0, self.fetch_4k_ns),
-        ];
-        if x <= knots[0].0 {
-            return knots[0].1;
-        }
-        let seg = if x <= knots[1].0 {
-            (knots[0], knots[1])
-        } else {
-            (knots[1], knots[2])
-        };
-        let ((x0, y0), (x1, y1)) = seg;
-        y0 + (y1 - y0) * (x - x0) / (x1 - x0)
-    }
-}
+pub use crate::config::UniMemConfig;
 
 /// Which of the paper's systems (§4.1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
