@@ -7,6 +7,7 @@
 
 pub mod fxhash;
 pub mod graph;
+pub mod graph500;
 pub mod kernels;
 pub mod lackey;
 pub mod ligra;
@@ -14,6 +15,7 @@ pub mod native;
 pub mod record;
 pub mod registry;
 pub mod space;
+pub mod stream;
 pub mod synthetic;
 pub mod trace;
 pub mod zipf;

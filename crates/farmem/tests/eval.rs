@@ -153,3 +153,48 @@ fn quick_grid_prints_system_workload_percent_grids_and_writes_files() {
     assert_eq!(csv.lines().count(), 1 + 5 * 3 * 5 + 6 + 5 + 5);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn eval_delay_runs_programs_behind_the_gate_and_checks_their_answers() {
+    if !Path::new("/proc/sys/vm/unprivileged_userfaultfd").exists() {
+        return eprintln!("skipping: no userfaultfd");
+    }
+    let (v, _, dir) = eval(
+        "delay",
+        &[
+            "--parts",
+            "programs",
+            "--workloads",
+            "stream,bfs",
+            "--delays",
+            "none,20us",
+            "--scale",
+            "8MiB",
+        ],
+    );
+    assert_eq!(v["eval"], "delay");
+    let rows = v["programs"].as_array().unwrap();
+    // Each program on local memory, then at each delay.
+    assert_eq!(rows.len(), 6, "{v}");
+    for r in rows {
+        assert_eq!(r["outcome"], "ok", "{r}");
+        assert_eq!(r["identical"], true, "{r}");
+    }
+    let far: Vec<_> = rows.iter().filter(|r| r["delay"] != "local").collect();
+    assert!(
+        far.iter().all(|r| r["remote_faults"].as_u64() > Some(0)),
+        "{v}"
+    );
+    assert!(rows.iter().any(|r| r["triad_mb_s"].as_f64() > Some(0.0)));
+    assert!(
+        rows.iter()
+            .any(|r| r["search_seconds"].as_f64() > Some(0.0))
+    );
+    // Two delays are too few for the study: the check says so.
+    assert_eq!(v["checks"]["programs_at_6_delays_identical"]["pass"], false);
+    assert_eq!(v["pass"], false);
+    let csv = std::fs::read_to_string(dir.join("programs.csv")).unwrap();
+    assert_eq!(csv.lines().count(), 7);
+    assert!(svg_at(&dir.join("programs-slowdown.svg")));
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -227,53 +227,88 @@ fn program_rows(args: &Args, workload: &str) -> anyhow::Result<serde_json::Value
 fn program_run(
     quiet: bool,
     w: &Workload,
-    mut run: std::process::Command,
+    run: std::process::Command,
     model: &DelayModel,
 ) -> anyhow::Result<(serde_json::Value, Option<String>)> {
-    let stats = StatsFile::new("bench-delay");
-    run.arg("--stats-json")
-        .arg(&stats.0)
-        .arg("--")
-        .args(&w.argv);
-    let m = measure::run(&mut run, None)?;
-    let report = stats.read();
-    anyhow::ensure!(m.outcome() == "ok", "{}: {}", m.outcome(), m.stderr_tail);
-    let report = report.context("no statistics")?;
-    // The process that faulted most is the program (not a shell).
-    let stats = report["processes"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|p| &p["stats"])
-        .max_by_key(|s| s["remote_fault_latency"]["count"].as_u64().unwrap_or(0))
-        .cloned()
-        .unwrap_or_default();
-    let (faults, waits) = (&stats["remote_fault_latency"], &stats["wait_latency"]);
-    let (result, _) = w.result(&m.stdout);
-    let mean = faults["mean_us"].as_f64();
+    let r = ProgramRun::start(w, run, None)?;
+    anyhow::ensure!(
+        r.ok(),
+        "{}: {}",
+        r.measured.outcome(),
+        r.measured.stderr_tail
+    );
+    anyhow::ensure!(!r.stats.is_null(), "no statistics");
+    let (result, _) = w.result(&r.measured.stdout);
+    let mut row = r.fault_row();
     if !quiet {
         eprintln!(
             "farmem: under --delay {:<20} {} remote faults, mean {:8.1} µs in {:.2} s",
             model.to_string(),
-            faults["count"],
-            mean.unwrap_or(f64::NAN),
-            m.seconds
+            row["remote_faults"],
+            row["remote_fault_us_mean"].as_f64().unwrap_or(f64::NAN),
+            r.measured.seconds
         );
     }
-    let row = serde_json::json!({
-        "delay": model.to_string(),
-        "remote_faults": faults["count"],
-        "remote_fault_us_mean": mean,
-        "remote_fault_us_p50": faults["p50_us"],
-        "remote_fault_us_p99": faults["p99_us"],
-        // Faults that found their page on its way (fetched by another, or
-        // read ahead): the program waits for them too.
-        "waited_faults": waits["count"],
-        "waited_fault_us_mean": waits["mean_us"],
-        "seconds": m.seconds,
-        "result": result,
-    });
+    row["delay"] = serde_json::json!(model.to_string());
+    row["seconds"] = serde_json::json!(r.measured.seconds);
+    row["result"] = serde_json::json!(result);
     Ok((row, result))
+}
+
+/// A program's run under `farmem run`: how it ended, and its runtime's
+/// statistics.
+pub struct ProgramRun {
+    pub measured: measure::Measured,
+    /// `--stats-json` of the process that faulted most (the program, not
+    /// a shell); null if the run wrote none.
+    pub stats: serde_json::Value,
+}
+
+impl ProgramRun {
+    /// Runs `w` under `run` (`farmem run` and its flags), stopped past
+    /// `limit`; a run that fails is a result too.
+    pub fn start(
+        w: &Workload,
+        mut run: std::process::Command,
+        limit: Option<std::time::Duration>,
+    ) -> anyhow::Result<Self> {
+        let file = StatsFile::new("program-run");
+        run.arg("--stats-json").arg(&file.0).arg("--").args(&w.argv);
+        let measured = measure::run(&mut run, limit)?;
+        let stats = file
+            .read()
+            .and_then(|report| {
+                report["processes"]
+                    .as_array()?
+                    .iter()
+                    .map(|p| &p["stats"])
+                    .max_by_key(|s| s["remote_fault_latency"]["count"].as_u64().unwrap_or(0))
+                    .cloned()
+            })
+            .unwrap_or_default();
+        Ok(Self { measured, stats })
+    }
+
+    pub fn ok(&self) -> bool {
+        self.measured.outcome() == "ok"
+    }
+
+    /// Its remote faults, and the faults that found their page on its way
+    /// (fetched by another, or read ahead): the program waits for them too.
+    pub fn fault_row(&self) -> serde_json::Value {
+        let (faults, waits) = (
+            &self.stats["remote_fault_latency"],
+            &self.stats["wait_latency"],
+        );
+        serde_json::json!({
+            "remote_faults": faults["count"],
+            "remote_fault_us_mean": faults["mean_us"],
+            "remote_fault_us_p50": faults["p50_us"],
+            "remote_fault_us_p99": faults["p99_us"],
+            "waited_faults": waits["count"],
+            "waited_fault_us_mean": waits["mean_us"],
+        })
+    }
 }
 
 /// Latency and bandwidth through one delay gate, on `extent`: a JSON row.

@@ -1,7 +1,7 @@
 //! `farmem bench`: each benchmark measures a part of the real system next to
 //! its baseline in the same run, and prints ratios.
 
-mod delay;
+pub mod delay;
 mod failover;
 mod fuzz;
 pub mod kernel_swap;

@@ -17,7 +17,8 @@ pub struct Workload {
 }
 
 /// The built-in workloads, as `--workload` and a batch's `workload` take them.
-pub const BUILTIN: &str = "pagerank (alias demo), kv, scan, text, noise, redis, sqlite";
+pub const BUILTIN: &str =
+    "pagerank (alias demo), kv, scan, text, noise, stream, bfs, sssp, redis, sqlite";
 
 /// Bytes per record of the `redis` workload's values.
 const REDIS_VALUE: u64 = 1000;
@@ -35,19 +36,10 @@ impl Workload {
             "sqlite" => return sqlite(size.bytes(), iterations),
             _ => {}
         }
-        let kind = match kind {
-            "demo" | "pagerank" => "pagerank",
-            other => {
-                other
-                    .parse::<farmem_workloads::synthetic::Kind>()
-                    .map_err(|e| {
-                        anyhow::anyhow!(
-                            "workload `{other}`: {e}, or demo; any other program is a command"
-                        )
-                    })?;
-                other
-            }
-        };
+        let kind = if kind == "demo" { "pagerank" } else { kind };
+        crate::cmd::demo::worker::Kind::parse(kind, None, 16).map_err(|e| {
+            anyhow::anyhow!("workload `{kind}`: {e}, or demo; any other program is a command")
+        })?;
         let exe = std::env::current_exe().context("finding the farmem binary")?;
         let argv = [
             exe.into_os_string(),
@@ -122,10 +114,51 @@ fn installed(program: &str, package: &str) -> anyhow::Result<()> {
 /// the dataset's digest, which the GETs leave as it is. The server listens
 /// on a Unix socket in a private directory, so runs never share a port.
 fn redis(size: u64, iterations: usize) -> anyhow::Result<Workload> {
+    let keys = redis_keys(size);
+    redis_with(keys, keys * iterations as u64, 16, false)
+}
+
+/// Keys of 1000 B values in about `size` bytes of redis.
+fn redis_keys(size: u64) -> u64 {
+    (size / (REDIS_VALUE + 200)).max(1000)
+}
+
+/// The `redis` workload measured per request: `gets` random GETs, one in
+/// flight per client, with redis-benchmark's CSV line (throughput and
+/// latency percentiles, in ms) printed first, before the lines that
+/// hold the result: see [`split_redis_report`].
+pub fn redis_latency(size: u64, gets: u64) -> anyhow::Result<Workload> {
+    redis_with(redis_keys(size), gets, 1, true)
+}
+
+/// The CSV line of [`redis_latency`]'s output (requests per second, p99
+/// in ms) and the rest, which is the result.
+pub fn split_redis_report(stdout: &[u8]) -> (Option<(f64, f64)>, Vec<u8>) {
+    let text = String::from_utf8_lossy(stdout);
+    let mut numbers = None;
+    let mut rest = Vec::new();
+    for line in text.lines() {
+        // "GET","rps","avg","min","p50","p95","p99","max"
+        if let Some(csv) = line.strip_prefix("\"GET\",") {
+            let f: Vec<f64> = csv
+                .split(',')
+                .filter_map(|x| x.trim_matches('"').parse().ok())
+                .collect();
+            if f.len() == 7 {
+                numbers = Some((f[0], f[5]));
+            }
+        } else if !line.starts_with("\"test\"") {
+            rest.extend_from_slice(line.as_bytes());
+            rest.push(b'\n');
+        }
+    }
+    (numbers, rest)
+}
+
+fn redis_with(keys: u64, gets: u64, pipeline: u32, csv: bool) -> anyhow::Result<Workload> {
     installed("redis-server", "redis-server")?;
     installed("redis-benchmark", "redis-tools")?;
-    let keys = (size / (REDIS_VALUE + 200)).max(1000);
-    let gets = keys * iterations as u64;
+    let bench_out = if csv { "--csv" } else { "-q >/dev/null" };
     // Keys as redis-benchmark's -r names them: key:%012d.
     let script = format!(
         r#"set -e
@@ -133,7 +166,7 @@ d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
 redis-server --port 0 --unixsocket "$d/s" --save '' --appendonly no --dir "$d" --enable-debug-command local >/dev/null &
 until redis-cli -s "$d/s" ping >/dev/null 2>&1; do sleep 0.05; done
 awk -v n={keys} -v sz={value} 'BEGIN {{ pad = sprintf("%*s", sz, ""); gsub(/ /, "v", pad); for (i = 0; i < n; i++) {{ k = sprintf("key:%012d", i); v = substr(i pad, 1, sz); printf "*3\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n", length(k), k, length(v), v }} }}' | redis-cli -s "$d/s" --pipe >/dev/null
-redis-benchmark -s "$d/s" -t get -r {keys} -n {gets} -c 8 -P 16 -d {value} -q >/dev/null
+redis-benchmark -s "$d/s" -t get -r {keys} -n {gets} -c 8 -P {pipeline} -d {value} {bench_out}
 redis-cli -s "$d/s" dbsize
 redis-cli -s "$d/s" debug digest
 redis-cli -s "$d/s" shutdown nosave >/dev/null 2>&1 || true
@@ -218,6 +251,18 @@ mod tests {
     }
 
     #[test]
+    fn redis_benchmarks_line_is_split_from_the_result() {
+        let out = b"\"test\",\"rps\",\"avg_latency_ms\",\"min_latency_ms\",\"p50_latency_ms\",\"p95_latency_ms\",\"p99_latency_ms\",\"max_latency_ms\"\n\"GET\",\"769230.75\",\"0.119\",\"0.024\",\"0.095\",\"0.247\",\"0.279\",\"0.615\"\n10485\nabc\n";
+        let (numbers, rest) = split_redis_report(out);
+        assert_eq!(numbers, Some((769230.75, 0.279)));
+        assert_eq!(rest, b"10485\nabc\n");
+        assert_eq!(
+            split_redis_report(b"\"GET\",\"x\"\n1\n"),
+            (None, b"1\n".to_vec())
+        );
+    }
+
+    #[test]
     fn builtin_kinds_are_checked() {
         let w = Workload::builtin("demo", ByteSize::mib(8), 2).unwrap();
         assert!(w.demo);
@@ -235,6 +280,12 @@ mod tests {
         }
         if let Ok(r) = Workload::builtin("redis", ByteSize::mib(12), 3) {
             assert!(r.shown().contains("-r 10485 -n 31455"), "{}", r.shown());
+        }
+        if let Ok(r) = redis_latency(12 << 20, 500) {
+            assert!(
+                r.shown()
+                    .contains("-r 10485 -n 500 -c 8 -P 1 -d 1000 --csv")
+            );
         }
         let e = Workload::builtin("quicksort", ByteSize::mib(8), 1).unwrap_err();
         assert!(e.to_string().contains("quicksort"), "{e}");

@@ -2,6 +2,7 @@
 //! module per evaluation; they share the flags below.
 
 mod daemon;
+mod delay;
 mod faults;
 mod fig3;
 mod unimem;
@@ -42,6 +43,12 @@ const EVALS: &[Eval] = &[
         xdm::run,
     ),
     (
+        "delay",
+        "ThymesisFlow: delay validation, STREAM, Graph500 BFS/SSSP and redis per injected \
+         delay, variance, resilience, MCBN/MCLN contention (~25 min; --quick: ~6 min)",
+        delay::run,
+    ),
+    (
         "faults",
         "chaos soak of the real system: programs checking every far byte while memory \
          nodes are killed, restarted and paused (10 min; --quick: 1 min)",
@@ -76,6 +83,8 @@ pub struct Args {
     pub json: bool,
     #[command(flatten)]
     pub faults: faults::Flags,
+    #[command(flatten)]
+    pub delay: delay::Flags,
 }
 
 pub fn run(args: Args) -> Outcome {

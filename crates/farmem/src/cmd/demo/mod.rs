@@ -13,15 +13,15 @@
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::Instant;
 
 use anyhow::{Context, bail};
 use farmem_core::{ByteSize, Ratio};
-use farmem_workloads::{native, synthetic};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{Value, json};
 
 use super::Outcome;
+
+pub(crate) mod worker;
 
 /// The quick start: PageRank on local memory, then on far memory.
 #[derive(clap::Args)]
@@ -50,11 +50,19 @@ pub struct Args {
     /// runs execute).
     #[arg(long, hide = true)]
     worker: bool,
-    /// The worker's program: `pagerank`, or one of farmem_workloads's
-    /// synthetic ones (kv, scan, text, noise) over --size for --iterations
-    /// passes (`farmem bench swap --workload`, `farmem eval xdm`).
+    /// The worker's program (`worker::Kind`): `pagerank`, one of
+    /// farmem_workloads's synthetic ones (kv, scan, text, noise), `stream`,
+    /// or Graph500's `bfs` and `sssp`, over --size for --iterations passes
+    /// (`farmem bench swap --workload`, `farmem eval xdm`, `farmem eval delay`).
     #[arg(long, hide = true, default_value = "pagerank")]
     kind: String,
+    /// bfs and sssp: the graph's scale (2^SCALE vertices) instead of the
+    /// largest that fits --size.
+    #[arg(long, hide = true)]
+    graph_scale: Option<u32>,
+    /// bfs and sssp: edges per vertex.
+    #[arg(long, hide = true, default_value_t = 16)]
+    edge_factor: u32,
 }
 
 /// Local memory for the far run.
@@ -96,7 +104,8 @@ pub fn run(args: Args) -> Outcome {
     anyhow::ensure!(args.memnodes >= 1, "--memnodes must be at least 1");
     let local = parse_local(&args.local)?;
     if args.worker {
-        return worker(&args);
+        let kind = worker::Kind::parse(&args.kind, args.graph_scale, args.edge_factor)?;
+        return worker::run(kind, args.size.bytes(), args.iterations);
     }
     let say = |s: &str| {
         if !args.json {
@@ -320,70 +329,6 @@ fn supervise(
         }
         _ => bail!("the {label} run failed ({status}):\n{}", errors.trim_end()),
     }
-}
-
-/// The workload: generate, rank, report. Progress and the result go to
-/// stdout as `progress N TEXT` and `result JSON` lines.
-fn worker(args: &Args) -> Outcome {
-    use std::io::Write;
-    if args.kind != "pagerank" {
-        let kind: synthetic::Kind = args.kind.parse().map_err(anyhow::Error::msg)?;
-        let mut out = std::io::stdout().lock();
-        let start = Instant::now();
-        let sum = synthetic::run(kind, args.size.bytes(), args.iterations, 42, |i| {
-            let _ = writeln!(out, "progress {i} pass {i} of {}", args.iterations);
-            let _ = out.flush();
-        });
-        let result = json!({
-            "seconds": start.elapsed().as_secs_f64(),
-            "kind": kind.name(),
-            "bytes": args.size.bytes(),
-            "checksum": format!("{sum:016x}"),
-            "peak_rss_bytes": peak_rss(),
-        });
-        writeln!(out, "result {result}")?;
-        return Ok(std::process::ExitCode::SUCCESS);
-    }
-    let (scale, ef) = graph_shape(args.size.bytes());
-    let mut out = std::io::stdout().lock();
-    let start = Instant::now();
-    let graph = native::pull_graph(scale, ef, 42);
-    writeln!(out, "progress 1 round 1 of {}", args.iterations)?;
-    out.flush()?;
-    let rank = native::pagerank(&graph, args.iterations, |i| {
-        let next = if i < args.iterations {
-            format!("round {} of {}", i + 1, args.iterations)
-        } else {
-            "done".to_string()
-        };
-        let _ = writeln!(out, "progress {} {next}", i + 1);
-        let _ = out.flush();
-    });
-    let seconds = start.elapsed().as_secs_f64();
-    let result = json!({
-        "seconds": seconds,
-        "graph": {
-            "vertices": graph.vertices(),
-            "edges": graph.edges(),
-            "bytes": graph.bytes() + 16 * graph.vertices() as u64,
-        },
-        "checksum": format!("{:016x}", native::checksum(&rank)),
-        "top": native::top(&rank, 5),
-        "peak_rss_bytes": peak_rss(),
-    });
-    writeln!(out, "result {result}")?;
-    Ok(std::process::ExitCode::SUCCESS)
-}
-
-/// This process's peak resident set.
-fn peak_rss() -> u64 {
-    // SAFETY: getrusage fills the struct we pass.
-    let usage = unsafe {
-        let mut u: libc::rusage = std::mem::zeroed();
-        libc::getrusage(libc::RUSAGE_SELF, &mut u);
-        u
-    };
-    usage.ru_maxrss.max(0) as u64 * 1024
 }
 
 /// The LD_PRELOAD shim, built first when running from a source checkout
