@@ -21,6 +21,8 @@ pub enum ParseError {
     NotANumber(String),
     #[error("unknown unit `{unit}` in `{input}` (use B, KiB, MiB, GiB, TiB, K, M, G, T)")]
     UnknownUnit { input: String, unit: String },
+    #[error("unknown unit `{unit}` in `{input}` (use ns, us, ms, s)")]
+    UnknownTimeUnit { input: String, unit: String },
     #[error("`{0}` overflows 64 bits")]
     Overflow(String),
     #[error("`{0}` is not a ratio (use 25%, 0.25 or 1/4, between 0 and 1)")]
@@ -219,9 +221,9 @@ pub fn parse_duration_ns(input: &str) -> Result<u64, ParseError> {
         "ms" => 1e6,
         "s" => 1e9,
         other => {
-            return Err(ParseError::UnknownUnit {
+            return Err(ParseError::UnknownTimeUnit {
                 input: input.to_string(),
-                unit: format!("{other} (use ns, us, ms, s)"),
+                unit: other.to_string(),
             });
         }
     };
@@ -265,6 +267,15 @@ mod tests {
             "abc".parse::<ByteSize>(),
             Err(ParseError::NotANumber(_)) | Err(ParseError::UnknownUnit { .. })
         ));
+    }
+
+    #[test]
+    fn a_bad_time_unit_lists_the_time_units() {
+        let e = parse_duration_ns("5parsecs").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "unknown unit `parsecs` in `5parsecs` (use ns, us, ms, s)"
+        );
     }
 
     #[test]

@@ -51,6 +51,9 @@ pub struct MemNodeConfig {
     /// never). Clients reopen it transparently, presenting their
     /// capabilities again.
     pub idle_timeout: Option<Duration>,
+    /// Delay injected on the way in (`farmem memnode --delay`): the
+    /// lender's side of ThymesisFlow's injector.
+    pub ingress_delay: Option<farmem_policy::delay::DelayModel>,
 }
 
 impl MemNodeConfig {
@@ -64,6 +67,7 @@ impl MemNodeConfig {
             heartbeat: Duration::from_millis(500),
             max_frame: farmem_wire::DEFAULT_MAX_FRAME,
             idle_timeout: Some(farmem_net::server::DEFAULT_IDLE_TIMEOUT),
+            ingress_delay: None,
         }
     }
 }
@@ -483,6 +487,10 @@ impl MemNode {
             max_frame: cfg.max_frame,
             incarnation,
             idle_timeout: cfg.idle_timeout,
+            ingress_delay: cfg
+                .ingress_delay
+                .clone()
+                .map(|m| Arc::new(farmem_net::delay::EgressDelay::new(m, incarnation))),
             ..ServerConfig::default()
         };
         let server =

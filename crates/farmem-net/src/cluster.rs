@@ -798,6 +798,15 @@ impl Cluster {
         gates
     }
 
+    /// Every delay gate this client's requests pass: the link's one, or
+    /// each path's; none when no delay is injected.
+    pub fn delay_gates(&self) -> Vec<Arc<crate::delay::EgressDelay>> {
+        if self.node_cfg.path_delays.is_empty() {
+            return self.node_cfg.delay.iter().cloned().collect();
+        }
+        self.path_delays().into_iter().map(|(_, g)| g).collect()
+    }
+
     /// The connection settings for memory node `node`: with a gate of its
     /// own when each path is throttled ([`ClientConfig::path_delays`]).
     fn path_cfg(&self, node: u32) -> ClientConfig {

@@ -41,6 +41,35 @@ enum Gate {
     },
 }
 
+/// What requests met at a client's delay gates, for its statistics: the
+/// time a request waited for its turn (the link busy: bandwidth) apart
+/// from the time its reply was held (the link's latency).
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+pub struct GateStats {
+    pub requests: u64,
+    pub bytes: u64,
+    pub queued_us_mean: f64,
+    pub held_us_mean: f64,
+    /// Requests whose turn or reply came past their deadline.
+    pub late: u64,
+}
+
+impl GateStats {
+    /// Summed over `gates` (a link's one, or each path's).
+    pub fn of(gates: &[std::sync::Arc<EgressDelay>]) -> Self {
+        let sum = |f: &dyn Fn(&EgressDelay) -> u64| gates.iter().map(|g| f(g)).sum::<u64>();
+        let requests = sum(&|g| g.admitted.get());
+        let mean_us = |ns: u64| ns as f64 / requests.max(1) as f64 / 1e3;
+        Self {
+            requests,
+            bytes: sum(&|g| g.bytes.get()),
+            queued_us_mean: mean_us(sum(&|g| g.waited_ns.get())),
+            held_us_mean: mean_us(sum(&|g| g.held_ns.get())),
+            late: sum(&|g| g.late.get()),
+        }
+    }
+}
+
 /// A node's egress gate.
 #[derive(Debug)]
 pub struct EgressDelay {
@@ -199,7 +228,7 @@ impl EgressDelay {
 }
 
 /// Sleeps, then spins for the last stretch (sleeping would overshoot).
-fn wait_until(until: Instant) {
+pub(crate) fn wait_until(until: Instant) {
     loop {
         let left = until.saturating_duration_since(Instant::now());
         if left.is_zero() {

@@ -15,13 +15,14 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::{self, JoinHandle};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use farmem_core::Counter;
 use farmem_policy::poll::{AdaptivePoll, PollConfig};
 use farmem_wire::{ErrorCode, Msg, PROTOCOL_VERSION, Role, auth};
 
 use crate::NetError;
+use crate::delay::{EgressDelay, wait_until};
 use crate::frame::{await_frame, read_frame};
 
 /// Who is on the other end of a connection, once authenticated.
@@ -91,6 +92,11 @@ pub struct ServerConfig {
     /// How long a connection's thread spins for the next request before it
     /// sleeps ([`farmem_policy::poll`]).
     pub poll: PollConfig,
+    /// A delay on the way in (ThymesisFlow's injector on the lender's
+    /// side): each request waits its turn at this gate before it is
+    /// served, and its reply leaves its hold after that, the replies of a
+    /// batch together. Shared by all the server's connections.
+    pub ingress_delay: Option<Arc<EgressDelay>>,
 }
 
 /// Default idle timeout after login: long enough that no farmem client's
@@ -124,6 +130,7 @@ impl Default for ServerConfig {
             max_connections: DEFAULT_MAX_CONNECTIONS,
             incarnation: 0,
             poll: DEFAULT_SERVER_POLL,
+            ingress_delay: None,
         }
     }
 }
@@ -364,6 +371,8 @@ fn request_loop(
     let mut body = Vec::new();
     let mut out = Vec::with_capacity(FLUSH_AT + (64 << 10));
     let mut poll = AdaptivePoll::new(cfg.poll);
+    // When the replies in `out` may leave, behind an ingress delay.
+    let mut release: Option<Instant> = None;
     loop {
         await_frame(reader, &mut poll);
         let header = match read_frame(reader, &mut body, cfg.max_frame) {
@@ -387,6 +396,11 @@ fn request_loop(
                 return Err(NetError::Wire(e));
             }
         };
+        if let Some(delay) = &cfg.ingress_delay {
+            let hold = delay.pass(msg.data_bytes());
+            let at = Instant::now() + hold;
+            release = Some(release.map_or(at, |r| r.max(at)));
+        }
         let mark = out.len();
         if let Err(refusal) = service.handle(peer, header.id, msg, &mut out) {
             stats.refused.inc();
@@ -398,6 +412,9 @@ fn request_loop(
             .encode(header.id, &mut out);
         }
         if reader.buffer().is_empty() || out.len() >= FLUSH_AT {
+            if let Some(at) = release.take() {
+                wait_until(at);
+            }
             // Straight to the socket: BufWriter passes writes this large through.
             writer.get_mut().write_all(&out)?;
             out.clear();
@@ -560,6 +577,36 @@ mod tests {
         let c = Connection::connect(&addr, &client).unwrap();
         c.call(&Msg::Stats).unwrap().done("stats").unwrap();
         assert_eq!(server.stats().open.load(Ordering::SeqCst), 2);
+    }
+
+    #[test]
+    fn an_ingress_delay_spaces_requests_and_holds_their_replies() {
+        let gap: farmem_policy::delay::DelayModel = "30ms".parse().unwrap();
+        let delay = Arc::new(EgressDelay::new(gap, 1));
+        let cfg = ServerConfig {
+            ingress_delay: Some(delay.clone()),
+            ..ServerConfig::default()
+        };
+        let server = Server::start("127.0.0.1:0", cfg, Arc::new(Echo)).unwrap();
+        let client = ClientConfig::new("cn-0", Role::Compute);
+        let conn = Connection::connect(&server.local_addr().to_string(), &client).unwrap();
+        // A lone request on an idle gate: served at once, its reply held
+        // a gap. Three pipelined: each served a gap after the one before,
+        // the last one's reply a gap after that.
+        let start = Instant::now();
+        conn.call(&Msg::Stats).unwrap().done("lone").unwrap();
+        assert!(start.elapsed() >= Duration::from_millis(30));
+        let start = Instant::now();
+        let tickets: Vec<_> = (0..3).map(|_| conn.submit(&Msg::Stats).unwrap()).collect();
+        for t in tickets {
+            t.wait().unwrap().done("pipelined").unwrap();
+        }
+        assert!(
+            start.elapsed() >= Duration::from_millis(90),
+            "{:?}",
+            start.elapsed()
+        );
+        assert_eq!(delay.admitted.get(), 4);
     }
 
     #[test]

@@ -125,9 +125,16 @@ fn write_stats() {
     let pool = POOL.load(Ordering::Acquire);
     // SAFETY: like the runtime, the pool is leaked at init.
     let compressed = (!pool.is_null()).then(|| unsafe { &*pool }.stats());
+    let store = STORE.load(Ordering::Acquire);
+    // SAFETY: the store is leaked at init too.
+    let gates = (!store.is_null())
+        .then(|| unsafe { &*store }.cluster().delay_gates())
+        .filter(|g| !g.is_empty());
+    let delay_gate = gates.map(|g| farmem_net::delay::GateStats::of(&g));
     let line = serde_json::json!({
         "pid": pid,
         "compressed": compressed,
+        "delay_gate": delay_gate,
         "far_bytes_in_use": in_use,
         "far_bytes_peak": peak,
         "local_bytes": rt.config().local_bytes,

@@ -45,6 +45,14 @@ pub struct Args {
     /// it on their next request and present their capabilities again.
     #[arg(long, default_value_t = 600)]
     idle_secs: u64,
+    /// Inject delay on the way in, for every client (ThymesisFlow's
+    /// injector on the lender's side): a request is served no sooner than
+    /// one gap after the one before it, and its reply leaves a gap after
+    /// that. A model as `farmem run --delay` takes: none, 20us (a fixed
+    /// gap), uniform:10us..50us, exp:30us, steps:0=0,1s=50us (from the
+    /// first request), rate:200MiB/s.
+    #[arg(long, value_name = "MODEL")]
+    delay: Option<farmem_policy::delay::DelayModel>,
     /// Print the bound address as one JSON object on stdout once serving.
     #[arg(long)]
     json: bool,
@@ -57,6 +65,10 @@ pub fn run(args: Args) -> Outcome {
     cfg.heartbeat = Duration::from_millis(args.heartbeat_ms.max(10));
     cfg.idle_timeout = (args.idle_secs > 0).then(|| Duration::from_secs(args.idle_secs));
     cfg.token = super::load_secret(args.token_file.as_deref())?;
+    cfg.ingress_delay = args
+        .delay
+        .clone()
+        .filter(|m| *m != farmem_policy::delay::DelayModel::None);
     super::block_termination_signals();
     let node = MemNode::start(cfg)
         .with_context(|| format!("starting the memory node on {}", args.listen))?;

@@ -262,6 +262,9 @@ pub struct ProgramRun {
     /// `--stats-json` of the process that faulted most (the program, not
     /// a shell); null if the run wrote none.
     pub stats: serde_json::Value,
+    /// That process's delay gates (`farmem_net::delay::GateStats`), null
+    /// without a delay.
+    pub gate: serde_json::Value,
 }
 
 impl ProgramRun {
@@ -275,26 +278,37 @@ impl ProgramRun {
         let file = StatsFile::new("program-run");
         run.arg("--stats-json").arg(&file.0).arg("--").args(&w.argv);
         let measured = measure::run(&mut run, limit)?;
-        let stats = file
+        let process = file
             .read()
             .and_then(|report| {
                 report["processes"]
                     .as_array()?
                     .iter()
-                    .map(|p| &p["stats"])
-                    .max_by_key(|s| s["remote_fault_latency"]["count"].as_u64().unwrap_or(0))
+                    .max_by_key(|p| {
+                        p["stats"]["remote_fault_latency"]["count"]
+                            .as_u64()
+                            .unwrap_or(0)
+                    })
                     .cloned()
             })
             .unwrap_or_default();
-        Ok(Self { measured, stats })
+        let stats = process["stats"].clone();
+        let gate = process["delay_gate"].clone();
+        Ok(Self {
+            measured,
+            stats,
+            gate,
+        })
     }
 
     pub fn ok(&self) -> bool {
         self.measured.outcome() == "ok"
     }
 
-    /// Its remote faults, and the faults that found their page on its way
-    /// (fetched by another, or read ahead): the program waits for them too.
+    /// Its remote faults, the faults that found their page on its way
+    /// (fetched by another, or read ahead: the program waits for them
+    /// too), and what its requests met at the delay gate: the wait for a
+    /// turn (queueing: the link busy) and the hold (the link's latency).
     pub fn fault_row(&self) -> serde_json::Value {
         let (faults, waits) = (
             &self.stats["remote_fault_latency"],
@@ -307,6 +321,9 @@ impl ProgramRun {
             "remote_fault_us_p99": faults["p99_us"],
             "waited_faults": waits["count"],
             "waited_fault_us_mean": waits["mean_us"],
+            "gate_requests": self.gate["requests"],
+            "gate_queued_us_mean": self.gate["queued_us_mean"],
+            "gate_held_us_mean": self.gate["held_us_mean"],
         })
     }
 }

@@ -156,9 +156,40 @@ pub fn split_redis_report(stdout: &[u8]) -> (Option<(f64, f64)>, Vec<u8>) {
 }
 
 fn redis_with(keys: u64, gets: u64, pipeline: u32, csv: bool) -> anyhow::Result<Workload> {
+    let bench_out = if csv { "--csv" } else { "-q >/dev/null" };
+    redis_script(
+        keys,
+        &format!(
+            r#"redis-benchmark -s "$d/s" -t get -r {keys} -n {gets} -c 8 -P {pipeline} -d {REDIS_VALUE} {bench_out}
+redis-cli -s "$d/s" dbsize
+redis-cli -s "$d/s" debug digest"#
+        ),
+    )
+}
+
+/// redis loaded as [`redis_latency`] loads it, then `windows` rounds of
+/// `gets` GETs from one client, each round announced by a line `window
+/// NANOS` (the wall clock, `date +%s%N`) before redis-benchmark's CSV
+/// line: latency over time, for a delay changed while it runs.
+pub fn redis_windows(size: u64, windows: u32, gets: u64) -> anyhow::Result<Workload> {
+    let keys = redis_keys(size);
+    redis_script(
+        keys,
+        &format!(
+            r#"for i in $(seq 1 {windows}); do
+  echo "window $(date +%s%N)"
+  redis-benchmark -s "$d/s" -t get -r {keys} -n {gets} -c 1 -P 1 -d {REDIS_VALUE} --csv | grep '^"GET"'
+done"#
+        ),
+    )
+}
+
+/// A redis-server on a private Unix socket holding `keys` 1000 B values,
+/// loaded in order through `redis-cli --pipe`, then `body` (a shell
+/// fragment; `$d/s` is the socket), then the server's shutdown.
+fn redis_script(keys: u64, body: &str) -> anyhow::Result<Workload> {
     installed("redis-server", "redis-server")?;
     installed("redis-benchmark", "redis-tools")?;
-    let bench_out = if csv { "--csv" } else { "-q >/dev/null" };
     // Keys as redis-benchmark's -r names them: key:%012d.
     let script = format!(
         r#"set -e
@@ -166,9 +197,7 @@ d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
 redis-server --port 0 --unixsocket "$d/s" --save '' --appendonly no --dir "$d" --enable-debug-command local >/dev/null &
 until redis-cli -s "$d/s" ping >/dev/null 2>&1; do sleep 0.05; done
 awk -v n={keys} -v sz={value} 'BEGIN {{ pad = sprintf("%*s", sz, ""); gsub(/ /, "v", pad); for (i = 0; i < n; i++) {{ k = sprintf("key:%012d", i); v = substr(i pad, 1, sz); printf "*3\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n", length(k), k, length(v), v }} }}' | redis-cli -s "$d/s" --pipe >/dev/null
-redis-benchmark -s "$d/s" -t get -r {keys} -n {gets} -c 8 -P {pipeline} -d {value} {bench_out}
-redis-cli -s "$d/s" dbsize
-redis-cli -s "$d/s" debug digest
+{body}
 redis-cli -s "$d/s" shutdown nosave >/dev/null 2>&1 || true
 wait
 "#,

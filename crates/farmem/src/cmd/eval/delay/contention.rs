@@ -29,6 +29,8 @@ const BYTES: u64 = 16 << 20;
 const LOCAL: u64 = 4 << 20;
 const MAX_N: usize = 4;
 const PASSES: usize = 3;
+/// Runs it makes: one local, 1 + 2 + .. + MAX_N for MCBN, MAX_N for MCLN.
+pub const RUNS: u64 = (1 + MAX_N * (MAX_N + 1) / 2 + MAX_N) as u64;
 
 pub fn run(plan: &Plan) -> anyhow::Result<Value> {
     // Passes enough that the instances' start-up skew (each starts its own

@@ -5,14 +5,16 @@
 //! |--------------|---------------------------------------------|------|
 //! | `validation` | Figs. 2-3: latency linear in PERIOD, bandwidth-delay product constant | `farmem bench delay` (4 KiB reads through the gate) |
 //! | `programs`   | §V: STREAM bandwidth, redis, Graph500 BFS/SSSP per delay (Table I) | each program on local memory, then under `farmem run --delay D` at a quarter of its footprint local, for every D |
-//! | `variance`   | its next step: delays from distributions, varying in a run | one mean delay as fixed, uniform and exponential, and a step mid-run |
+//! | `variance`   | its next step: delays from distributions, varying in a run | one mean delay as fixed, uniform and exponential, and a step mid-run from twice it to none |
 //! | `resilience` | the attach broke at 4 ms                    | 1, 4 and 10 ms: the answer, or the named deadline error |
 //! | `contention` | §V-C: MCBN, MCLN                            | `contention.rs` |
+//! | `live`       | (its next step: a delay varying in a run)   | `live.rs`: `farmem link set` under a running redis |
 //!
 //! Every far run's answer is checked against the local run's; a run that
 //! answers differently fails the evaluation whatever its speed.
 
 mod contention;
+mod live;
 mod programs;
 mod report;
 
@@ -40,7 +42,7 @@ pub struct Flags {
     #[arg(long, value_delimiter = ',')]
     pub delays: Vec<DelayModel>,
     /// eval delay: which parts, comma-separated: validation, programs,
-    /// variance, resilience, contention [default: all]
+    /// variance, resilience, contention, live [default: all]
     #[arg(long, value_delimiter = ',')]
     pub parts: Vec<String>,
     /// eval delay: the Graph500 graph's scale (2^SCALE vertices) [default:
@@ -52,16 +54,17 @@ pub struct Flags {
     pub edge_factor: u32,
 }
 
-const PARTS: [&str; 5] = [
+const PARTS: [&str; 6] = [
     "validation",
     "programs",
     "variance",
     "resilience",
     "contention",
+    "live",
 ];
 const DELAYS: &str = "none,1us,2us,5us,20us,50us,100us,200us";
 const QUICK_DELAYS: &str = "none,5us,20us,50us,100us,200us";
-/// The mean delay of the variance study, and a step mid-run to twice it.
+/// The mean delay of the variance study (its step: from twice it to none).
 const VARIANCE_MEAN_US: u64 = 50;
 /// The resilience study's delays (the paper's attach broke at 4 ms).
 const RESILIENCE: [&str; 3] = ["1ms", "4ms", "10ms"];
@@ -163,7 +166,10 @@ impl Plan {
             n += self.resilience_programs().len() as u64 * (1 + RESILIENCE.len() as u64);
         }
         if self.has("contention") {
-            n += 8;
+            n += contention::RUNS;
+        }
+        if self.has("live") && self.programs.contains(&Program::Redis) {
+            n += live::RUNS;
         }
         n
     }
@@ -182,7 +188,16 @@ impl Plan {
             .collect()
     }
 
+    /// Says what runs next: on the bar, or a line when stderr is not a
+    /// terminal (a log).
     fn step(&self, what: String) {
+        if self.bar.is_hidden() {
+            eprintln!(
+                "farmem: eval delay: [{}/{}] {what}",
+                self.bar.position() + 1,
+                self.bar.length().unwrap_or(0)
+            );
+        }
         self.bar.set_message(what);
     }
 
@@ -239,6 +254,9 @@ pub fn run(args: Args) -> Outcome {
     }
     if plan.has("contention") {
         out["contention"] = contention::run(&plan)?;
+    }
+    if plan.has("live") && plan.programs.contains(&Program::Redis) {
+        out["live"] = live::run(&plan)?;
     }
     plan.bar.finish_and_clear();
     let checks = report::checks(&out);
@@ -398,8 +416,9 @@ fn sweep(plan: &Plan) -> anyhow::Result<Vec<Value>> {
     Ok(rows)
 }
 
-/// One mean delay drawn three ways, and a step from none to twice it
-/// halfway through the fixed run's time.
+/// One mean delay drawn three ways, and a step from twice it down to none
+/// halfway through the fixed run's time (a step up at that time could
+/// come after a run that went faster before it).
 fn variance(plan: &Plan) -> anyhow::Result<Vec<Value>> {
     let mean = VARIANCE_MEAN_US;
     let mut rows = Vec::new();
@@ -419,7 +438,7 @@ fn variance(plan: &Plan) -> anyhow::Result<Vec<Value>> {
         }
         let at = Duration::from_secs_f64(half.unwrap_or(1.0).max(0.01));
         let step: DelayModel =
-            format!("steps:0=0,{}ms={}us", at.as_millis().max(1), 2 * mean).parse()?;
+            format!("steps:0={}us,{}ms=0", 2 * mean, at.as_millis().max(1)).parse()?;
         rows.push(far(plan, p, &w, &step, plan.local_mem, None, &base)?);
     }
     Ok(rows)

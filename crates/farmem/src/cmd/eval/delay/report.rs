@@ -160,6 +160,14 @@ pub fn checks(out: &Value) -> Map<String, Value> {
         let ok = var.iter().all(|r| r["identical"] == true);
         c.insert("variance_runs_identical".into(), json!({"pass": ok}));
     }
+    let live = &out["live"];
+    if !live.is_null() {
+        let seen = live["seen_within_s"].as_f64();
+        c.insert(
+            "link_set_seen_by_live_redis_within_1s".into(),
+            json!({"seen_within_s": seen, "pass": seen.is_some_and(|s| s <= 1.0)}),
+        );
+    }
     let con = &out["contention"];
     if !con.is_null() {
         let worst = con["mcbn"]
@@ -287,6 +295,7 @@ pub fn write(dir: &Path, out: &Value) -> anyhow::Result<()> {
         }))
         .collect();
     put("contention.csv", &csv(&mcbn.iter().collect::<Vec<_>>()))?;
+    put("live.csv", &csv(&rows(&out["live"], "windows")))?;
     for (name, svg) in figures(out) {
         let p = dir.join(name);
         figure::write(&p, &svg).with_context(|| format!("writing {}", p.display()))?;
