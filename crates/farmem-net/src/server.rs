@@ -95,7 +95,10 @@ pub struct ServerConfig {
     /// A delay on the way in (ThymesisFlow's injector on the lender's
     /// side): each request waits its turn at this gate before it is
     /// served, and its reply leaves its hold after that, the replies of a
-    /// batch together. Shared by all the server's connections.
+    /// batch together. Shared by all the server's connections. The hold is
+    /// waited in the connection's thread, which reads nothing meanwhile: a
+    /// client that sends one request at a time on a connection gets a
+    /// reply per gap and hold, not per gap.
     pub ingress_delay: Option<Arc<EgressDelay>>,
 }
 
@@ -380,6 +383,9 @@ fn request_loop(
             Err(NetError::Wire(e)) => {
                 // A broken frame leaves the stream unframed: tell the peer why, then close.
                 stats.protocol_errors.inc();
+                if let Some(at) = release.take() {
+                    wait_until(at);
+                }
                 writer.write_all(&out)?;
                 reply_error(writer, 0, ErrorCode::BadRequest, &e.to_string());
                 return Err(NetError::Wire(e));
@@ -391,6 +397,9 @@ fn request_loop(
             Ok(m) => m,
             Err(e) => {
                 stats.protocol_errors.inc();
+                if let Some(at) = release.take() {
+                    wait_until(at);
+                }
                 writer.write_all(&out)?;
                 reply_error(writer, header.id, ErrorCode::BadRequest, &e.to_string());
                 return Err(NetError::Wire(e));

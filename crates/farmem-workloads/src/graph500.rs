@@ -67,6 +67,12 @@ fn unit(x: u64) -> f64 {
     (mix64(x) >> 11) as f64 / (1u64 << 53) as f64
 }
 
+/// The generator's random streams, each from its own hash of the seed, so
+/// no two draw the same numbers whatever the seed.
+fn stream(seed: u64, tag: u64) -> u64 {
+    mix64(mix64(seed) ^ tag)
+}
+
 /// Bytes the generator, kernel 1 and one search hold at `scale` and
 /// `edge_factor` at their peak, while kernel 1 runs: the edge list
 /// (12 B/edge), its staging (24 B/edge) and the CSR (16 B/edge, 16 B/vertex
@@ -93,13 +99,15 @@ pub fn kronecker(scale: u32, edge_factor: u32, seed: u64) -> EdgeList {
     let ab = A + B;
     let c_norm = C / (1.0 - ab);
     let a_norm = A / ab;
+    let (bits, labels, weights) = (stream(seed, 1), stream(seed, 2), stream(seed, 3));
     let mut edges = Vec::with_capacity(m);
     for e in 0..m as u64 {
         let (mut u, mut v) = (0u32, 0u32);
         for bit in 0..scale {
-            let k = seed ^ (e << 8 | u64::from(bit)) << 1;
+            // Two draws per bit: k's low bit is free.
+            let k = bits ^ (e << 8 | u64::from(bit)) << 1;
             let ii = unit(k) > ab;
-            let jj = unit(k | 1) > if ii { c_norm } else { a_norm };
+            let jj = unit(k ^ 1) > if ii { c_norm } else { a_norm };
             u |= u32::from(ii) << bit;
             v |= u32::from(jj) << bit;
         }
@@ -112,16 +120,14 @@ pub fn kronecker(scale: u32, edge_factor: u32, seed: u64) -> EdgeList {
     // only time the generator under far memory.
     let mut label: Vec<u32> = (0..n as u32).collect();
     for i in (1..n).rev() {
-        label.swap(
-            i,
-            (mix64(seed ^ 0x5eed ^ i as u64) % (i as u64 + 1)) as usize,
-        );
+        label.swap(i, (mix64(labels ^ i as u64) % (i as u64 + 1)) as usize);
     }
     for e in &mut edges {
         *e = (label[e.0 as usize], label[e.1 as usize]);
     }
+    // 24 random bits, exactly an f32's [0, 1) (a rounded f64 could be 1.0).
     let weights = (0..m as u64)
-        .map(|e| unit(seed ^ 0x0077_e167 ^ e << 4) as f32)
+        .map(|e| (mix64(weights ^ e) >> 40) as f32 / (1u32 << 24) as f32)
         .collect();
     EdgeList {
         vertices: n,
@@ -289,6 +295,17 @@ pub fn validate(g: &EdgeList, root: u32, tree: &Tree) -> Result<(), String> {
         return Err(format!("{} parents for {n} vertices", tree.parent.len()));
     }
     let depth = depths(root, &tree.parent)?;
+    if let Some(dist) = &tree.dist {
+        if dist.len() != n {
+            return Err(format!("{} distances for {n} vertices", dist.len()));
+        }
+        if dist[root as usize] != 0.0 {
+            return Err(format!(
+                "the root {root} is at distance {}",
+                dist[root as usize]
+            ));
+        }
+    }
     let reached = |v: u32| tree.parent[v as usize] != NONE;
     // A tree edge is confirmed once an input edge joins the vertex and its
     // parent (with the right distance for SSSP).
@@ -345,12 +362,21 @@ pub fn roots(csr: &Csr, count: usize, seed: u64) -> Vec<u32> {
         if picked.len() == count {
             break;
         }
-        let v = (mix64(seed ^ 0x0400_7ee5 ^ i) % n) as u32;
+        let v = (mix64(stream(seed, 4) ^ i) % n) as u32;
         if csr.degree(v) > 0 && !picked.contains(&v) {
             picked.push(v);
         }
     }
     picked
+}
+
+/// Input edges in the searched component (both ends reached; loops too):
+/// what the spec's TEPS counts per search.
+pub fn edges_reached(g: &EdgeList, tree: &Tree) -> u64 {
+    g.edges
+        .iter()
+        .filter(|(u, _)| tree.parent[*u as usize] != NONE)
+        .count() as u64
 }
 
 /// What a search found, for a checksum two runs must agree on: vertices
@@ -449,6 +475,12 @@ mod tests {
             d[far as usize] += 0.25;
         }
         assert!(validate(&g, root, &sssp).is_err());
+        // Distances all zero (a zeroed page) or all infinite.
+        for wrong in [0.0, f32::INFINITY] {
+            let mut t = csr.sssp(root);
+            t.dist.as_mut().unwrap().iter_mut().for_each(|d| *d = wrong);
+            assert!(validate(&g, root, &t).is_err(), "{wrong}");
+        }
     }
 
     #[test]

@@ -3,17 +3,23 @@
 //! timed one by one, with arrays as large as the caller asks (the study
 //! wants them well beyond local memory).
 //!
-//! Where this differs from `stream.c`: the arrays start from 1024 distinct
-//! values rather than one, so a page served from the wrong place or as
-//! zeros changes the answer; and the check is exact. Every element runs the
-//! same f64 operations in the same order as its scalar model, so each must
-//! equal its model bit for bit (`stream.c` allows a relative error of
-//! 1e-13 on the averages).
+//! Where this differs from `stream.c`: each element of `a` starts from a
+//! hash of its index rather than one value for all, so a page served from
+//! the wrong place or as zeros changes the answer; the check is exact:
+//! every element runs the same f64 operations in the same order as its
+//! scalar model, so each must equal its model bit for bit (`stream.c`
+//! allows a relative error of 1e-13 on the averages); and the scalar `q`
+//! is sqrt(2) - 1, which keeps the values bounded over any number of
+//! passes (a pass multiplies `a` by 2q + q^2: `stream.c`'s 3.0 grows them
+//! 15x a pass, to infinity after about 260, where no check can see a
+//! wrong page).
 
-/// STREAM's scalar `q`.
-const SCALAR: f64 = 3.0;
-/// Distinct starting values of `a`.
-const DISTINCT: usize = 1024;
+use farmem_core::mix64;
+
+/// The scalar `q`: 2q + q^2 = 1.
+const SCALAR: f64 = std::f64::consts::SQRT_2 - 1.0;
+/// The fewest elements a run uses.
+const MIN_ELEMENTS: usize = 1024;
 
 /// One kernel: its name and the bytes it moves per element (read + write).
 pub const KERNELS: [(&str, u64); 4] = [("copy", 16), ("scale", 16), ("add", 24), ("triad", 24)];
@@ -35,11 +41,12 @@ pub struct Report {
 
 /// Elements of each of the three arrays for about `bytes` in all.
 pub fn elements_for(bytes: u64) -> usize {
-    (bytes / 24).max(DISTINCT as u64) as usize
+    (bytes / 24).max(MIN_ELEMENTS as u64) as usize
 }
 
+/// Element `i`'s first value of `a`: in [1, 2), from a hash of `i`.
 fn start(i: usize) -> f64 {
-    1.0 + (i % DISTINCT) as f64 * 1e-3
+    1.0 + (mix64(i as u64) >> 12) as f64 / (1u64 << 52) as f64
 }
 
 /// One pass of the four kernels on one element, as the arrays see it.
@@ -59,7 +66,7 @@ pub fn run(
     mut clock: impl FnMut() -> f64,
     mut each: impl FnMut(usize),
 ) -> Report {
-    let n = elements.max(DISTINCT);
+    let n = elements.max(MIN_ELEMENTS);
     let mut a: Vec<f64> = (0..n).map(start).collect();
     let mut b = vec![2.0f64; n];
     let mut c = vec![0.0f64; n];
@@ -95,20 +102,15 @@ pub fn run(
         }
         each(pass);
     }
-    let models: Vec<[f64; 3]> = (0..DISTINCT)
-        .map(|i| {
-            let (mut ma, mut mb, mut mc) = (start(i), 2.0, 0.0);
-            for _ in 0..passes {
-                model_pass(&mut ma, &mut mb, &mut mc);
-            }
-            [ma, mb, mc]
-        })
-        .collect();
     let mut wrong = 0;
     let mut checksum = 0xcbf2_9ce4_8422_2325u64;
     for i in 0..n {
+        let (mut ma, mut mb, mut mc) = (start(i), 2.0, 0.0);
+        for _ in 0..passes {
+            model_pass(&mut ma, &mut mb, &mut mc);
+        }
         let got = [a[i], b[i], c[i]];
-        if got.map(f64::to_bits) != models[i % DISTINCT].map(f64::to_bits) {
+        if got.map(f64::to_bits) != [ma, mb, mc].map(f64::to_bits) {
             wrong += 1;
         }
         for v in got {
@@ -157,11 +159,20 @@ mod tests {
     }
 
     #[test]
-    fn the_model_is_streams_recurrence() {
+    fn the_model_is_streams_recurrence_and_stays_bounded() {
         let (mut a, mut b, mut c) = (1.0, 2.0, 0.0);
         model_pass(&mut a, &mut b, &mut c);
-        assert_eq!((a, b, c), (3.0 + 3.0 * 4.0, 3.0, 4.0));
+        let q = SCALAR;
+        assert_eq!((a, b, c), (q + q * (1.0 + q), q, 1.0 + q));
+        for _ in 0..100_000 {
+            model_pass(&mut a, &mut b, &mut c);
+        }
+        assert!(a.is_finite() && (0.5..2.0).contains(&a), "{a}");
         assert_eq!(elements_for(24 << 20), 1 << 20);
-        assert_eq!(elements_for(0), DISTINCT);
+        assert_eq!(elements_for(0), MIN_ELEMENTS);
+        // Every element starts from its own value.
+        let starts: std::collections::HashSet<u64> =
+            (0..4096).map(|i| start(i).to_bits()).collect();
+        assert_eq!(starts.len(), 4096);
     }
 }

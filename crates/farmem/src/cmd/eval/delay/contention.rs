@@ -61,10 +61,12 @@ pub fn run(plan: &Plan) -> anyhow::Result<Value> {
     }
     let mut mcln = Vec::new();
     for n in 1..=MAX_N {
-        let loaders = (1..n)
-            .map(|_| loader(plan))
-            .collect::<anyhow::Result<Vec<_>>>()?;
-        let row = far(plan, Program::Stream, &w, &model, LOCAL, None, &base);
+        let mut loaders = Vec::new();
+        let started = (1..n).try_for_each(|_| {
+            loaders.push(loader(plan)?);
+            anyhow::Ok(())
+        });
+        let row = started.and_then(|()| far(plan, Program::Stream, &w, &model, LOCAL, None, &base));
         for mut l in loaders {
             let _ = l.kill();
             let _ = l.wait();
@@ -133,7 +135,12 @@ fn shares(n: usize, rows: Vec<Value>) -> Value {
     let total: f64 = rows.iter().filter_map(|r| r["link_mb_s"].as_f64()).sum();
     let share: Vec<Option<f64>> = rows
         .iter()
-        .map(|r| r["link_mb_s"].as_f64().map(|x| x / total))
+        .map(|r| {
+            r["link_mb_s"]
+                .as_f64()
+                .filter(|_| total > 0.0)
+                .map(|x| x / total)
+        })
         .collect();
     // None if any instance has no bandwidth to share.
     let worst = share
@@ -161,8 +168,11 @@ mod tests {
         assert_eq!(v["total_link_mb_s"], 40.0);
         assert_eq!(v["shares"], json!([0.75, 0.25]));
         assert_eq!(v["max_deviation_from_fair"], 0.5);
-        // A run with no time has no bandwidth: no share to judge.
+        // A run with no time has no bandwidth: no share to judge; nor
+        // have runs that moved nothing.
         let v = shares(1, vec![row(1, 0.0)]);
+        assert!(v["max_deviation_from_fair"].is_null());
+        let v = shares(2, vec![row(0, 1.0), row(0, 1.0)]);
         assert!(v["max_deviation_from_fair"].is_null());
     }
 }

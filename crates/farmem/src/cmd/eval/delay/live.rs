@@ -21,6 +21,10 @@ const BEFORE: usize = 4;
 const GETS_PER_WINDOW: u64 = 500;
 const SET_TO: &str = "500us";
 
+/// A window: its start (wall clock, ns), GET average latency (ms) and
+/// requests per second.
+type Window = (u128, f64, f64);
+
 /// A redis-benchmark CSV line's average latency and requests per second.
 fn parse_get(line: &str) -> Option<(f64, f64)> {
     let f: Vec<f64> = line
@@ -71,11 +75,49 @@ pub fn run(plan: &Plan) -> anyhow::Result<Value> {
         let _ = std::io::Read::read_to_string(&mut BufReader::new(stderr), &mut text);
         text
     });
-    let mut windows: Vec<(u128, f64, f64)> = Vec::new();
+    // Stopped past the plan's limit, as every run is.
+    let pid = child.id();
+    let (stop, stopped) = std::sync::mpsc::channel::<()>();
+    let limit = plan.limit;
+    let watchdog = std::thread::spawn(move || {
+        if stopped.recv_timeout(limit).is_err() {
+            // SAFETY: kill has no memory effects; the child is ours.
+            unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+        }
+    });
+    let stdout = child.stdout.take().context("no stdout pipe")?;
+    let read = read_windows(stdout, &exe, &name);
+    if read.is_err() {
+        let _ = child.kill();
+    }
+    let status = child.wait();
+    let _ = stop.send(());
+    let _ = watchdog.join();
+    let errors = errors.join().unwrap_or_default();
+    let _ = std::fs::remove_file(farmem_net::link::SharedLink::path(&name));
+    let (windows, set_at) = read?;
+    let status = status?;
+    plan.done();
+    anyhow::ensure!(
+        status.success() && windows.len() == WINDOWS as usize,
+        "redis on a live link: {status}, {} of {WINDOWS} windows:\n{}",
+        windows.len(),
+        errors.trim_end()
+    );
+    Ok(summarize(&windows, set_at))
+}
+
+/// The windows redis printed, setting the link's delay after the
+/// [`BEFORE`]th; with the time of the set.
+fn read_windows(
+    stdout: std::process::ChildStdout,
+    exe: &std::path::Path,
+    name: &str,
+) -> anyhow::Result<(Vec<Window>, u128)> {
+    let mut windows = Vec::new();
     let mut start = None;
     let mut set_at = None;
-    let lines = BufReader::new(child.stdout.take().context("no stdout pipe")?).lines();
-    for line in lines {
+    for line in BufReader::new(stdout).lines() {
         let line = line.context("reading redis's output")?;
         if let Some(ns) = line.strip_prefix("window ") {
             start = ns.trim().parse::<u128>().ok();
@@ -83,8 +125,8 @@ pub fn run(plan: &Plan) -> anyhow::Result<Value> {
             windows.push((s, avg, rps));
             if windows.len() == BEFORE {
                 let t = now_ns();
-                let set = Command::new(&exe)
-                    .args(["link", "set", &name, "--delay", SET_TO])
+                let set = Command::new(exe)
+                    .args(["link", "set", name, "--delay", SET_TO])
                     .output()
                     .context("running farmem link set")?;
                 anyhow::ensure!(
@@ -96,22 +138,12 @@ pub fn run(plan: &Plan) -> anyhow::Result<Value> {
             }
         }
     }
-    let status = child.wait()?;
-    let errors = errors.join().unwrap_or_default();
-    let _ = std::fs::remove_file(farmem_net::link::SharedLink::path(&name));
-    plan.done();
-    anyhow::ensure!(
-        status.success() && windows.len() == WINDOWS as usize,
-        "redis on a live link: {status}, {} of {WINDOWS} windows:\n{}",
-        windows.len(),
-        errors.trim_end()
-    );
-    Ok(summarize(&windows, set_at.unwrap_or(0)))
+    Ok((windows, set_at.unwrap_or(0)))
 }
 
 /// Each window's latency against the time of the set, and how soon after
 /// it a window's whole time saw at least half the new delay added.
-fn summarize(windows: &[(u128, f64, f64)], set_at: u128) -> Value {
+fn summarize(windows: &[Window], set_at: u128) -> Value {
     let secs = |t: u128| (t as f64 - set_at as f64) / 1e9;
     let rows: Vec<Value> = windows
         .iter()
