@@ -214,17 +214,19 @@ impl Connection {
         let deadline = Instant::now() + self.inner.timeout;
         let hold = match &self.inner.delay {
             None => Duration::ZERO,
-            Some(delay) => match delay.pass_by(deadline, msg.data_bytes()) {
-                Some(hold) => hold,
-                None => {
-                    tracing::debug!(
-                        "a request to {} waited its whole {:?} at the delay gate",
-                        self.inner.peer,
-                        self.inner.timeout
-                    );
-                    return Err(NetError::Timeout(self.inner.timeout));
+            Some(delay) => {
+                match delay.pass_by(deadline, msg.data_bytes(), crate::delay::traffic(msg)) {
+                    Some(hold) => hold,
+                    None => {
+                        tracing::debug!(
+                            "a request to {} waited its whole {:?} at the delay gate",
+                            self.inner.peer,
+                            self.inner.timeout
+                        );
+                        return Err(NetError::Timeout(self.inner.timeout));
+                    }
                 }
-            },
+            }
         };
         let passed = Instant::now();
         self.reopen_if_closed_while_idle();

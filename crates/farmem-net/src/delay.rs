@@ -13,7 +13,8 @@ use std::time::{Duration, Instant};
 
 use farmem_core::Counter;
 use farmem_core::sync::lock_without_parking;
-use farmem_policy::delay::{DelayGate, DelayModel};
+use farmem_policy::daemon::ShareServer;
+use farmem_policy::delay::{DelayGate, DelayModel, Traffic};
 use parking_lot::Mutex;
 use rand::SeedableRng;
 use rand::rngs::SmallRng;
@@ -92,6 +93,14 @@ impl EgressDelay {
         Self::with_gate(Gate::Own(Mutex::new(DelayGate::new(model, seed))))
     }
 
+    /// A gate whose bandwidth demand and bulk requests share as `share`
+    /// says ([`DelayGate::partitioned`]: DaeMon's partitioning on the
+    /// link): a fault's read never waits behind write-backs.
+    pub fn partitioned(model: DelayModel, seed: u64, share: ShareServer) -> Self {
+        let gate = DelayGate::new(model, seed).partitioned(share);
+        Self::with_gate(Gate::Own(Mutex::new(gate)))
+    }
+
     /// A gate whose turns `link` gives out, shared with every process on
     /// it; `seed` seeds this process's draws of random gaps.
     pub fn on_link(link: SharedLink, seed: u64) -> Self {
@@ -135,8 +144,8 @@ impl EgressDelay {
     /// how long its reply is to be held ([`Self::hold`]). Never parks on
     /// the gate's lock (held for one admission), so a fault served in a
     /// signal handler may pass the gate too.
-    pub fn pass(&self, bytes: u64) -> Duration {
-        let (until, hold) = self.admit(bytes);
+    pub fn pass(&self, bytes: u64, traffic: Traffic) -> Duration {
+        let (until, hold) = self.admit(bytes, traffic);
         wait_until(until);
         hold
     }
@@ -145,8 +154,8 @@ impl EgressDelay {
     /// turn, but if that comes after the deadline, waits only until the
     /// deadline and returns None (the request must not be sent). The turn
     /// stays taken, as a request lost on the link would have taken it.
-    pub fn pass_by(&self, deadline: Instant, bytes: u64) -> Option<Duration> {
-        let (until, hold) = self.admit(bytes);
+    pub fn pass_by(&self, deadline: Instant, bytes: u64, traffic: Traffic) -> Option<Duration> {
+        let (until, hold) = self.admit(bytes, traffic);
         if until > deadline {
             self.late.inc();
             wait_until(deadline);
@@ -202,13 +211,14 @@ impl EgressDelay {
         true
     }
 
-    /// Takes the next turn at the gate; returns when it comes, and the
-    /// request's hold.
-    fn admit(&self, bytes: u64) -> (Instant, Duration) {
+    /// Takes the next turn at the gate (its class's, on a partitioned
+    /// gate; a shared link's gate is first come, first served); returns
+    /// when it comes, and the request's hold.
+    fn admit(&self, bytes: u64, traffic: Traffic) -> (Instant, Duration) {
         let (now, at, hold) = match &self.gate {
             Gate::Own(g) => {
                 let now = self.origin.elapsed().as_nanos() as u64;
-                let (at, hold) = lock_without_parking(g).admit_held(now, bytes);
+                let (at, hold) = lock_without_parking(g).admit_class(now, bytes, traffic);
                 (now, at, hold)
             }
             Gate::Shared { link, rng } => {
@@ -224,6 +234,15 @@ impl EgressDelay {
         let wait = Duration::from_nanos(at.saturating_sub(now));
         self.waited_ns.add(wait.as_nanos() as u64);
         (Instant::now() + wait, Duration::from_nanos(hold))
+    }
+}
+
+/// A request's class at a partitioned gate: reads are what faults wait
+/// for; writes and log batches can wait.
+pub fn traffic(msg: &farmem_wire::Msg<'_>) -> Traffic {
+    match msg {
+        farmem_wire::Msg::Read { .. } => Traffic::Demand,
+        _ => Traffic::Bulk,
     }
 }
 

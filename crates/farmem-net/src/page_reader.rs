@@ -156,7 +156,10 @@ impl PageReader {
     }
 
     fn round_trip(&mut self, addr: u64, out: &mut [u8]) -> Result<(), PageReadError> {
-        let hold = self.delay.as_ref().map(|d| d.pass(out.len() as u64));
+        let hold = self
+            .delay
+            .as_ref()
+            .map(|d| d.pass(out.len() as u64, farmem_policy::delay::Traffic::Demand));
         let passed = std::time::Instant::now();
         let id = self.next_id;
         self.next_id += 1;

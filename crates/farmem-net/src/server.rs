@@ -406,7 +406,7 @@ fn request_loop(
             }
         };
         if let Some(delay) = &cfg.ingress_delay {
-            let hold = delay.pass(msg.data_bytes());
+            let hold = delay.pass(msg.data_bytes(), crate::delay::traffic(&msg));
             let at = Instant::now() + hold;
             release = Some(release.map_or(at, |r| r.max(at)));
         }

@@ -18,6 +18,7 @@ use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 
 use crate::Nanos;
+use crate::daemon::{Class, ShareServer, share::Busy};
 
 /// The gap enforced between consecutive requests on one egress.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
@@ -142,7 +143,19 @@ impl std::fmt::Display for DelayModel {
     }
 }
 
-/// Admits requests one gap apart.
+/// The two classes of a partitioned gate (DaeMon §4.1 on the link, in
+/// the runtime's reading of §4.7): the pages a fault waits for, and the
+/// rest (write-backs, log batches).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Traffic {
+    Demand,
+    Bulk,
+}
+
+/// Admits requests one gap apart: first come, first served, as
+/// ThymesisFlow's injector does; or, [`DelayGate::partitioned`], with the
+/// link's bandwidth shared between demand and bulk as DaeMon's queue
+/// controller shares it.
 #[derive(Debug, Clone)]
 pub struct DelayGate {
     model: DelayModel,
@@ -150,6 +163,8 @@ pub struct DelayGate {
     /// Earliest time the next request may pass.
     next_free: Option<Nanos>,
     started: Option<Nanos>,
+    /// The shares and each class's busy time, since `started`.
+    partition: Option<(ShareServer, Busy)>,
 }
 
 impl DelayGate {
@@ -160,7 +175,19 @@ impl DelayGate {
             rng: SmallRng::seed_from_u64(seed),
             next_free: None,
             started: None,
+            partition: None,
         }
+    }
+
+    /// The gate's bandwidth shared between [`Traffic::Demand`] (the
+    /// server's line share) and [`Traffic::Bulk`] (its page share): a
+    /// demand request waits only for the demand requests before it, never
+    /// behind bulk; each class lends its share while it has nothing in
+    /// service when `share` lends. Requests still pass one gap apart in
+    /// all, so the link's bandwidth is the same.
+    pub fn partitioned(mut self, share: ShareServer) -> Self {
+        self.partition = Some((share, [0.0; 3]));
+        self
     }
 
     pub fn model(&self) -> &DelayModel {
@@ -188,6 +215,26 @@ impl DelayGate {
         let gap = self.gap(pass.saturating_sub(start), bytes);
         self.next_free = Some(pass.saturating_add(gap));
         (pass, gap)
+    }
+
+    /// [`Self::admit_held`] for a request of `traffic`: on a partitioned
+    /// gate, its class's turn; on a plain one, the next turn.
+    pub fn admit_class(&mut self, now: Nanos, bytes: u64, traffic: Traffic) -> (Nanos, Nanos) {
+        if self.partition.is_none() {
+            return self.admit_held(now, bytes);
+        }
+        let start = *self.started.get_or_insert(now);
+        let since = now.saturating_sub(start);
+        let gap = self.gap(since, bytes);
+        let Some((share, busy)) = self.partition.as_mut() else {
+            return (now, gap);
+        };
+        let class = match traffic {
+            Traffic::Demand => Class::Line,
+            Traffic::Bulk => Class::Page,
+        };
+        let (pass, _) = share.serve(busy, class, since as f64, gap as f64);
+        (start.saturating_add(pass.ceil() as Nanos), gap)
     }
 
     fn gap(&mut self, since_start: Nanos, bytes: u64) -> Nanos {
@@ -218,6 +265,48 @@ impl DelayModel {
                 .last()
                 .map_or(0, |(_, gap)| *gap),
         }
+    }
+}
+
+#[cfg(test)]
+mod partition_tests {
+    use super::*;
+
+    #[test]
+    fn demand_passes_a_bulk_backlog_at_its_share() {
+        // 10 us per request. Ten write-backs queue at once, then a fault.
+        let model = DelayModel::Period { gap_ns: 10_000 };
+        let mut fifo = DelayGate::new(model.clone(), 1);
+        let mut split =
+            DelayGate::new(model, 1).partitioned(ShareServer::with_line_share(0.25, true));
+        for gate in [&mut fifo, &mut split] {
+            for _ in 0..10 {
+                gate.admit_class(0, 4096, Traffic::Bulk);
+            }
+        }
+        // First come, first served: the fault waits for all ten.
+        assert_eq!(
+            fifo.admit_class(0, 4096, Traffic::Demand),
+            (100_000, 10_000)
+        );
+        // Partitioned: it goes at once (no demand before it); the next
+        // demand request waits its class's turn, a gap over its share.
+        assert_eq!(split.admit_class(0, 4096, Traffic::Demand), (0, 10_000));
+        assert_eq!(split.admit_class(0, 4096, Traffic::Demand).0, 40_000);
+        // The bulk backlog moved back: no more than the link's bandwidth.
+        let (bulk, _) = split.admit_class(0, 4096, Traffic::Bulk);
+        assert!(bulk >= 100_000, "{bulk}");
+    }
+
+    #[test]
+    fn an_idle_class_lends_its_share() {
+        let model = DelayModel::Period { gap_ns: 10_000 };
+        let mut g = DelayGate::new(model, 1).partitioned(ShareServer::with_line_share(0.25, true));
+        // Bulk alone gets the whole link: one gap apart.
+        let starts: Vec<Nanos> = (0..3)
+            .map(|_| g.admit_class(0, 4096, Traffic::Bulk).0)
+            .collect();
+        assert_eq!(starts, [0, 10_000, 20_000]);
     }
 }
 

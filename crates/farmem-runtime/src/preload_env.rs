@@ -52,6 +52,9 @@ pub const REDUNDANCY: &CStr = c"FARMEM_REDUNDANCY";
 /// A delay model for the program's link to the rack: one gate every
 /// request to a memory node passes (ThymesisFlow's injector).
 pub const DELAY: &CStr = c"FARMEM_DELAY";
+/// DaeMon's partitioning at the `FARMEM_DELAY` gate: the share of the
+/// link demand reads keep while write-backs also wait (a ratio: `25%`).
+pub const DELAY_PARTITION: &CStr = c"FARMEM_DELAY_PARTITION";
 /// Delay models for each memory node's path, `;`-separated: a gate per
 /// node, node `id` taking model `id % count`.
 pub const PATH_DELAY: &CStr = c"FARMEM_PATH_DELAY";
@@ -141,6 +144,8 @@ pub struct PreloadEnv {
     pub redundancy: Option<Redundancy>,
     /// Injected delay on the whole link, and on each memory node's path.
     pub delay: Option<DelayModel>,
+    /// `delay`'s gate partitioned between demand and bulk: demand's share.
+    pub delay_partition: Option<farmem_core::Ratio>,
     /// One per memory node, by node id modulo their number.
     pub path_delays: Vec<DelayModel>,
     /// A shared link instead of `delay` (see [`LINK`]).
@@ -267,6 +272,10 @@ impl PreloadEnv {
             Some(d) => d.parse().map(Some).map_err(|e| parsed(var, &e)),
         };
         let delay = delay_model(DELAY)?;
+        let delay_partition = match non_empty(get, DELAY_PARTITION) {
+            None => None,
+            Some(r) => Some(r.trim().parse().map_err(|e| parsed(DELAY_PARTITION, &e))?),
+        };
         let link = non_empty(get, LINK);
         let path_delays = match non_empty(get, PATH_DELAY) {
             None => Vec::new(),
@@ -294,6 +303,7 @@ impl PreloadEnv {
             replicas,
             redundancy,
             delay,
+            delay_partition,
             path_delays,
             link,
             lease_ms,
@@ -329,6 +339,10 @@ impl PreloadEnv {
             (
                 key(DELAY),
                 self.delay.as_ref().map(|d| d.to_string().into()),
+            ),
+            (
+                key(DELAY_PARTITION),
+                self.delay_partition.map(|r| r.to_string().into()),
             ),
             (
                 key(PATH_DELAY),
@@ -405,6 +419,7 @@ mod tests {
             replicas: Some(2),
             redundancy: None,
             delay: Some("uniform:10us..50us".parse().unwrap()),
+            delay_partition: Some("25%".parse().unwrap()),
             path_delays: vec![
                 "rate:100MiB/s".parse().unwrap(),
                 "steps:0=0,1s=50us".parse().unwrap(),

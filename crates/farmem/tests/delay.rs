@@ -115,3 +115,71 @@ fn a_program_behind_a_long_delay_answers_right_or_names_the_delay() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+#[test]
+fn a_partitioned_link_gives_the_local_answer_and_needs_a_delay() {
+    if userfaultfd_missing() {
+        return eprintln!("skipping: no userfaultfd");
+    }
+    let kv = [
+        "demo",
+        "--worker",
+        "--kind",
+        "kv",
+        "--size",
+        "8MiB",
+        "--iterations",
+        "2",
+    ];
+    let local = farmem().args(kv).output().unwrap();
+    let want = checksum(&local.stdout).expect("the local run's checksum");
+    let stats = std::env::temp_dir().join(format!("farmem-partition-{}.json", std::process::id()));
+    let out = farmem()
+        .args([
+            "run",
+            "--local-mem",
+            "4MiB",
+            "--replicas",
+            "1",
+            "--backend",
+            "remote",
+        ])
+        .args([
+            "--delay",
+            "rate:100MiB/s",
+            "--delay-partition",
+            "25%",
+            "--stats-json",
+        ])
+        .arg(&stats)
+        .arg("--")
+        .arg(env!("CARGO_BIN_EXE_farmem"))
+        .args(kv)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(
+        checksum(&out.stdout).as_deref(),
+        Some(want.as_str()),
+        "{stderr}"
+    );
+    // Its requests passed the gate: faults' reads and write-backs both.
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
+    let _ = std::fs::remove_file(&stats);
+    let gate = report["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find_map(|p| p["delay_gate"].as_object().cloned())
+        .expect("a process with a delay gate");
+    assert!(gate["requests"].as_u64() > Some(100), "{gate:?}");
+    // A partition of no delay is refused before anything runs.
+    let bad = farmem()
+        .args(["run", "--delay-partition", "25%", "--", "true"])
+        .output()
+        .unwrap();
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("--delay"));
+}

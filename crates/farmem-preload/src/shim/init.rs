@@ -155,7 +155,13 @@ fn connect(env: &PreloadEnv, controller: &str) -> Result<Arc<RackStore>, String>
         let gate = farmem_net::delay::EgressDelay::on_link(link, seed);
         cfg = cfg.with_delay(Arc::new(gate));
     } else if let Some(model) = &env.delay {
-        let gate = farmem_net::delay::EgressDelay::new(model.clone(), 0);
+        let gate = match env.delay_partition {
+            None => farmem_net::delay::EgressDelay::new(model.clone(), 0),
+            Some(ratio) => {
+                let share = demand_share(ratio)?;
+                farmem_net::delay::EgressDelay::partitioned(model.clone(), 0, share)
+            }
+        };
         cfg = cfg.with_delay(Arc::new(gate));
     }
     cfg = cfg.with_path_delays(env.path_delays.clone());
@@ -189,6 +195,21 @@ fn connect(env: &PreloadEnv, controller: &str) -> Result<Arc<RackStore>, String>
             .map_err(|e| format!("starting the repair thread: {e}"))?;
     }
     Ok(store)
+}
+
+/// DaeMon's partitioning for the link (§4.1), in the runtime's reading of
+/// §4.7: 4 KiB demand pages as its lines, 64 KiB bulk clusters as its
+/// pages; an idle class lends its share.
+fn demand_share(ratio: farmem_core::Ratio) -> Result<farmem_policy::daemon::ShareServer, String> {
+    use farmem_policy::daemon::{BandwidthPartitioner, PartitionConfig, ShareServer};
+    let config = PartitionConfig {
+        ratio,
+        line_bytes: 4096,
+        page_bytes: 64 << 10,
+    };
+    let partitioner = BandwidthPartitioner::from_config(&config)
+        .map_err(|e| format!("FARMEM_DELAY_PARTITION {ratio}: {e}"))?;
+    Ok(ShareServer::new(&partitioner, true))
 }
 
 /// The cluster token in FARMEM_TOKEN_FILE, or none.

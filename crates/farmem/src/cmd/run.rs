@@ -169,6 +169,20 @@ pub struct Args {
     /// (a bandwidth: each request's gap is its bytes' time).
     #[arg(long, value_name = "MODEL")]
     delay: Option<farmem_policy::delay::DelayModel>,
+    /// Share --delay's link between demand and bulk as DaeMon's queue
+    /// controller does (seed 000 §4.1): the pages faults wait for keep
+    /// this share of the link while write-backs and log batches wait too,
+    /// and either class takes the whole link while the other has nothing
+    /// in service. Without it the gate is first come, first served, as
+    /// ThymesisFlow's injector is. The share is DaeMon's ratio over 4 KiB
+    /// demand pages and 64 KiB bulk clusters (§4.7): 25% reserves 24%.
+    #[arg(
+        long,
+        value_name = "RATIO",
+        requires = "delay",
+        conflicts_with = "link"
+    )]
+    delay_partition: Option<farmem_core::Ratio>,
     /// Inject delay on each memory node's path instead of the whole link:
     /// a gate per node (`rate:100MiB/s` makes every path that fast, so
     /// `--redundancy stripe:2` streams over two at once). Given several
@@ -487,6 +501,7 @@ fn shim_env(
         redundancy: target.redundancy,
         // On a link, the delay is the link's (set up in `validate`).
         delay: args.delay.clone().filter(|_| args.link.is_none()),
+        delay_partition: args.delay_partition,
         path_delays: args.path_delay.clone(),
         link: args.link.clone(),
         lease_ms,
