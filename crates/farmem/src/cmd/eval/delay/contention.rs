@@ -19,8 +19,9 @@ use std::process::{Child, Stdio};
 use farmem_policy::delay::DelayModel;
 use serde_json::{Value, json};
 
+use super::plan::Plan;
 use super::programs::Program;
-use super::{Plan, far, local};
+use super::runs::{far, local};
 
 /// The shared link's rate: low enough that four instances are link-bound.
 const RATE: &str = "rate:40MiB/s";

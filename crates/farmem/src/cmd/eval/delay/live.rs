@@ -11,7 +11,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use anyhow::Context;
 use serde_json::{Value, json};
 
-use super::Plan;
+use super::plan::Plan;
 use crate::cmd::bench::workload;
 
 pub const RUNS: u64 = 1;
