@@ -26,6 +26,13 @@ pub(crate) struct Lease {
     renewed: Instant,
 }
 
+impl Lease {
+    /// What is left of it before the client's grants are given back.
+    pub(crate) fn left(&self) -> Duration {
+        self.length.saturating_sub(self.renewed.elapsed())
+    }
+}
+
 /// Most lapsed clients remembered (each refused from then on).
 const LAPSED_REMEMBERED: usize = 1 << 16;
 

@@ -218,6 +218,73 @@ pub struct ControllerStats {
     /// Times this controller won the election and loaded the state.
     #[serde(default)]
     pub takeovers: u64,
+    /// Every memory node, by id (empty on a standby).
+    #[serde(default)]
+    pub node_table: Vec<NodeStatus>,
+    /// Every client holding grants or a lease, by name.
+    #[serde(default)]
+    pub clients: Vec<ClientStatus>,
+}
+
+/// One memory node, as `farmem status` shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeStatus {
+    pub id: u32,
+    pub addr: String,
+    /// False once it missed its heartbeats: it gets no new grants.
+    pub up: bool,
+    /// Its incarnation when it last registered (new at every start).
+    pub incarnation: u64,
+    pub capacity_bytes: u64,
+    pub granted_bytes: u64,
+    /// Since its last heartbeat, in ms; none before its first to this
+    /// controller.
+    pub silent_ms: Option<u64>,
+}
+
+/// One client: what it holds, and its lease.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ClientStatus {
+    pub name: String,
+    pub grants: u64,
+    pub granted_bytes: u64,
+    /// What is left of its lease, in ms; none: no lease (its grants stay
+    /// until it gives them back).
+    pub lease_ms_left: Option<u64>,
+}
+
+/// The table's memory nodes, for [`ControllerStats::node_table`].
+fn node_table(t: &Table) -> Vec<NodeStatus> {
+    t.nodes
+        .iter()
+        .map(|(&id, n)| NodeStatus {
+            id,
+            addr: n.addr.clone(),
+            up: n.up,
+            incarnation: n.incarnation,
+            capacity_bytes: t.tree.free_bytes(id) + t.tree.granted_bytes(id),
+            granted_bytes: t.tree.granted_bytes(id),
+            silent_ms: n.last_seen.map(|s| s.elapsed().as_millis() as u64),
+        })
+        .collect()
+}
+
+/// Each owner's grants, with what is left of the leases in `lease_left`,
+/// for [`ControllerStats::clients`].
+fn clients(t: &Table, lease_left: &BTreeMap<String, u64>) -> Vec<ClientStatus> {
+    let mut by_name: BTreeMap<String, ClientStatus> = BTreeMap::new();
+    for g in t.tree.grants() {
+        let c = by_name.entry(g.owner.clone()).or_default();
+        c.grants += 1;
+        c.granted_bytes += g.len;
+    }
+    for (name, &left) in lease_left {
+        by_name.entry(name.clone()).or_default().lease_ms_left = Some(left);
+    }
+    by_name
+        .into_iter()
+        .map(|(name, c)| ClientStatus { name, ..c })
+        .collect()
 }
 
 impl Shared {
@@ -479,11 +546,17 @@ impl Shared {
 
     fn stats(&self) -> ControllerStats {
         let standby = !self.leading();
-        let leases = if standby {
-            0
+        let lease_left: BTreeMap<String, u64> = if standby {
+            BTreeMap::new()
         } else {
-            self.leases.lock().held.len() as u64
+            self.leases
+                .lock()
+                .held
+                .iter()
+                .map(|(name, l)| (name.clone(), l.left().as_millis() as u64))
+                .collect()
         };
+        let leases = lease_left.len() as u64;
         let table = self.table.lock();
         // A standby's table is the one it had when it last led, if ever.
         let empty = standby.then(|| Table::new(self.cfg.granularity));
@@ -517,6 +590,8 @@ impl Shared {
                 .leadership
                 .as_ref()
                 .map_or(0, |l| l.takeovers.load(Ordering::Relaxed)),
+            node_table: node_table(t),
+            clients: clients(t, &lease_left),
         }
     }
 

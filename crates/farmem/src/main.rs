@@ -26,6 +26,8 @@ enum Command {
     Memnode(cmd::memnode::Args),
     /// Run the rack controller: membership and Remote-Balloon allocation.
     Controller(cmd::controller::Args),
+    /// Show a rack: memory nodes up or down, grants and leases per client.
+    Status(cmd::status::Args),
     /// Measure a part of the real system against its baseline, side by side.
     #[command(subcommand)]
     Bench(cmd::bench::Bench),
@@ -57,6 +59,7 @@ fn main() -> std::process::ExitCode {
     let result = match cli.command {
         Command::Memnode(a) => cmd::memnode::run(a),
         Command::Controller(a) => cmd::controller::run(a),
+        Command::Status(a) => cmd::status::run(a),
         Command::Bench(b) => cmd::bench::run(b),
         Command::Sim(a) => cmd::sim::run(a),
         Command::Eval(a) => cmd::eval::run(a),

@@ -10,6 +10,7 @@ pub mod local;
 pub mod memnode;
 pub mod run;
 pub mod sim;
+pub mod status;
 pub mod token;
 pub mod trace;
 pub mod track;

@@ -1,0 +1,161 @@
+//! `farmem status` against a live rack: its memory nodes, a client's
+//! grants and lease, and a killed node shown down.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn farmem() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_farmem"))
+}
+
+/// A child killed with SIGKILL when dropped.
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `farmem ARGS… --json`, with the address it printed.
+fn daemon(args: &[&str]) -> (Killed, String) {
+    let mut child = farmem()
+        .args(args)
+        .arg("--json")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_str(line.trim()).unwrap();
+    (Killed(child), v["addr"].as_str().unwrap().to_string())
+}
+
+fn status(ctl: &str) -> serde_json::Value {
+    let out = farmem()
+        .args(["status", "--controller", ctl, "--json"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// Polls `status` until `done` holds (or fails after 20 s).
+fn until(ctl: &str, what: &str, done: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
+    let start = Instant::now();
+    loop {
+        let s = status(ctl);
+        if done(&s) {
+            return s;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "never {what}: {s}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn status_lists_nodes_grants_and_leases_and_shows_a_killed_node_down() {
+    if !std::path::Path::new("/proc/sys/vm/unprivileged_userfaultfd").exists() {
+        return eprintln!("skipping: no userfaultfd");
+    }
+    let (_ctl, ctl) = daemon(&[
+        "controller",
+        "--listen",
+        "127.0.0.1:0",
+        "--heartbeat-timeout-ms",
+        "1000",
+    ]);
+    let node = |cap: &str| {
+        daemon(&[
+            "memnode",
+            "--listen",
+            "127.0.0.1:0",
+            "--capacity",
+            cap,
+            "--controller",
+            &ctl,
+        ])
+    };
+    let (mut victim, victim_addr) = node("1GiB");
+    let (_other, _) = node("2GiB");
+    let s = until(&ctl, "two nodes up", |s| s["nodes_up"] == 2);
+    let caps: Vec<u64> = s["node_table"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["capacity_bytes"].as_u64().unwrap())
+        .collect();
+    assert_eq!(caps.iter().sum::<u64>(), 3 << 30, "{s}");
+    // A program holding far memory: its grants and its lease.
+    let _program = Killed(
+        farmem()
+            .args(["run", "--controller", &ctl, "--local-mem", "4MiB", "--"])
+            .arg(env!("CARGO_BIN_EXE_farmem"))
+            .args(["demo", "--worker", "--kind", "scan", "--size", "16MiB"])
+            .args(["--iterations", "100000"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let s = until(&ctl, "a client with grants", |s| {
+        s["clients"].as_array().is_some_and(|cs| {
+            cs.iter()
+                .any(|c| c["granted_bytes"].as_u64() >= Some(16 << 20))
+        })
+    });
+    let client = s["clients"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["granted_bytes"].as_u64() >= Some(16 << 20))
+        .unwrap();
+    assert!(
+        client["name"].as_str().unwrap().starts_with("farmem-run-"),
+        "{s}"
+    );
+    assert!(client["grants"].as_u64() >= Some(1));
+    assert!(client["lease_ms_left"].as_u64() > Some(0), "{s}");
+    // Killed: shown down once its heartbeats are missed.
+    let _ = victim.0.kill();
+    let _ = victim.0.wait();
+    let s = until(&ctl, "the killed node down", |s| s["nodes_up"] == 1);
+    let down: Vec<_> = s["node_table"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|n| n["up"] == false)
+        .collect();
+    assert_eq!(down.len(), 1, "{s}");
+    assert_eq!(down[0]["addr"], victim_addr.as_str());
+    // The table view names it too.
+    let table = farmem()
+        .args(["status", "--controller", &ctl])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&table.stdout);
+    assert!(
+        text.contains("1 of 2 memory nodes up") && text.contains("DOWN"),
+        "{text}"
+    );
+    // No controller there: a named error.
+    let none = farmem()
+        .args(["status", "--controller", "127.0.0.1:1"])
+        .output()
+        .unwrap();
+    assert!(!none.status.success());
+    assert!(String::from_utf8_lossy(&none.stderr).contains("127.0.0.1:1"));
+}
