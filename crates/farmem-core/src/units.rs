@@ -21,7 +21,7 @@ pub enum ParseError {
     NotANumber(String),
     #[error("unknown unit `{unit}` in `{input}` (use B, KiB, MiB, GiB, TiB, K, M, G, T)")]
     UnknownUnit { input: String, unit: String },
-    #[error("unknown unit `{unit}` in `{input}` (use ns, us, ms, s)")]
+    #[error("unknown unit `{unit}` in `{input}` (use ns, us, ms, s, m, h)")]
     UnknownTimeUnit { input: String, unit: String },
     #[error("`{0}` overflows 64 bits")]
     Overflow(String),
@@ -220,6 +220,8 @@ pub fn parse_duration_ns(input: &str) -> Result<u64, ParseError> {
         "us" | "µs" => 1e3,
         "ms" => 1e6,
         "s" => 1e9,
+        "m" | "min" => 60e9,
+        "h" => 3600e9,
         other => {
             return Err(ParseError::UnknownTimeUnit {
                 input: input.to_string(),
@@ -270,11 +272,20 @@ mod tests {
     }
 
     #[test]
+    fn times_take_decimals_and_every_unit() {
+        assert_eq!(parse_duration_ns("30s"), Ok(30_000_000_000));
+        assert_eq!(parse_duration_ns("1.5ms"), Ok(1_500_000));
+        assert_eq!(parse_duration_ns("400ns"), Ok(400));
+        assert_eq!(parse_duration_ns("2m"), Ok(120_000_000_000));
+        assert_eq!(parse_duration_ns("1h"), Ok(3_600_000_000_000));
+    }
+
+    #[test]
     fn a_bad_time_unit_lists_the_time_units() {
         let e = parse_duration_ns("5parsecs").unwrap_err();
         assert_eq!(
             e.to_string(),
-            "unknown unit `parsecs` in `5parsecs` (use ns, us, ms, s)"
+            "unknown unit `parsecs` in `5parsecs` (use ns, us, ms, s, m, h)"
         );
     }
 

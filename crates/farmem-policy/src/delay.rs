@@ -51,6 +51,29 @@ pub struct DelayParseError {
     why: String,
 }
 
+impl DelayModel {
+    /// Models separated by commas, as a flag that takes several lists
+    /// them: `none,20us,steps:0=0,1s=50us,exp:30us`. After a `steps:`
+    /// model, a piece with `=` and no `:` is its next step.
+    pub fn parse_list(list: &str) -> Result<Vec<DelayModel>, DelayParseError> {
+        let mut specs: Vec<String> = Vec::new();
+        for piece in list.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            match specs.last_mut() {
+                Some(last)
+                    if last.starts_with("steps:")
+                        && piece.contains('=')
+                        && !piece.contains(':') =>
+                {
+                    last.push(',');
+                    last.push_str(piece);
+                }
+                _ => specs.push(piece.to_string()),
+            }
+        }
+        specs.iter().map(|s| s.parse()).collect()
+    }
+}
+
 impl std::str::FromStr for DelayModel {
     type Err = DelayParseError;
 
@@ -307,6 +330,29 @@ mod partition_tests {
             .map(|_| g.admit_class(0, 4096, Traffic::Bulk).0)
             .collect();
         assert_eq!(starts, [0, 10_000, 20_000]);
+    }
+}
+
+#[cfg(test)]
+mod list_tests {
+    use super::*;
+
+    #[test]
+    fn a_list_keeps_each_steps_model_whole() {
+        let list = DelayModel::parse_list("none, 20us,steps:0=0,1s=50us,exp:30us").unwrap();
+        assert_eq!(
+            list,
+            [
+                DelayModel::None,
+                DelayModel::Period { gap_ns: 20_000 },
+                DelayModel::Steps {
+                    steps: vec![(0, 0), (1_000_000_000, 50_000)]
+                },
+                DelayModel::Exponential { mean_ns: 30_000 },
+            ]
+        );
+        assert!(DelayModel::parse_list("20us,1s=50us").is_err());
+        assert!(DelayModel::parse_list("20us,warp").is_err());
     }
 }
 

@@ -166,8 +166,48 @@ fn a_controller_that_cannot_write_its_state_refuses_to_start() {
 }
 
 #[test]
+fn every_time_flag_takes_units_and_a_bad_one_names_them() {
+    // A bare number keeps the flag's unit; 30s, 1.5ms and 400ns parse.
+    for lease in ["60", "30s", "1.5m"] {
+        let out = farmem()
+            .args(["run", "--lease", lease, "--local-mem", "8MiB", "--", "true"])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "--lease {lease}: {err}");
+    }
+    let out = farmem()
+        .args(["run", "--lease", "1.5ms", "--", "true"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("between 1 and 4000000 seconds"),
+        "{err}"
+    );
+    for (sub, flag) in [
+        ("run", "--lease"),
+        ("controller", "--heartbeat-timeout-ms"),
+        ("memnode", "--idle-secs"),
+        ("batch", "--job-timeout"),
+    ] {
+        let out = farmem()
+            .args([sub, flag, "30 fortnights"])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{sub} {flag}");
+        assert!(
+            err.contains(flag) && err.contains("use ns, us, ms, s, m, h"),
+            "{sub} {flag}: {err}"
+        );
+    }
+}
+
+#[test]
 fn every_subcommand_has_help() {
     for sub in [
+        "status",
         "memnode",
         "controller",
         "bench",

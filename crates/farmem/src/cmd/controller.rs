@@ -49,17 +49,18 @@ pub struct Args {
     /// How grants spread over memory nodes.
     #[arg(long, value_enum, default_value_t = PlacementArg::RoundRobin)]
     placement: PlacementArg,
-    /// A memory node silent this long (ms) is marked down.
-    #[arg(long, default_value_t = 3000)]
-    heartbeat_timeout_ms: u64,
+    /// A memory node silent this long is marked down (a bare number: ms;
+    /// or 3s).
+    #[arg(long, default_value = "3000", value_parser = super::time_ms)]
+    heartbeat_timeout_ms: Duration,
     /// File holding the shared cluster token (whitespace trimmed).
     #[arg(long)]
     token_file: Option<PathBuf>,
-    /// Close a session idle this many seconds (0: never). Clients reopen
-    /// it on their next request and prove their name again with the
-    /// capabilities they were issued.
-    #[arg(long, default_value_t = 600)]
-    idle_secs: u64,
+    /// Close a session idle this long (a bare number: seconds; or 10m; 0:
+    /// never). Clients reopen it on their next request and prove their
+    /// name again with the capabilities they were issued.
+    #[arg(long, default_value = "600", value_parser = super::time_secs)]
+    idle_secs: Duration,
     /// Print the bound address as one JSON object on stdout once serving.
     #[arg(long)]
     json: bool,
@@ -85,8 +86,8 @@ pub fn run(args: Args) -> Outcome {
         PlacementArg::RoundRobin => Placement::RoundRobin,
         PlacementArg::LeastLoaded => Placement::LeastLoaded,
     };
-    cfg.heartbeat_timeout = Duration::from_millis(args.heartbeat_timeout_ms.max(50));
-    cfg.idle_timeout = (args.idle_secs > 0).then(|| Duration::from_secs(args.idle_secs));
+    cfg.heartbeat_timeout = args.heartbeat_timeout_ms.max(Duration::from_millis(50));
+    cfg.idle_timeout = (!args.idle_secs.is_zero()).then_some(args.idle_secs);
     cfg.token = super::load_secret(args.token_file.as_deref())?;
     super::block_termination_signals();
     let ctl = Controller::start(cfg)

@@ -38,13 +38,15 @@ pub struct Args {
     /// it the cluster is unauthenticated: use only on loopback.
     #[arg(long)]
     token_file: Option<PathBuf>,
-    /// How often to heartbeat the controller, in milliseconds.
-    #[arg(long, default_value_t = 500)]
-    heartbeat_ms: u64,
-    /// Close a session idle this many seconds (0: never). Clients reopen
-    /// it on their next request and present their capabilities again.
-    #[arg(long, default_value_t = 600)]
-    idle_secs: u64,
+    /// How often to heartbeat the controller (a bare number: ms; or 1s,
+    /// 250ms).
+    #[arg(long, default_value = "500", value_parser = super::time_ms)]
+    heartbeat_ms: Duration,
+    /// Close a session idle this long (a bare number: seconds; or 10m;
+    /// 0: never). Clients reopen it on their next request and present
+    /// their capabilities again.
+    #[arg(long, default_value = "600", value_parser = super::time_secs)]
+    idle_secs: Duration,
     /// Inject delay on the way in, for every client (ThymesisFlow's
     /// injector on the lender's side): a request is served no sooner than
     /// one gap after the one before it, and its reply leaves a gap after
@@ -62,8 +64,8 @@ pub fn run(args: Args) -> Outcome {
     let mut cfg = MemNodeConfig::new(args.listen.clone(), args.capacity.bytes());
     cfg.controller = args.controller.clone();
     cfg.advertise = args.advertise;
-    cfg.heartbeat = Duration::from_millis(args.heartbeat_ms.max(10));
-    cfg.idle_timeout = (args.idle_secs > 0).then(|| Duration::from_secs(args.idle_secs));
+    cfg.heartbeat = args.heartbeat_ms.max(Duration::from_millis(10));
+    cfg.idle_timeout = (!args.idle_secs.is_zero()).then_some(args.idle_secs);
     cfg.token = super::load_secret(args.token_file.as_deref())?;
     cfg.ingress_delay = args
         .delay

@@ -19,6 +19,42 @@ pub mod track;
 /// CLI prints with its context chain.
 pub type Outcome = anyhow::Result<std::process::ExitCode>;
 
+/// A flag's comma-separated list of delay models; a `steps:` model's own
+/// commas are kept ([`farmem_policy::delay::DelayModel::parse_list`]).
+#[derive(Debug, Clone)]
+pub struct DelayModels(pub Vec<farmem_policy::delay::DelayModel>);
+
+impl std::str::FromStr for DelayModels {
+    type Err = farmem_policy::delay::DelayParseError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        farmem_policy::delay::DelayModel::parse_list(s).map(DelayModels)
+    }
+}
+
+/// A time flag's value: `30s`, `1.5ms`, `400ns`, `2m`, `1h`; a bare number
+/// is in `unit` (the one the flag's name or help gives).
+fn time_in(s: &str, unit: std::time::Duration) -> Result<std::time::Duration, String> {
+    let s = s.trim();
+    if let Ok(n) = s.parse::<f64>() {
+        return std::time::Duration::try_from_secs_f64(unit.as_secs_f64() * n)
+            .map_err(|_| format!("`{s}` is not a time (a number from 0, or 30s, 1.5ms, 400ns)"));
+    }
+    farmem_core::parse_duration_ns(s)
+        .map(std::time::Duration::from_nanos)
+        .map_err(|e| e.to_string())
+}
+
+/// [`time_in`] seconds: for flags whose bare numbers are seconds.
+pub fn time_secs(s: &str) -> Result<std::time::Duration, String> {
+    time_in(s, std::time::Duration::from_secs(1))
+}
+
+/// [`time_in`] milliseconds: for flags whose bare numbers are ms.
+pub fn time_ms(s: &str) -> Result<std::time::Duration, String> {
+    time_in(s, std::time::Duration::from_millis(1))
+}
+
 /// Reads the cluster token, or none (an unauthenticated loopback cluster).
 pub fn load_token(path: Option<&std::path::Path>) -> anyhow::Result<Vec<u8>> {
     use anyhow::Context;

@@ -133,14 +133,15 @@ pub struct Args {
     /// Size of each process's far heap.
     #[arg(long, default_value_t = ByteSize(preload_env::DEFAULT_FAR_BYTES))]
     far_mem: ByteSize,
-    /// Seconds the controller keeps a process's remote memory after last
-    /// hearing from it: a process that exits gives it back at once, one
-    /// killed (SIGKILL, a crash) cannot, so its lease runs out instead.
-    /// Each process renews its lease every quarter of this; a process
-    /// stopped for longer (Ctrl-Z, a debugger) loses its far data and is
-    /// aborted when it goes on. At least 1; 0: no lease.
-    #[arg(long, default_value_t = preload_env::DEFAULT_LEASE_MS as f64 / 1000.0, value_name = "SECONDS")]
-    lease: f64,
+    /// How long the controller keeps a process's remote memory after last
+    /// hearing from it (a bare number: seconds; or 90s, 2m): a process
+    /// that exits gives it back at once, one killed (SIGKILL, a crash)
+    /// cannot, so its lease runs out instead. Each process renews its
+    /// lease every quarter of this; a process stopped for longer (Ctrl-Z,
+    /// a debugger) loses its far data and is aborted when it goes on. At
+    /// least 1 s; 0: no lease.
+    #[arg(long, default_value = "60", value_parser = super::time_secs, value_name = "TIME")]
+    lease: std::time::Duration,
     /// Write the runtime counters of every process that used far memory here, as JSON.
     #[arg(long, value_name = "FILE")]
     stats_json: Option<PathBuf>,
@@ -301,10 +302,10 @@ fn validate(args: &Args) -> anyhow::Result<(u64, u64)> {
             .map_err(|e| anyhow::anyhow!("--policy {p}: {e}"))?;
     }
     anyhow::ensure!(args.memnodes >= 1, "--memnodes must be at least 1");
+    let lease = args.lease.as_secs_f64();
     anyhow::ensure!(
-        args.lease == 0.0 || (args.lease.is_finite() && (1.0..=4_000_000.0).contains(&args.lease)),
-        "--lease must be 0 (none) or between 1 and 4000000 seconds, got {}",
-        args.lease
+        lease == 0.0 || (1.0..=4_000_000.0).contains(&lease),
+        "--lease must be 0 (none) or between 1 and 4000000 seconds, got {lease} s"
     );
     let min = min_local_mem();
     anyhow::ensure!(
@@ -332,7 +333,7 @@ fn validate(args: &Args) -> anyhow::Result<(u64, u64)> {
     }
     let far = args.far_mem.bytes().div_ceil(128 << 20) * (128 << 20);
     anyhow::ensure!(far > 0, "--far-mem must be positive");
-    Ok(((args.lease * 1000.0).round() as u64, far))
+    Ok((args.lease.as_millis() as u64, far))
 }
 
 /// The smallest --local-mem: the runtime's own floor (every fault handler's

@@ -15,8 +15,8 @@ use super::Outcome;
 /// when each was last heard from), and each client's grants and lease.
 ///
 /// A node that misses its heartbeats for the controller's
-/// --heartbeat-timeout-ms (3 s by default) shows as down within a quarter
-/// of that after. Example: farmem status --controller 127.0.0.1:7000
+/// --heartbeat-timeout-ms (3 s by default) shows as down at most a quarter
+/// of that timeout later. Example: farmem status --controller 127.0.0.1:7000
 /// --token-file rack.token
 #[derive(clap::Args)]
 pub struct Args {

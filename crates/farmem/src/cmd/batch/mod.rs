@@ -61,7 +61,7 @@ pub struct Args {
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=20))]
     rounds: u32,
     /// Stop a program that runs longer than this and report it as timed out.
-    #[arg(long, default_value = "30m", value_parser = humantime::parse_duration)]
+    #[arg(long, default_value = "30m", value_parser = crate::cmd::time_secs)]
     job_timeout: Duration,
     /// Print one JSON object on stdout instead of the tables.
     #[arg(long)]

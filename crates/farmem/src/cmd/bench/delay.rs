@@ -28,13 +28,13 @@ use crate::cmd::local::{LocalRack, connect_target};
 /// `exp:30us`. Starts a local rack unless --controller is given.
 #[derive(clap::Args)]
 pub struct Args {
-    /// Delay models to sweep, comma-separated.
+    /// Delay models to sweep, comma-separated (a `steps:` model keeps its
+    /// own commas: `none,steps:0=0,1s=50us`).
     #[arg(
         long,
-        value_delimiter = ',',
         default_value = "none,5us,10us,20us,50us,100us,200us,300us,500us,1ms,2ms,5ms"
     )]
-    gaps: Vec<DelayModel>,
+    gaps: crate::cmd::DelayModels,
     /// Use this controller instead of starting a local rack.
     #[arg(long)]
     controller: Option<String>,
@@ -71,7 +71,7 @@ pub fn run(args: Args) -> Outcome {
         || LocalRack::start(1, 4 << 30, 128 << 20),
     )?;
     let mut rows = Vec::new();
-    for (i, model) in args.gaps.iter().enumerate() {
+    for (i, model) in args.gaps.0.iter().enumerate() {
         let delay = Arc::new(EgressDelay::new(model.clone(), i as u64));
         // Same name for every run: each picks up the extent the first granted.
         let cfg = ClientConfig::new("bench-delay", Role::Compute)
@@ -193,7 +193,7 @@ fn program_rows(args: &Args, workload: &str) -> anyhow::Result<serde_json::Value
     crate::cmd::run::find_preload()?;
     let mut rows = Vec::new();
     let mut results = Vec::new();
-    for model in &args.gaps {
+    for model in &args.gaps.0 {
         let mut cmd = std::process::Command::new(&exe);
         cmd.arg("run")
             .args(["--local-mem", &local.to_string(), "--replicas", "1"])

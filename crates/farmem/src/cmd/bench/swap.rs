@@ -81,7 +81,7 @@ pub struct Args {
     /// Stop a run that takes longer than this (`90s`, `15m`) and report it
     /// as `timed out`, so one thrashing config does not hold up the rest.
     /// Default: no limit.
-    #[arg(long, value_parser = humantime::parse_duration)]
+    #[arg(long, value_parser = crate::cmd::time_secs)]
     run_timeout: Option<std::time::Duration>,
     /// The program and its arguments, instead of --workload.
     #[arg(last = true, value_name = "CMD")]

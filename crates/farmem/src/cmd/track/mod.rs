@@ -46,10 +46,10 @@ pub struct Args {
     #[arg(long, conflicts_with = "command", required_unless_present = "command")]
     pid: Option<i32>,
     /// Time between scans: Kona's window is 1s.
-    #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+    #[arg(long, default_value = "1s", value_parser = crate::cmd::time_secs)]
     interval: Duration,
     /// Stop after this long (default: when the process exits).
-    #[arg(long, value_parser = humantime::parse_duration)]
+    #[arg(long, value_parser = crate::cmd::time_secs)]
     duration: Option<Duration>,
     /// Print one JSON object on stdout (a launched program's output goes
     /// to stderr then).

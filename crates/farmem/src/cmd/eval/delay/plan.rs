@@ -15,10 +15,11 @@ use crate::cmd::eval::Args;
 #[derive(clap::Args)]
 pub struct Flags {
     /// eval delay: injected delays of the program sweeps, comma-separated
-    /// [default: none,1us,2us,5us,20us,50us,100us,200us; --quick:
+    /// (a `steps:` model keeps its own commas) [default:
+    /// none,1us,2us,5us,20us,50us,100us,200us; --quick:
     /// none,5us,20us,50us,100us,200us]
-    #[arg(long, value_delimiter = ',')]
-    pub delays: Vec<DelayModel>,
+    #[arg(long)]
+    pub delays: Option<crate::cmd::DelayModels>,
     /// eval delay: which parts, comma-separated: validation, programs,
     /// variance, resilience, contention, live [default: all]
     #[arg(long, value_delimiter = ',')]
@@ -72,11 +73,9 @@ impl Plan {
                 .collect::<anyhow::Result<Vec<_>>>()?,
             None => Program::ALL.to_vec(),
         };
-        let delays = if f.delays.is_empty() {
-            let list = if quick { QUICK_DELAYS } else { DELAYS };
-            list.split(',').map(str::parse).collect::<Result<_, _>>()?
-        } else {
-            f.delays.clone()
+        let delays = match &f.delays {
+            Some(d) => d.0.clone(),
+            None => DelayModel::parse_list(if quick { QUICK_DELAYS } else { DELAYS })?,
         };
         let parts = if f.parts.is_empty() {
             PARTS.to_vec()

@@ -173,7 +173,7 @@ impl Soak<'_> {
 
     /// Kills the programs that made no progress for --hang-secs.
     pub(super) fn kill_hung(&mut self, now: Instant) {
-        let hang = Duration::from_secs(self.args.faults.hang_secs);
+        let hang = self.args.faults.hang_secs;
         for p in &mut self.programs {
             let last = p.progress.last().copied().unwrap_or(p.started);
             if now.duration_since(last) < hang {

@@ -75,11 +75,12 @@ pub struct Flags {
     /// and a new one takes its place.
     #[arg(long, default_value_t = 3)]
     pub passes: u32,
-    /// faults: a program that reports no progress for this many seconds
-    /// is hung, killed and counted as a failure (one reports every 2 MiB,
-    /// about every 0.1 s, and a lost node is given up on after 3 s).
-    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
-    pub hang_secs: u64,
+    /// faults: a program that reports no progress for this long (a bare
+    /// number: seconds; 1 s to 1 h) is hung, killed and counted as a
+    /// failure (one reports every 2 MiB, about every 0.1 s, and a lost
+    /// node is given up on after 3 s).
+    #[arg(long, default_value = "30", value_parser = hang_time)]
+    pub hang_secs: Duration,
     /// faults: seconds from one memory node fault to the next at least:
     /// the window in which a lost copy is found (3 s) and made again, so
     /// that with R copies no more than R-1 of a byte are lost before it is
@@ -94,10 +95,20 @@ pub struct Flags {
     /// Run one soak program in this process (what `farmem run` executes).
     #[arg(long, hide = true)]
     pub worker: bool,
-    /// The worker's time limit in milliseconds (0: none): past it, it stops
-    /// writing, checks every page once more and exits.
-    #[arg(long, hide = true, default_value_t = 0)]
-    pub worker_ms: u64,
+    /// The worker's time limit (a bare number: ms; 0: none): past it, it
+    /// stops writing, checks every page once more and exits.
+    #[arg(long, hide = true, default_value = "0", value_parser = crate::cmd::time_ms)]
+    pub worker_ms: Duration,
+}
+
+/// --hang-secs: a time from 1 s to 1 h.
+fn hang_time(s: &str) -> Result<Duration, String> {
+    let t = crate::cmd::time_secs(s)?;
+    if (Duration::from_secs(1)..=Duration::from_secs(3600)).contains(&t) {
+        Ok(t)
+    } else {
+        Err(format!("{s}: from 1s to 1h"))
+    }
 }
 
 const PAGE_WORDS: usize = 512;

@@ -166,7 +166,7 @@ impl Soak<'_> {
                 "far_bytes_per_program": f.size.bytes() / PAGE * PAGE,
                 "local_mem_bytes": f.local_mem.bytes(),
                 "passes_per_program": f.passes,
-                "hang_secs": f.hang_secs,
+                "hang_secs": f.hang_secs.as_secs_f64(),
                 "repair_window_secs": f.repair_window,
                 "controllers": f.controllers,
                 "quick": self.args.quick,

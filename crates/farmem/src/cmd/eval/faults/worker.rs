@@ -2,7 +2,7 @@
 //! checked against what was last written there before it is overwritten.
 
 use std::io::Write;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use rand::SeedableRng;
 use rand::rngs::SmallRng;
@@ -20,7 +20,7 @@ pub(super) fn worker(f: &Flags) -> Outcome {
         libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
     }
     let start = Instant::now();
-    let deadline = (f.worker_ms > 0).then(|| start + Duration::from_millis(f.worker_ms));
+    let deadline = (!f.worker_ms.is_zero()).then(|| start + f.worker_ms);
     let pages = (f.size.bytes() / PAGE) as usize;
     let mut mem = vec![0u64; pages * PAGE_WORDS];
     const UNWRITTEN: u32 = u32::MAX;
