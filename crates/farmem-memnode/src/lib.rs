@@ -77,8 +77,9 @@ impl MemNodeConfig {
 pub enum MemNodeError {
     #[error("cannot listen: {0}")]
     Listen(NetError),
-    #[error("cannot register with the controller at {addr}: {source}")]
-    Register { addr: String, source: NetError },
+    /// The cause in the message only, as in [`NetError::Connect`].
+    #[error("cannot register with the controller at {addr}: {cause}")]
+    Register { addr: String, cause: NetError },
 }
 
 #[derive(Debug, Default)]
@@ -511,13 +512,12 @@ impl MemNode {
                 } else {
                     Duration::ZERO
                 };
-                let link =
-                    register(ctl, &advertise, &cfg, &shared, patience).map_err(|source| {
-                        MemNodeError::Register {
-                            addr: ctl.clone(),
-                            source,
-                        }
-                    })?;
+                let link = register(ctl, &advertise, &cfg, &shared, patience).map_err(|cause| {
+                    MemNodeError::Register {
+                        addr: ctl.clone(),
+                        cause,
+                    }
+                })?;
                 let (shared, stop, cfg, ctl, advertise) = (
                     shared.clone(),
                     stop.clone(),

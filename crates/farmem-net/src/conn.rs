@@ -593,9 +593,9 @@ fn present(
 /// A TCP connection to `addr` as every client wants it: within the
 /// timeout, no Nagle delay, reads bounded by the timeout.
 pub(crate) fn dial(addr: &str, cfg: &ClientConfig) -> Result<TcpStream, NetError> {
-    let connect_err = |source| NetError::Connect {
+    let connect_err = |cause| NetError::Connect {
         addr: addr.to_string(),
-        source,
+        cause,
     };
     let sock_addr = addr
         .to_socket_addrs()

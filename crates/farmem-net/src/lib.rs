@@ -128,11 +128,10 @@ impl ClientConfig {
 /// What can go wrong talking to a peer.
 #[derive(Debug, thiserror::Error)]
 pub enum NetError {
-    #[error("cannot connect to {addr}: {source}")]
-    Connect {
-        addr: String,
-        source: std::io::Error,
-    },
+    /// The cause is in the message, not a `source()`: a report that
+    /// prints the chain would name it twice.
+    #[error("cannot connect to {addr}: {cause}")]
+    Connect { addr: String, cause: std::io::Error },
     #[error("i/o error: {0}")]
     Io(#[from] std::io::Error),
     #[error("protocol error: {0}")]

@@ -195,9 +195,9 @@ impl Server {
         cfg: ServerConfig,
         service: Arc<dyn Service>,
     ) -> Result<Self, NetError> {
-        let listener = TcpListener::bind(listen).map_err(|source| NetError::Connect {
+        let listener = TcpListener::bind(listen).map_err(|cause| NetError::Connect {
             addr: listen.to_string(),
-            source,
+            cause,
         })?;
         let addr = listener.local_addr()?;
         let stop = Arc::new(AtomicBool::new(false));

@@ -347,6 +347,9 @@ impl ConfigBuilder {
             table.remove("latency_ns");
         }
         table.insert(last.to_string(), parsed);
+        // Checked when the config is built: its error then names the
+        // --set along with the preset it changed.
+        self.source = format!("{} with --set {key}={value}", self.source);
         Ok(())
     }
 
@@ -518,7 +521,8 @@ mod tests {
         assert!(b3.build().is_err());
         let mut b4 = b;
         b4.set("core.mlp", "lots").unwrap();
-        assert!(b4.build().is_err());
+        let e = b4.build().unwrap_err().to_string();
+        assert!(e.contains("--set core.mlp=lots"), "{e}");
     }
 
     #[test]
