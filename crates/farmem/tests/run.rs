@@ -555,6 +555,25 @@ fn a_process_whose_runtime_cannot_start_is_stopped_and_reported() {
         ) && stderr.contains("all of it local"),
         "{stderr}"
     );
+    // Helpers that fail alike are summed up in one line, not one each.
+    let helpers = Command::new(farmem())
+        .args(["run", "--controller", &rack.controller, "--token-file"])
+        .arg(&rack.token)
+        .args(["--fallback", "local", "--", "sh", "-c"])
+        .arg("export FARMEM_TOKEN_FILE=/nonexistent/farmem.token; /bin/true; /bin/true; exec echo ran")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&helpers.stderr);
+    assert_eq!(helpers.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains("3 processes ran on local memory only"),
+        "{stderr}"
+    );
+    assert_eq!(
+        stderr.matches("/nonexistent/farmem.token").count(),
+        1,
+        "{stderr}"
+    );
 }
 
 /// The path of `program`, or None (a skip) when it is not installed.

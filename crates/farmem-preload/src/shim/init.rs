@@ -57,19 +57,26 @@ pub(super) fn ensure_init() -> bool {
 /// stops at once with [`NO_FAR_MEMORY_EXIT`], before it has done anything,
 /// so it never runs on local memory unnoticed. A process that was never
 /// asked to use far memory (no `FARMEM_CONTROLLER`) stays local. Either
-/// way one `farmem:` line says why, and a `fallback` line goes to
-/// `FARMEM_STATS_JSON` for `farmem run`'s summary.
+/// way a `fallback` line goes to `FARMEM_STATS_JSON`, and `farmem run`
+/// says why once for all its processes (a program that starts 35 helpers
+/// would otherwise print 35 identical lines); without `farmem run` one
+/// `farmem:` line per process says why.
 fn give_up(reason: &str) {
     let asked = preload_env::asked(&getenv);
     let local = !asked || preload_env::fallback(&getenv) == Ok(Fallback::Local);
     record_fallback(reason, local);
+    let summarized = preload_env::stats_json(&getenv).is_some();
     if local {
-        say(&format!("{reason}; running on local memory only"));
+        if !summarized {
+            say(&format!("{reason}; running on local memory only"));
+        }
         return;
     }
-    say(&format!(
-        "{reason}; no far memory, so stopping with exit {NO_FAR_MEMORY_EXIT} instead of running on local memory (FARMEM_FALLBACK=local, farmem run --fallback local, runs it there)"
-    ));
+    if !summarized {
+        say(&format!(
+            "{reason}; no far memory, so stopping with exit {NO_FAR_MEMORY_EXIT} instead of running on local memory (FARMEM_FALLBACK=local, farmem run --fallback local, runs it there)"
+        ));
+    }
     // SAFETY: _exit ends the process without running the program's atexit
     // handlers; nothing of the program has run yet.
     unsafe { libc::_exit(NO_FAR_MEMORY_EXIT) };
