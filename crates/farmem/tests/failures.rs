@@ -7,8 +7,11 @@
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+
+mod common;
+use common::{Daemon, daemon};
 
 fn farmem() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_farmem"))
@@ -69,35 +72,6 @@ fn rehash_or_skip(tag: &str) -> Option<PathBuf> {
             None
         }
     }
-}
-
-/// A daemon of this binary, killed with SIGKILL when dropped.
-struct Daemon(Child);
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// Starts `farmem ARGS… --json` and returns it with the address it printed.
-fn daemon(args: &[&str]) -> (Daemon, String) {
-    let mut child = Command::new(farmem())
-        .args(args)
-        .arg("--json")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let v: serde_json::Value = serde_json::from_str(line.trim()).unwrap();
-    let addr = v["addr"].as_str().unwrap().to_string();
-    (Daemon(child), addr)
 }
 
 fn free_port() -> String {

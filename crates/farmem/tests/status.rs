@@ -1,40 +1,14 @@
 //! `farmem status` against a live rack: its memory nodes, a client's
 //! grants and lease, and a killed node shown down.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
+
+mod common;
+use common::{Daemon, daemon};
 use std::time::{Duration, Instant};
 
 fn farmem() -> Command {
     Command::new(env!("CARGO_BIN_EXE_farmem"))
-}
-
-/// A child killed with SIGKILL when dropped.
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// `farmem ARGS… --json`, with the address it printed.
-fn daemon(args: &[&str]) -> (Killed, String) {
-    let mut child = farmem()
-        .args(args)
-        .arg("--json")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let v: serde_json::Value = serde_json::from_str(line.trim()).unwrap();
-    (Killed(child), v["addr"].as_str().unwrap().to_string())
 }
 
 fn status(ctl: &str) -> serde_json::Value {
@@ -100,7 +74,7 @@ fn status_lists_nodes_grants_and_leases_and_shows_a_killed_node_down() {
         .collect();
     assert_eq!(caps.iter().sum::<u64>(), 3 << 30, "{s}");
     // A program holding far memory: its grants and its lease.
-    let _program = Killed(
+    let _program = Daemon(
         farmem()
             .args(["run", "--controller", &ctl, "--local-mem", "4MiB", "--"])
             .arg(env!("CARGO_BIN_EXE_farmem"))

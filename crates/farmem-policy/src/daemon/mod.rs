@@ -7,7 +7,7 @@
 //! | type | paper |
 //! |---|---|
 //! | [`BandwidthPartitioner`], [`PartitionConfig`], [`Slot`] | §4.1 approximate bandwidth partitioning (queue controller ⑦) |
-//! | [`ShareServer`] | the same partitioning in continuous time: each class a FIFO server at its share (the simulator's bus and link; the real link's delay gate under `farmem run --delay-partition`, [`crate::delay::DelayGate::partitioned`]) |
+//! | [`ShareServer`] | the same partitioning in continuous time: each class a FIFO server at its share (the simulator's bus and link; the real link's delay gate under `farmem run --delay-partition`, `DelayGate::partitioned` in `delay.rs`) |
 //! | [`ComputeEngine`], [`EngineConfig`] | §4.1 queues ①②, §4.2 inflight buffers ③④ and selection unit ⑤, §4.3 dirty unit ⑧, sizes of §4.5 Table 1 |
 //! | [`ComputeEngine::on_miss`] → [`MissAction`] | §4.2 "Scheduling Page / Cache Line Granularity Data Movements" |
 //! | [`ComputeEngine::on_line_arrival`], [`ComputeEngine::on_page_arrival`] | §4.2 (release entries, ignore late lines), §4.3 scenario (i) and the dirty flush |

@@ -85,12 +85,7 @@ impl Workload {
         if !self.demo {
             return (Some(format!("{:016x}", fnv1a(stdout))), None);
         }
-        let text = String::from_utf8_lossy(stdout);
-        let r = text
-            .lines()
-            .filter_map(|l| l.strip_prefix("result "))
-            .find_map(|r| serde_json::from_str::<Value>(r).ok());
-        match r {
+        match result_line(stdout) {
             Some(r) => (
                 r["checksum"].as_str().map(str::to_string),
                 r["seconds"].as_f64(),
@@ -98,6 +93,14 @@ impl Workload {
             None => (None, None),
         }
     }
+}
+
+/// The demo worker's `result JSON` line, parsed.
+pub fn result_line(stdout: &[u8]) -> Option<Value> {
+    String::from_utf8_lossy(stdout)
+        .lines()
+        .filter_map(|l| l.strip_prefix("result "))
+        .find_map(|r| serde_json::from_str(r).ok())
 }
 
 /// A program this workload needs, from PATH.
@@ -131,22 +134,40 @@ pub fn redis_latency(size: u64, gets: u64) -> anyhow::Result<Workload> {
     redis_with(redis_keys(size), gets, 1, true)
 }
 
-/// The CSV line of [`redis_latency`]'s output (requests per second, p99
-/// in ms) and the rest, which is the result.
-pub fn split_redis_report(stdout: &[u8]) -> (Option<(f64, f64)>, Vec<u8>) {
+/// redis-benchmark's `--csv` line for its GETs: requests per second,
+/// average and p99 latency in ms.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct GetLine {
+    pub rps: f64,
+    pub avg_ms: f64,
+    pub p99_ms: f64,
+}
+
+impl GetLine {
+    /// `"GET","rps","avg","min","p50","p95","p99","max"`, or None.
+    pub fn parse(line: &str) -> Option<Self> {
+        let f: Vec<f64> = line
+            .strip_prefix("\"GET\",")?
+            .split(',')
+            .filter_map(|x| x.trim_matches('"').parse().ok())
+            .collect();
+        (f.len() == 7).then(|| GetLine {
+            rps: f[0],
+            avg_ms: f[1],
+            p99_ms: f[5],
+        })
+    }
+}
+
+/// The GET line of [`redis_latency`]'s output and the rest, which is the
+/// result.
+pub fn split_redis_report(stdout: &[u8]) -> (Option<GetLine>, Vec<u8>) {
     let text = String::from_utf8_lossy(stdout);
     let mut numbers = None;
     let mut rest = Vec::new();
     for line in text.lines() {
-        // "GET","rps","avg","min","p50","p95","p99","max"
-        if let Some(csv) = line.strip_prefix("\"GET\",") {
-            let f: Vec<f64> = csv
-                .split(',')
-                .filter_map(|x| x.trim_matches('"').parse().ok())
-                .collect();
-            if f.len() == 7 {
-                numbers = Some((f[0], f[5]));
-            }
+        if line.starts_with("\"GET\",") {
+            numbers = GetLine::parse(line);
         } else if !line.starts_with("\"test\"") {
             rest.extend_from_slice(line.as_bytes());
             rest.push(b'\n');
@@ -283,7 +304,8 @@ mod tests {
     fn redis_benchmarks_line_is_split_from_the_result() {
         let out = b"\"test\",\"rps\",\"avg_latency_ms\",\"min_latency_ms\",\"p50_latency_ms\",\"p95_latency_ms\",\"p99_latency_ms\",\"max_latency_ms\"\n\"GET\",\"769230.75\",\"0.119\",\"0.024\",\"0.095\",\"0.247\",\"0.279\",\"0.615\"\n10485\nabc\n";
         let (numbers, rest) = split_redis_report(out);
-        assert_eq!(numbers, Some((769230.75, 0.279)));
+        let n = numbers.unwrap();
+        assert_eq!((n.rps, n.avg_ms, n.p99_ms), (769230.75, 0.119, 0.279));
         assert_eq!(rest, b"10485\nabc\n");
         assert_eq!(
             split_redis_report(b"\"GET\",\"x\"\n1\n"),

@@ -12,7 +12,7 @@ use anyhow::Context;
 use serde_json::{Value, json};
 
 use super::plan::Plan;
-use crate::cmd::bench::workload;
+use crate::cmd::bench::workload::{self, GetLine};
 
 pub const RUNS: u64 = 1;
 const WINDOWS: u32 = 12;
@@ -24,16 +24,6 @@ const SET_TO: &str = "500us";
 /// A window: its start (wall clock, ns), GET average latency (ms) and
 /// requests per second.
 type Window = (u128, f64, f64);
-
-/// A redis-benchmark CSV line's average latency and requests per second.
-fn parse_get(line: &str) -> Option<(f64, f64)> {
-    let f: Vec<f64> = line
-        .strip_prefix("\"GET\",")?
-        .split(',')
-        .filter_map(|x| x.trim_matches('"').parse().ok())
-        .collect();
-    (f.len() == 7).then(|| (f[1], f[0]))
-}
 
 fn now_ns() -> u128 {
     SystemTime::now()
@@ -121,8 +111,8 @@ fn read_windows(
         let line = line.context("reading redis's output")?;
         if let Some(ns) = line.strip_prefix("window ") {
             start = ns.trim().parse::<u128>().ok();
-        } else if let (Some((avg, rps)), Some(s)) = (parse_get(&line), start.take()) {
-            windows.push((s, avg, rps));
+        } else if let (Some(get), Some(s)) = (GetLine::parse(&line), start.take()) {
+            windows.push((s, get.avg_ms, get.rps));
             if windows.len() == BEFORE {
                 let t = now_ns();
                 let set = Command::new(exe)
@@ -190,11 +180,6 @@ mod tests {
 
     #[test]
     fn the_change_is_seen_by_the_end_of_the_first_slow_window_after_the_set() {
-        assert_eq!(
-            parse_get(r#""GET","8000.00","0.120","0.02","0.1","0.2","0.3","0.9""#),
-            Some((0.12, 8000.0))
-        );
-        assert_eq!(parse_get(r#""SET","1","1","1","1","1","1","1""#), None);
         let s = 1_000_000_000u128;
         // Two windows at 0.1 ms before the set at 10 s; one that began
         // before it; then 0.7 ms from the window at 10.2 s, 0.25 s long.

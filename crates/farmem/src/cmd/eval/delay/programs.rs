@@ -93,15 +93,10 @@ pub fn read(p: Program, w: &Workload, stdout: &[u8]) -> (Option<String>, Value) 
         let result = result.filter(|_| !rest.is_empty());
         return (
             result,
-            json!({"rps": numbers.map(|n| n.0), "p99_ms": numbers.map(|n| n.1)}),
+            json!({"rps": numbers.map(|n| n.rps), "p99_ms": numbers.map(|n| n.p99_ms)}),
         );
     }
-    let text = String::from_utf8_lossy(stdout);
-    let r: Value = text
-        .lines()
-        .filter_map(|l| l.strip_prefix("result "))
-        .find_map(|r| serde_json::from_str(r).ok())
-        .unwrap_or_default();
+    let r = workload::result_line(stdout).unwrap_or_default();
     let result = r["checksum"].as_str().map(str::to_string);
     let measured = match p {
         Program::Stream => {

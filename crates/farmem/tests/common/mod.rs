@@ -1,0 +1,33 @@
+//! What the integration tests that start daemons share.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+
+/// A child of this binary, killed with SIGKILL when dropped.
+pub struct Daemon(pub Child);
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts `farmem ARGS… --json` and returns it with the address it printed.
+pub fn daemon(args: &[&str]) -> (Daemon, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_farmem"))
+        .args(args)
+        .arg("--json")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_str(line.trim()).unwrap();
+    let addr = v["addr"].as_str().unwrap().to_string();
+    (Daemon(child), addr)
+}
