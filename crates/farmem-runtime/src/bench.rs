@@ -12,7 +12,7 @@ use farmem_core::LatencyHistogram;
 
 use crate::config::{Config, DirtyMode, WaitMode};
 use crate::error::RuntimeError;
-use crate::handler::idle;
+use crate::handler::Idler;
 use crate::page::{PAGE, PageBuf, map_pages};
 use crate::runtime::Runtime;
 use crate::store::{RemoteStore, SlabSource};
@@ -387,19 +387,20 @@ impl BareFaults {
             .spawn(move || {
                 let page = PageBuf::zeroed();
                 let waiter = uffd.waiter().ok();
-                let mut last = Instant::now();
+                let mut idler = Idler::new(wait);
                 while !stop.load(Ordering::Relaxed) {
                     match uffd.read() {
                         Ok(ReadResult::Fault(f)) => {
+                            idler.fault();
                             // SAFETY: `page` is a live 4 KiB buffer.
                             let _ = unsafe {
                                 uffd.copy(f.addr & !(PAGE - 1), page.0.as_ptr(), PAGE, false)
                             };
-                            last = Instant::now();
+                            idler.resolved();
                         }
                         Ok(ReadResult::Other(_)) => {}
                         Ok(ReadResult::Empty) | Err(_) => {
-                            let _ = idle(&uffd, waiter.as_ref(), wait, last);
+                            let _ = idler.idle(&uffd, waiter.as_ref());
                         }
                     }
                 }

@@ -90,31 +90,65 @@ impl std::fmt::Display for FaultPath {
 }
 
 /// How the fault monitor waits for the next userfaultfd message.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum WaitMode {
-    /// Sleep in poll(2): no CPU while idle, ~10 µs more per fault.
-    #[default]
+    /// Sleep in poll(2): no CPU while idle, a vCPU wake-up more per fault.
     Poll,
+    /// Spin, yielding the CPU to any ready thread, for as long as recent
+    /// gaps between faults say the next one comes soon, then sleep
+    /// ([`farmem_policy::poll`], capped at `max_us`): a program faulting
+    /// back to back finds its handler awake, an idle one costs nothing.
+    Adaptive { max_us: u32 },
     /// Busy-read the non-blocking descriptor: burns a core, lowest latency.
     Spin,
     /// Spin for `spin_us` after the last fault, then fall back to poll.
     Hybrid { spin_us: u64 },
 }
 
+impl std::fmt::Display for WaitMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Poll => f.write_str("poll"),
+            Self::Spin => f.write_str("spin"),
+            Self::Adaptive { max_us } => write!(f, "adaptive:{max_us}"),
+            Self::Hybrid { spin_us } => write!(f, "hybrid:{spin_us}"),
+        }
+    }
+}
+
+impl Default for WaitMode {
+    fn default() -> Self {
+        Self::Adaptive {
+            max_us: farmem_policy::poll::PollConfig::default().max_us,
+        }
+    }
+}
+
 impl std::str::FromStr for WaitMode {
     type Err = RuntimeError;
-    /// `poll`, `spin`, or `hybrid:<spin µs>`.
+    /// `poll`, `spin`, `adaptive` (`adaptive:<cap µs>`) or `hybrid:<spin µs>`.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let bad = || {
+            RuntimeError::Config(format!(
+                "unknown wait mode `{s}` (known: poll, spin, adaptive, adaptive:<µs>, hybrid:<µs>)"
+            ))
+        };
         match s {
             "poll" => Ok(Self::Poll),
             "spin" => Ok(Self::Spin),
-            _ => match s.strip_prefix("hybrid:").map(str::parse::<u64>) {
-                Some(Ok(spin_us)) => Ok(Self::Hybrid { spin_us }),
-                _ => Err(RuntimeError::Config(format!(
-                    "unknown wait mode `{s}` (known: poll, spin, hybrid:<µs>)"
-                ))),
-            },
+            "adaptive" => Ok(Self::default()),
+            _ => {
+                if let Some(us) = s.strip_prefix("hybrid:") {
+                    let spin_us = us.parse().map_err(|_| bad())?;
+                    Ok(Self::Hybrid { spin_us })
+                } else if let Some(us) = s.strip_prefix("adaptive:") {
+                    let max_us = us.parse().map_err(|_| bad())?;
+                    Ok(Self::Adaptive { max_us })
+                } else {
+                    Err(bad())
+                }
+            }
         }
     }
 }
@@ -129,7 +163,8 @@ pub struct Config {
     /// ... and stops once they are at or below this fraction.
     pub low_watermark: f64,
     /// Victim selection; every [`farmem_policy::cache::ReplacementPolicy`]
-    /// plugs in here. Default: `kona-pc` (Linux's active/inactive lists).
+    /// plugs in here. Default: `workingset` (Linux's active/inactive lists
+    /// with its refault-distance test).
     pub policy: PolicyConfig,
     pub dirty: DirtyMode,
     pub fault_path: FaultPath,
@@ -284,6 +319,20 @@ mod tests {
             WaitMode::Hybrid { spin_us: 50 }
         );
         assert!("hybrid:x".parse::<WaitMode>().is_err());
+        assert_eq!(
+            "adaptive:40".parse::<WaitMode>().unwrap(),
+            WaitMode::Adaptive { max_us: 40 }
+        );
+        assert_eq!("adaptive".parse::<WaitMode>().unwrap(), WaitMode::default());
+        assert!("adaptive:-1".parse::<WaitMode>().is_err());
+        for wait in [
+            WaitMode::Poll,
+            WaitMode::Spin,
+            WaitMode::default(),
+            WaitMode::Hybrid { spin_us: 7 },
+        ] {
+            assert_eq!(wait.to_string().parse::<WaitMode>().unwrap(), wait);
+        }
         for path in [FaultPath::Thread, FaultPath::Signal] {
             assert_eq!(path.to_string().parse::<FaultPath>().unwrap(), path);
         }

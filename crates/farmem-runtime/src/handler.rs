@@ -9,6 +9,8 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 
+use farmem_policy::poll::{AdaptivePoll, PollConfig};
+
 use crate::cache::Ctx;
 use crate::config::WaitMode;
 use crate::page::{FetchBufs, FetchJob, PAGE};
@@ -68,16 +70,17 @@ pub(crate) fn monitor(sh: Arc<Shared>, tx: Option<Sender<FetchJob>>) {
             None
         }
     };
-    let mut last = Instant::now();
+    let mut idler = Idler::new(sh.cfg.wait);
     while !sh.shutdown.load(Ordering::Relaxed) {
         match sh.uffd.read() {
             Ok(ReadResult::Fault(f)) => {
+                idler.fault();
                 handle_fault(&sh, f, tx.as_ref(), &mut bufs);
-                last = Instant::now();
+                idler.resolved();
             }
             Ok(ReadResult::Other(_)) => {}
             Ok(ReadResult::Empty) => {
-                if let Err(e) = idle(&sh.uffd, waiter.as_ref(), sh.cfg.wait, last) {
+                if let Err(e) = idler.idle(&sh.uffd, waiter.as_ref()) {
                     sh.report(format!("polling userfaultfd: {e}"));
                     std::thread::sleep(Duration::from_millis(1));
                 }
@@ -90,29 +93,73 @@ pub(crate) fn monitor(sh: Arc<Shared>, tx: Option<Sender<FetchJob>>) {
     }
 }
 
-/// What a fault handler does when the descriptor is empty, by `wait` mode:
-/// spin, or sleep (at most 20 ms, so shutdown is seen) until a message may
-/// be readable. `last` is when the previous fault was read.
-pub(crate) fn idle(
-    uffd: &Uffd,
-    waiter: Option<&Waiter>,
+/// How a fault handler waits while the descriptor is empty, by its
+/// [`WaitMode`].
+pub(crate) struct Idler {
     wait: WaitMode,
+    /// Adapts the spin to the gaps between faults (`Adaptive`).
+    poll: AdaptivePoll,
+    /// When the last fault was resolved.
     last: Instant,
-) -> std::io::Result<()> {
-    let spin = match wait {
-        WaitMode::Spin => true,
-        WaitMode::Poll => false,
-        WaitMode::Hybrid { spin_us } => last.elapsed() < Duration::from_micros(spin_us),
-    };
-    if spin {
-        std::hint::spin_loop();
-        return Ok(());
+    /// Whether the handler found the descriptor empty since then.
+    waited: bool,
+}
+
+impl Idler {
+    pub(crate) fn new(wait: WaitMode) -> Self {
+        let max_us = match wait {
+            WaitMode::Adaptive { max_us } => max_us,
+            _ => 0,
+        };
+        Self {
+            wait,
+            poll: AdaptivePoll::new(PollConfig {
+                max_us,
+                ..PollConfig::default()
+            }),
+            last: Instant::now(),
+            waited: false,
+        }
     }
-    match waiter {
-        Some(w) => w.wait(20),
-        None => uffd.poll(20),
+
+    /// A fault was read: the gap since the last one teaches the spin.
+    pub(crate) fn fault(&mut self) {
+        if std::mem::take(&mut self.waited) {
+            self.poll.waited(self.last.elapsed().as_nanos() as u64);
+        }
     }
-    .map(drop)
+
+    /// The fault read last is resolved: the next gap starts.
+    pub(crate) fn resolved(&mut self) {
+        self.last = Instant::now();
+    }
+
+    /// The descriptor is empty: spin once (yielding the CPU to any ready
+    /// thread), or sleep (at most 20 ms, so shutdown is seen) until a
+    /// message may be readable.
+    pub(crate) fn idle(&mut self, uffd: &Uffd, waiter: Option<&Waiter>) -> std::io::Result<()> {
+        self.waited = true;
+        let since = self.last.elapsed();
+        let spin = match self.wait {
+            WaitMode::Spin => true,
+            WaitMode::Poll => false,
+            WaitMode::Hybrid { spin_us } => since < Duration::from_micros(spin_us),
+            WaitMode::Adaptive { .. } => (since.as_nanos() as u64) < self.poll.budget(),
+        };
+        if spin {
+            if matches!(self.wait, WaitMode::Adaptive { .. }) {
+                std::thread::yield_now();
+            } else {
+                std::hint::spin_loop();
+            }
+            return Ok(());
+        }
+        match waiter {
+            Some(w) => w.wait(20),
+            None => uffd.poll(20),
+        }
+        .map(drop)
+    }
 }
 
 /// Fault path `thread` with fillers: fetches what handlers passed on.

@@ -16,7 +16,7 @@ use farmem_policy::cache::PolicyConfig;
 use farmem_policy::delay::DelayModel;
 
 use crate::backend::Backend;
-use crate::config::{Config, DirtyMode, FaultPath};
+use crate::config::{Config, DirtyMode, FaultPath, WaitMode};
 
 /// Controller address (required unless the backend needs no rack:
 /// without it, or such a backend, the shim stays local).
@@ -33,6 +33,8 @@ pub const BACKEND: &CStr = c"FARMEM_BACKEND";
 pub const DIRTY: &CStr = c"FARMEM_DIRTY";
 /// `thread` or `signal`.
 pub const FAULT_PATH: &CStr = c"FARMEM_FAULT_PATH";
+/// How the fault handlers wait for the next fault ([`WaitMode`]).
+pub const FAULT_WAIT: &CStr = c"FARMEM_FAULT_WAIT";
 /// Most pages a fault installs around itself.
 pub const FAULT_AROUND: &CStr = c"FARMEM_FAULT_AROUND";
 /// Replacement policy name.
@@ -131,6 +133,7 @@ pub struct PreloadEnv {
     pub backend: Backend,
     pub dirty: DirtyMode,
     pub fault_path: FaultPath,
+    pub fault_wait: WaitMode,
     pub fault_around: u32,
     /// Checked by [`PreloadEnv::read`]; None: the runtime's default.
     pub policy: Option<String>,
@@ -232,6 +235,10 @@ impl PreloadEnv {
             Some(f) => f.parse().map_err(|e| parsed(FAULT_PATH, &e))?,
             None => FaultPath::default(),
         };
+        let fault_wait = match get(FAULT_WAIT) {
+            Some(w) => w.parse().map_err(|e| parsed(FAULT_WAIT, &e))?,
+            None => WaitMode::default(),
+        };
         let fault_around = match get(FAULT_AROUND) {
             Some(n) => n
                 .parse()
@@ -294,6 +301,7 @@ impl PreloadEnv {
             backend,
             dirty,
             fault_path,
+            fault_wait,
             fault_around,
             policy,
             stats_json: stats_json(get),
@@ -323,6 +331,7 @@ impl PreloadEnv {
             (key(BACKEND), Some(self.backend.to_string().into())),
             (key(DIRTY), Some(self.dirty.to_string().into())),
             (key(FAULT_PATH), Some(self.fault_path.to_string().into())),
+            (key(FAULT_WAIT), Some(self.fault_wait.to_string().into())),
             (
                 key(FAULT_AROUND),
                 Some(self.fault_around.to_string().into()),
@@ -368,6 +377,7 @@ impl PreloadEnv {
             slab_batch: SLAB_BATCH,
             dirty: self.dirty,
             fault_path: self.fault_path,
+            wait: self.fault_wait,
             ..Config::default()
         };
         cfg.fault_around.max_blocks = self.fault_around;
@@ -410,6 +420,7 @@ mod tests {
             backend: "compressed".parse().unwrap(),
             dirty: DirtyMode::Page,
             fault_path: FaultPath::Signal,
+            fault_wait: "hybrid:30".parse().unwrap(),
             fault_around: 0,
             policy: Some("kona-pc".into()),
             stats_json: Some("/tmp/stats.jsonl".into()),

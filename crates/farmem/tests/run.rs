@@ -146,13 +146,14 @@ fn each_local_cache_policy_and_fault_path_runs_a_program_under_eviction() {
     let local = Command::new(&bin).args(["4", "8"]).output().unwrap();
     assert!(local.status.success(), "local run failed: {local:?}");
     // The last one also has its faults served in the program's own
-    // threads (SIGBUS handler) instead of the runtime's.
-    for (policy, fault_path) in [
-        ("filter", "thread"),
-        ("2q", "thread"),
-        ("set-assoc", "thread"),
-        ("clock", "thread"),
-        ("lru", "signal"),
+    // threads (SIGBUS handler) instead of the runtime's; the handlers of
+    // the others wait for faults each way they can.
+    for (policy, fault_path, wait) in [
+        ("filter", "thread", "poll"),
+        ("2q", "thread", "spin"),
+        ("set-assoc", "thread", "adaptive:20"),
+        ("clock", "thread", "hybrid:50"),
+        ("lru", "signal", "adaptive"),
     ] {
         let stats = std::env::temp_dir().join(format!(
             "farmem-run-policy-{policy}-{}.json",
@@ -160,7 +161,7 @@ fn each_local_cache_policy_and_fault_path_runs_a_program_under_eviction() {
         ));
         let far = Command::new(farmem())
             .args(["run", "--memnodes", "1", "--local-mem", "8MiB"])
-            .args(["--fault-path", fault_path])
+            .args(["--fault-path", fault_path, "--fault-wait", wait])
             .args(["--policy", policy, "--stats-json"])
             .arg(&stats)
             .arg("--")
@@ -182,15 +183,22 @@ fn each_local_cache_policy_and_fault_path_runs_a_program_under_eviction() {
             n("pages_evicted_clean") + n("pages_evicted_dirty") > 0,
             "{policy}: {report}"
         );
+        let wait = wait.parse::<farmem_runtime::WaitMode>().unwrap();
+        assert_eq!(report["fault_wait"], wait.to_string(), "{policy}");
     }
     let _ = std::fs::remove_file(&bin);
-    let out = Command::new(farmem())
-        .args(["run", "--policy", "mru", "--", "true"])
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("unknown policy `mru`"), "{stderr}");
+    for (flag, bad, says) in [
+        ("--policy", "mru", "unknown policy `mru`"),
+        ("--fault-wait", "nap", "unknown wait mode `nap`"),
+    ] {
+        let out = Command::new(farmem())
+            .args(["run", flag, bad, "--", "true"])
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(says), "{stderr}");
+    }
 }
 
 /// Fault path `signal`: system calls reading into and writing from far

@@ -120,6 +120,15 @@ pub struct Args {
     /// cache and raw system calls (Go) fail with EFAULT on a far page.
     #[arg(long, default_value = "thread")]
     fault_path: farmem_runtime::FaultPath,
+    /// How the handler threads of the `thread` path wait for the next
+    /// fault: `adaptive` spins (yielding the CPU) while faults come within
+    /// 100 µs of each other and sleeps otherwise, so a busy program finds
+    /// its handler awake (a sleeping one costs a vCPU wake-up per fault,
+    /// tens of µs on a VM) and an idle one costs nothing; `adaptive:MICROS`
+    /// sets the cap; `poll` always sleeps; `spin` never does (a core per
+    /// handler).
+    #[arg(long, default_value_t = farmem_runtime::WaitMode::default())]
+    fault_wait: farmem_runtime::WaitMode,
     /// Fault-around: the most pages a fault brings in after its own when
     /// the program touches memory in order (never-written ones filled
     /// locally, far ones read in one request on the thread path; the window
@@ -279,6 +288,7 @@ pub fn run(args: Args) -> Outcome {
             "backend": args.backend.to_string(),
             "dirty": dirty(&args).to_string(),
             "fault_path": args.fault_path.to_string(),
+            "fault_wait": args.fault_wait.to_string(),
             "fault_around": args.fault_around,
             "controller": target.as_ref().ok(),
             "fallback_reason": target.as_ref().err(),
@@ -489,6 +499,7 @@ fn shim_env(
         backend: args.backend.clone(),
         dirty: dirty(args),
         fault_path: args.fault_path,
+        fault_wait: args.fault_wait,
         fault_around: args.fault_around,
         policy: args.policy.clone(),
         stats_json: Some(stats.to_path_buf()),

@@ -38,9 +38,10 @@ pub struct StoreArgs {
     /// runtime's default).
     #[arg(long, default_value = "signal")]
     fault_path: FaultPath,
-    /// How fault handler threads wait (fault path `thread`): poll, spin,
-    /// or hybrid:MICROS.
-    #[arg(long, default_value = "poll")]
+    /// How fault handler threads wait (fault path `thread`), as `farmem
+    /// run --fault-wait`: adaptive, adaptive:MICROS, poll, spin, or
+    /// hybrid:MICROS.
+    #[arg(long, default_value_t = WaitMode::default())]
     wait: WaitMode,
     /// Fault-around: the most pages a fault in a sequential stream brings
     /// in after its own (never-written ones filled locally, stored ones read
