@@ -39,6 +39,7 @@ mod leases;
 #[doc(hidden)]
 pub mod local_etcd;
 pub mod lost;
+mod metrics;
 mod names;
 mod quota;
 mod state;

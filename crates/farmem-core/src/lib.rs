@@ -8,7 +8,7 @@ pub mod metrics;
 pub mod sync;
 pub mod units;
 
-pub use metrics::{Counter, LatencyHistogram};
+pub use metrics::{Buckets, Counter, LatencyHistogram};
 pub use units::{ByteSize, CACHE_LINE, PAGE_SIZE, ParseError, Ratio, SUB_BLOCK, parse_duration_ns};
 
 /// SplitMix64's finalizer: a fast bijective mix of a 64-bit value, for

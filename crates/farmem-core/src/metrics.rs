@@ -40,6 +40,17 @@ impl std::fmt::Debug for LatencyHistogram {
     }
 }
 
+/// A histogram's samples per bucket ([`LatencyHistogram::buckets`]):
+/// `counts[i]` fell at or under `upper_ns[i]` and above the bound before
+/// it; the last count is past every bound.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Buckets {
+    pub upper_ns: Vec<u64>,
+    pub counts: Vec<u64>,
+    pub sum_ns: f64,
+    pub count: u64,
+}
+
 /// A histogram's summary in microseconds, as reports print it.
 #[derive(Debug, Clone, Copy, Default, Serialize, PartialEq)]
 pub struct LatencySummary {
@@ -86,6 +97,29 @@ impl LatencyHistogram {
         let _ = self.0.lock().add(theirs);
     }
 
+    /// The samples in buckets whose upper bounds are `bounds_ns`
+    /// (ascending) and one past them, as a Prometheus histogram takes
+    /// them: per-bucket counts (not cumulative), with the sum and count.
+    /// A sample is counted within hdrhistogram's precision (3 digits).
+    pub fn buckets(&self, bounds_ns: &[u64]) -> Buckets {
+        let h = self.0.lock();
+        let mut counts = vec![0u64; bounds_ns.len() + 1];
+        let mut sum_ns = 0f64;
+        for v in h.iter_recorded() {
+            let value = h.highest_equivalent(v.value_iterated_to());
+            let n = v.count_at_value();
+            sum_ns += value as f64 * n as f64;
+            let i = bounds_ns.partition_point(|&b| b < value);
+            counts[i] += n;
+        }
+        Buckets {
+            upper_ns: bounds_ns.to_vec(),
+            counts,
+            sum_ns,
+            count: h.len(),
+        }
+    }
+
     pub fn summary(&self) -> LatencySummary {
         let h = self.0.lock();
         if h.is_empty() {
@@ -116,6 +150,20 @@ mod tests {
         assert_eq!(s.count, 1000);
         assert!((s.p50_us - 500.0).abs() < 1.0, "{s:?}");
         assert!((s.p99_us - 990.0).abs() < 2.0, "{s:?}");
+    }
+
+    #[test]
+    fn buckets_count_each_sample_once_under_its_bound() {
+        let h = LatencyHistogram::new();
+        for ns in [500, 1_000, 1_001, 40_000, 7_000_000] {
+            h.record_ns(ns);
+        }
+        let b = h.buckets(&[1_000, 100_000]);
+        assert_eq!(b.counts, [2, 2, 1], "{b:?}");
+        assert_eq!(b.count, 5);
+        let exact = 500.0 + 1_000.0 + 1_001.0 + 40_000.0 + 7_000_000.0;
+        assert!((b.sum_ns - exact).abs() / exact < 1e-3, "{b:?}");
+        assert_eq!(LatencyHistogram::new().buckets(&[1]).counts, [0, 0]);
     }
 
     #[test]

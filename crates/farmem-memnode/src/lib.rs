@@ -10,6 +10,7 @@
 //! The daemon is a library: tests start it in-process on port 0.
 
 mod grants;
+mod metrics;
 pub mod store;
 
 use std::collections::HashMap;

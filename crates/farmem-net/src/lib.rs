@@ -18,6 +18,7 @@ pub mod delay;
 mod frame;
 mod lane;
 pub mod link;
+pub mod metrics;
 mod page_reader;
 pub mod server;
 

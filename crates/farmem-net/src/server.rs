@@ -161,6 +161,9 @@ pub struct ServerStats {
     /// Handshakes that proved another role's key than the role claimed
     /// (also counted in `auth_failures`).
     pub refused_role: Counter,
+    /// From a request's frame read to its reply encoded (not sent: a
+    /// reply may wait for the next ones to leave in one write).
+    pub request_latency: farmem_core::LatencyHistogram,
 }
 
 impl ServerStats {
@@ -411,7 +414,10 @@ fn request_loop(
             release = Some(release.map_or(at, |r| r.max(at)));
         }
         let mark = out.len();
-        if let Err(refusal) = service.handle(peer, header.id, msg, &mut out) {
+        let started = Instant::now();
+        let handled = service.handle(peer, header.id, msg, &mut out);
+        stats.request_latency.record(started.elapsed());
+        if let Err(refusal) = handled {
             stats.refused.inc();
             out.truncate(mark);
             Msg::Error {

@@ -61,6 +61,11 @@ pub struct Args {
     /// name again with the capabilities they were issued.
     #[arg(long, default_value = "600", value_parser = super::time_secs)]
     idle_secs: Duration,
+    /// Serve Prometheus metrics on this address (`GET /metrics`; port 0
+    /// picks one, printed with the address): what it holds and serves,
+    /// refusals by reason, and a histogram of request service times.
+    #[arg(long, value_name = "ADDR")]
+    metrics: Option<String>,
     /// Print the bound address as one JSON object on stdout once serving.
     #[arg(long)]
     json: bool,
@@ -90,11 +95,21 @@ pub fn run(args: Args) -> Outcome {
     cfg.idle_timeout = (!args.idle_secs.is_zero()).then_some(args.idle_secs);
     cfg.token = super::load_secret(args.token_file.as_deref())?;
     super::block_termination_signals();
-    let ctl = Controller::start(cfg)
-        .with_context(|| format!("starting the controller on {}", args.listen))?;
+    let ctl = std::sync::Arc::new(
+        Controller::start(cfg)
+            .with_context(|| format!("starting the controller on {}", args.listen))?,
+    );
+    let metrics = match &args.metrics {
+        Some(addr) => {
+            let ctl = ctl.clone();
+            Some(super::serve_metrics(addr, move || ctl.scrape())?)
+        }
+        None => None,
+    };
     super::announce(
         args.json,
-        serde_json::json!({"role": "controller", "addr": ctl.local_addr().to_string()}),
+        serde_json::json!({"role": "controller", "addr": ctl.local_addr().to_string(),
+                           "metrics": metrics.as_ref().map(|m| m.local_addr().to_string())}),
         &format!("controller listening on {}", ctl.local_addr()),
     );
     super::wait_for_signal();

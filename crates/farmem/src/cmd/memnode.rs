@@ -55,6 +55,11 @@ pub struct Args {
     /// first request), rate:200MiB/s.
     #[arg(long, value_name = "MODEL")]
     delay: Option<farmem_policy::delay::DelayModel>,
+    /// Serve Prometheus metrics on this address (`GET /metrics`; port 0
+    /// picks one, printed with the address): what it holds and serves,
+    /// refusals by reason, and a histogram of request service times.
+    #[arg(long, value_name = "ADDR")]
+    metrics: Option<String>,
     /// Print the bound address as one JSON object on stdout once serving.
     #[arg(long)]
     json: bool,
@@ -72,11 +77,21 @@ pub fn run(args: Args) -> Outcome {
         .clone()
         .filter(|m| *m != farmem_policy::delay::DelayModel::None);
     super::block_termination_signals();
-    let node = MemNode::start(cfg)
-        .with_context(|| format!("starting the memory node on {}", args.listen))?;
+    let node = std::sync::Arc::new(
+        MemNode::start(cfg)
+            .with_context(|| format!("starting the memory node on {}", args.listen))?,
+    );
+    let metrics = match &args.metrics {
+        Some(addr) => {
+            let node = node.clone();
+            Some(super::serve_metrics(addr, move || node.scrape())?)
+        }
+        None => None,
+    };
     super::announce(
         args.json,
-        serde_json::json!({"role": "memnode", "addr": node.addr(), "node": node.node_id(), "capacity": args.capacity.bytes()}),
+        serde_json::json!({"role": "memnode", "addr": node.addr(), "node": node.node_id(), "capacity": args.capacity.bytes(),
+                           "metrics": metrics.as_ref().map(|m| m.local_addr().to_string())}),
         &format!(
             "memnode {} serving {} on {}{}",
             node.node_id(),

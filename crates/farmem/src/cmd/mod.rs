@@ -83,6 +83,19 @@ pub fn load_secret(path: Option<&std::path::Path>) -> anyhow::Result<Vec<u8>> {
 
 /// Tells the operator (stderr) or a supervising process (one JSON line on
 /// stdout) that a daemon is serving.
+/// Starts a daemon's Prometheus endpoint on `addr` (`--metrics`), saying
+/// where on stderr.
+pub fn serve_metrics(
+    addr: &str,
+    scrape: impl Fn() -> farmem_net::metrics::Scrape + Send + Sync + 'static,
+) -> anyhow::Result<farmem_net::metrics::MetricsServer> {
+    use anyhow::Context as _;
+    let server = farmem_net::metrics::MetricsServer::start(addr, scrape)
+        .with_context(|| format!("serving metrics on {addr} (--metrics)"))?;
+    eprintln!("farmem: metrics on http://{}/metrics", server.local_addr());
+    Ok(server)
+}
+
 pub fn announce(json: bool, object: serde_json::Value, human: &str) {
     use std::io::Write;
     if json {

@@ -1,5 +1,8 @@
 //! What the integration tests that start daemons share.
 
+// Each test binary uses its own part of this.
+#![allow(dead_code)]
+
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 
@@ -15,6 +18,13 @@ impl Drop for Daemon {
 
 /// Starts `farmem ARGS… --json` and returns it with the address it printed.
 pub fn daemon(args: &[&str]) -> (Daemon, String) {
+    let (d, v) = daemon_json(args);
+    let addr = v["addr"].as_str().unwrap().to_string();
+    (d, addr)
+}
+
+/// Starts `farmem ARGS… --json` and returns it with the object it printed.
+pub fn daemon_json(args: &[&str]) -> (Daemon, serde_json::Value) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_farmem"))
         .args(args)
         .arg("--json")
@@ -27,7 +37,5 @@ pub fn daemon(args: &[&str]) -> (Daemon, String) {
     BufReader::new(child.stdout.take().unwrap())
         .read_line(&mut line)
         .unwrap();
-    let v: serde_json::Value = serde_json::from_str(line.trim()).unwrap();
-    let addr = v["addr"].as_str().unwrap().to_string();
-    (Daemon(child), addr)
+    (Daemon(child), serde_json::from_str(line.trim()).unwrap())
 }
