@@ -43,12 +43,31 @@ impl std::fmt::Debug for LatencyHistogram {
 /// A histogram's samples per bucket ([`LatencyHistogram::buckets`]):
 /// `counts[i]` fell at or under `upper_ns[i]` and above the bound before
 /// it; the last count is past every bound.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, serde::Deserialize)]
 pub struct Buckets {
     pub upper_ns: Vec<u64>,
     pub counts: Vec<u64>,
     pub sum_ns: f64,
     pub count: u64,
+}
+
+impl Buckets {
+    /// Adds `other`'s samples, if its buckets are the same (false if not).
+    pub fn add(&mut self, other: &Buckets) -> bool {
+        if self.upper_ns.is_empty() && self.counts.is_empty() {
+            *self = other.clone();
+            return true;
+        }
+        if self.upper_ns != other.upper_ns || self.counts.len() != other.counts.len() {
+            return false;
+        }
+        for (a, b) in self.counts.iter_mut().zip(&other.counts) {
+            *a += b;
+        }
+        self.sum_ns += other.sum_ns;
+        self.count += other.count;
+        true
+    }
 }
 
 /// A histogram's summary in microseconds, as reports print it.
@@ -164,6 +183,11 @@ mod tests {
         let exact = 500.0 + 1_000.0 + 1_001.0 + 40_000.0 + 7_000_000.0;
         assert!((b.sum_ns - exact).abs() / exact < 1e-3, "{b:?}");
         assert_eq!(LatencyHistogram::new().buckets(&[1]).counts, [0, 0]);
+        // Summed across processes: same bounds add, others are refused.
+        let mut total = Buckets::default();
+        assert!(total.add(&b) && total.add(&b));
+        assert_eq!((total.counts.clone(), total.count), (vec![4, 4, 2], 10));
+        assert!(!total.add(&h.buckets(&[5])));
     }
 
     #[test]

@@ -21,13 +21,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use farmem_core::LatencyHistogram;
+use farmem_core::{Buckets, LatencyHistogram};
 
 use crate::server::ServerStats;
 
 /// Upper bounds of the latency histograms' buckets, in ns: 1 µs to 10 s,
 /// finer where faults and requests fall (10-500 µs).
-const LATENCY_BOUNDS_NS: [u64; 16] = [
+pub const LATENCY_BOUNDS_NS: [u64; 16] = [
     1_000,
     5_000,
     10_000,
@@ -118,7 +118,8 @@ impl Scrape {
         self.push(name, help, labels, Value::Gauge(v));
     }
 
-    /// A latency histogram, in seconds (`name` should end in `_seconds`).
+    /// A latency histogram, in seconds (`name` should end in `_seconds`),
+    /// in buckets of [`LATENCY_BOUNDS_NS`].
     pub fn latency(
         &mut self,
         name: &str,
@@ -126,14 +127,18 @@ impl Scrape {
         labels: &[(&str, &str)],
         h: &LatencyHistogram,
     ) {
-        let b = h.buckets(&LATENCY_BOUNDS_NS);
+        self.histogram(name, help, labels, &h.buckets(&LATENCY_BOUNDS_NS));
+    }
+
+    /// A histogram of nanoseconds already in buckets, in seconds.
+    pub fn histogram(&mut self, name: &str, help: &str, labels: &[(&str, &str)], b: &Buckets) {
         let bounds = b
             .upper_ns
             .iter()
             .map(|&ns| ns as f64 / 1e9)
             .chain(std::iter::once(f64::INFINITY));
         let value = Value::Histogram {
-            buckets: bounds.zip(b.counts).collect(),
+            buckets: bounds.zip(b.counts.iter().copied()).collect(),
             sum: b.sum_ns / 1e9,
             count: b.count,
         };

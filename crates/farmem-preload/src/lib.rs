@@ -14,6 +14,7 @@
 //! | `FARMEM_FAULT_WAIT` | how `thread`-path handlers wait for the next fault: `adaptive` (spin while faults come close together, else sleep), `adaptive:MICROS`, `poll`, `spin` | adaptive:100 |
 //! | `FARMEM_POLICY` | replacement policy name | runtime default |
 //! | `FARMEM_STATS_JSON` | file that gets one JSON line of stats per process that used far memory | — |
+//! | `FARMEM_METRICS_DIR` | directory where each process rewrites its live statistics as `PID.json` every second and at exit (`farmem run --metrics` serves them) | — |
 //! | `FARMEM_NAME` | client name shown to the controller (the process id is appended) | farmem-run |
 //! | `FARMEM_TOKEN_FILE` | file holding the cluster token (whitespace trimmed) of a rack started with `--token-file`; the handshake proves it | none (an unauthenticated rack) |
 //! | `FARMEM_FALLBACK` | when the runtime cannot start: `fail` stops the process with exit 70 ([`NO_FAR_MEMORY_EXIT`]) before it runs; `local` runs it on local memory | fail |

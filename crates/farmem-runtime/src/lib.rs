@@ -48,5 +48,5 @@ pub use error::RuntimeError;
 pub use page::{LINE, MAX_FAULT_AROUND, PAGE};
 pub use runtime::{Region, Runtime};
 pub use shared::LOST_EXIT_CODE;
-pub use stats::{StageTimes, Stats};
+pub use stats::{FaultBuckets, StageTimes, Stats};
 pub use store::{FaultOp, MemStore, MemStoreStats, RemoteStore, SlabSource, StoreError};

@@ -41,6 +41,9 @@ pub const FAULT_AROUND: &CStr = c"FARMEM_FAULT_AROUND";
 pub const POLICY: &CStr = c"FARMEM_POLICY";
 /// File that gets one JSON line per process that used far memory.
 pub const STATS_JSON: &CStr = c"FARMEM_STATS_JSON";
+/// Directory where each process keeps its live statistics, rewritten
+/// every second, for `farmem run --metrics` to serve.
+pub const METRICS_DIR: &CStr = c"FARMEM_METRICS_DIR";
 /// Client name shown to the controller (the process is appended).
 pub const NAME: &CStr = c"FARMEM_NAME";
 /// File holding the cluster token.
@@ -138,6 +141,7 @@ pub struct PreloadEnv {
     /// Checked by [`PreloadEnv::read`]; None: the runtime's default.
     pub policy: Option<String>,
     pub stats_json: Option<PathBuf>,
+    pub metrics_dir: Option<PathBuf>,
     /// The client name's prefix.
     pub name: String,
     pub token_file: Option<PathBuf>,
@@ -204,6 +208,11 @@ pub fn threshold(get: Getter<'_>) -> Result<u64, String> {
 /// `FARMEM_STATS_JSON`, if set.
 pub fn stats_json(get: Getter<'_>) -> Option<PathBuf> {
     non_empty(get, STATS_JSON).map(PathBuf::from)
+}
+
+/// `FARMEM_METRICS_DIR`, if set.
+pub fn metrics_dir(get: Getter<'_>) -> Option<PathBuf> {
+    non_empty(get, METRICS_DIR).map(PathBuf::from)
 }
 
 /// `FARMEM_LOG`, `warn` when unset: a program stalled on a failing rack
@@ -305,6 +314,7 @@ impl PreloadEnv {
             fault_around,
             policy,
             stats_json: stats_json(get),
+            metrics_dir: metrics_dir(get),
             name,
             token_file: non_empty(get, TOKEN_FILE).map(PathBuf::from),
             fallback,
@@ -337,6 +347,7 @@ impl PreloadEnv {
                 Some(self.fault_around.to_string().into()),
             ),
             (key(STATS_JSON), path(&self.stats_json)),
+            (key(METRICS_DIR), path(&self.metrics_dir)),
             (key(NAME), Some(self.name.clone().into())),
             (key(LEASE_MS), Some(self.lease_ms.to_string().into())),
             (key(REPLICAS), self.replicas.map(|n| n.to_string().into())),
@@ -424,6 +435,7 @@ mod tests {
             fault_around: 0,
             policy: Some("kona-pc".into()),
             stats_json: Some("/tmp/stats.jsonl".into()),
+            metrics_dir: Some("/tmp/farmem-metrics".into()),
             name: "farmem-run".into(),
             token_file: Some("/tmp/token".into()),
             fallback: Fallback::Local,

@@ -12,7 +12,7 @@ use crate::handler::{filler, handoff_filler, monitor};
 use crate::page::{PAGE, RegionInner, State};
 use crate::shared::Shared;
 use crate::slab::{Backing, LazyTable, ResourceManager, SlabTable};
-use crate::stats::Stats;
+use crate::stats::{FaultBuckets, Stats};
 use crate::store::{RemoteStore, SlabSource};
 
 /// A compute node's runtime: owns the userfaultfd, the local cache and the
@@ -107,6 +107,20 @@ impl Runtime {
             }
         }
         first_err.map_or(Ok(()), Err)
+    }
+
+    /// The fault latency histograms in buckets under `bounds_ns`, for a
+    /// Prometheus scrape: faults that fetched, those of them that read
+    /// the store, faults that waited for a page in transition, and
+    /// write-protect faults.
+    pub fn latency_buckets(&self, bounds_ns: &[u64]) -> FaultBuckets {
+        let m = &self.sh.m;
+        FaultBuckets {
+            fault: m.fault_latency.buckets(bounds_ns),
+            remote_fault: m.remote_fault_latency.buckets(bounds_ns),
+            wait: m.wait_latency.buckets(bounds_ns),
+            wp: m.wp_latency.buckets(bounds_ns),
+        }
     }
 
     pub fn stats(&self) -> Stats {

@@ -161,6 +161,15 @@ pub struct Stats {
     pub stages: StageTimes,
 }
 
+/// The fault latency histograms in buckets ([`crate::Runtime::latency_buckets`]).
+#[derive(Debug, Clone, Default, Serialize, serde::Deserialize)]
+pub struct FaultBuckets {
+    pub fault: farmem_core::Buckets,
+    pub remote_fault: farmem_core::Buckets,
+    pub wait: farmem_core::Buckets,
+    pub wp: farmem_core::Buckets,
+}
+
 impl Metrics {
     pub(crate) fn snapshot(
         &self,

@@ -168,3 +168,74 @@ fn an_address_that_cannot_be_bound_stops_the_daemon_naming_the_flag() {
         "{stderr}"
     );
 }
+
+/// `farmem run --metrics`: while the program runs, its faults and their
+/// latency histograms, summed over its processes; nothing left behind.
+#[test]
+fn farmem_run_serves_the_programs_fault_histograms_while_it_runs() {
+    use std::io::BufRead;
+    let farmem = env!("CARGO_BIN_EXE_farmem");
+    let mut run = std::process::Command::new(farmem)
+        .args([
+            "run",
+            "--memnodes",
+            "1",
+            "--local-mem",
+            "4MiB",
+            "--metrics",
+            "127.0.0.1:0",
+        ])
+        .args([
+            "--", farmem, "demo", "--worker", "--kind", "scan", "--size", "32MiB",
+        ])
+        .args(["--iterations", "150"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = std::io::BufReader::new(run.stderr.take().unwrap());
+    let mut line = String::new();
+    let addr = loop {
+        line.clear();
+        assert!(
+            stderr.read_line(&mut line).unwrap() > 0,
+            "farmem run said no metrics address"
+        );
+        if let Some(rest) = line.trim().strip_prefix("farmem: metrics on http://") {
+            break rest.trim_end_matches("/metrics").to_string();
+        }
+    };
+    let dir = std::env::temp_dir().join(format!("farmem-metrics-{}", run.id()));
+    // Scrapes until the program's first second of faults shows.
+    let body = loop {
+        let body = scrape(&addr);
+        let faults = sample(&body, "farmem_run_faults_total{kind=\"missing\"}");
+        if sample(&body, "farmem_run_processes") >= 1.0 && faults > 0.0 {
+            break body;
+        }
+        assert!(
+            run.try_wait().unwrap().is_none(),
+            "the program ended before a scrape saw it:\n{body}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    promtool_accepts(&body);
+    let timed = sample(&body, "farmem_run_fault_duration_seconds_count");
+    assert!(timed > 0.0, "{body}");
+    assert_eq!(
+        sample(
+            &body,
+            "farmem_run_fault_duration_seconds_bucket{le=\"+Inf\"}"
+        ),
+        timed
+    );
+    assert!(
+        sample(&body, "farmem_run_fetched_bytes_total") > 0.0,
+        "{body}"
+    );
+    assert_eq!(sample(&body, "farmem_run_limit_bytes"), (4u64 << 20) as f64);
+    let mut rest = String::new();
+    stderr.read_to_string(&mut rest).unwrap();
+    assert!(run.wait().unwrap().success(), "{rest}");
+    assert!(!dir.exists(), "{} was left behind", dir.display());
+}

@@ -66,6 +66,7 @@ pub(super) extern "C" fn fork_child() {
 
 pub(super) extern "C" fn at_exit() {
     let _ = std::panic::catch_unwind(write_stats);
+    let _ = std::panic::catch_unwind(super::live::write_final);
     let _ = std::panic::catch_unwind(release_remote);
 }
 

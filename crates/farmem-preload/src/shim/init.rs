@@ -119,6 +119,7 @@ fn init() -> Result<(), String> {
     if let Some(local) = touch_for_io {
         super::touch::enable(local);
     }
+    super::live::start();
     Ok(())
 }
 

@@ -3,9 +3,10 @@
 //!
 //! * `state`: the process state (runtime up or not, the far heap and its
 //!   range, which thread is calling) and its helpers;
-//! * `local`, `real`, `sigbus`, `touch`: what the interposers call below
-//!   them (the allocators under us; glibc's real functions; masks without
-//!   SIGBUS; far buffers made local before a system call);
+//! * `local`, `real`, `sigbus`, `touch`, `live`: what the interposers call
+//!   below them (the allocators under us; glibc's real functions; masks
+//!   without SIGBUS; far buffers made local before a system call; live
+//!   statistics for `farmem run --metrics`);
 //! * `exit`, `init`: fork and exit; starting the runtime;
 //! * `far`: the far heap's blocks;
 //! * the interposers: `malloc`, `mmap`, `sigmask`, `fileio`, `socket`,
@@ -13,6 +14,7 @@
 
 mod state;
 
+mod live;
 mod local;
 mod real;
 mod sigbus;

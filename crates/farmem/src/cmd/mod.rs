@@ -9,6 +9,7 @@ pub mod link;
 pub mod local;
 pub mod memnode;
 pub mod run;
+mod run_metrics;
 pub mod sim;
 pub mod status;
 pub mod token;

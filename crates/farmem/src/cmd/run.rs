@@ -154,6 +154,12 @@ pub struct Args {
     /// Write the runtime counters of every process that used far memory here, as JSON.
     #[arg(long, value_name = "FILE")]
     stats_json: Option<PathBuf>,
+    /// Serve the program's fault counters and fault latency histograms
+    /// live as Prometheus metrics on this address (`GET /metrics`; port
+    /// 0 picks one, printed on stderr), summed over its processes and
+    /// updated every second.
+    #[arg(long, value_name = "ADDR")]
+    metrics: Option<String>,
     /// Copies of every far byte, each on another memory node: write-backs
     /// reach every copy before a page counts as clean, reads go to one and
     /// fail over to the next, so the program survives the loss of all but
@@ -241,10 +247,18 @@ pub fn run(args: Args) -> Outcome {
             .unwrap_or(0)
     ));
     let _ = std::fs::remove_file(&stats_tmp);
+    let live = match &args.metrics {
+        Some(addr) => Some(super::run_metrics::Live::start(addr)?),
+        None => None,
+    };
+    let reports = Reports {
+        stats: stats_tmp.clone(),
+        live: live.as_ref().map(|l| l.dir.clone()),
+    };
     let mut cmd = Command::new(&args.command[0]);
     cmd.args(&args.command[1..]);
     if let Ok(t) = &target {
-        shim_env(&mut cmd, &args, t, preload, far, lease_ms, &stats_tmp);
+        shim_env(&mut cmd, &args, t, preload, far, lease_ms, &reports);
     }
     let start = Instant::now();
     let code = run_child(cmd, &shown)?;
@@ -475,6 +489,13 @@ fn check_controller(controller: &str, token: Vec<u8>) -> anyhow::Result<Option<u
     Ok(None)
 }
 
+/// Where the program's processes report: a stats line each at exit, and
+/// their live statistics for `--metrics`.
+struct Reports {
+    stats: PathBuf,
+    live: Option<PathBuf>,
+}
+
 /// The environment that loads the shim into `cmd` and points it at `target`.
 fn shim_env(
     cmd: &mut Command,
@@ -483,7 +504,7 @@ fn shim_env(
     preload: PathBuf,
     far: u64,
     lease_ms: u64,
-    stats: &Path,
+    reports: &Reports,
 ) {
     let mut ld_preload = preload.into_os_string();
     if let Some(old) = std::env::var_os("LD_PRELOAD").filter(|o| !o.is_empty()) {
@@ -502,7 +523,8 @@ fn shim_env(
         fault_wait: args.fault_wait,
         fault_around: args.fault_around,
         policy: args.policy.clone(),
-        stats_json: Some(stats.to_path_buf()),
+        stats_json: Some(reports.stats.clone()),
+        metrics_dir: reports.live.clone(),
         name: preload_env::DEFAULT_NAME.into(),
         token_file: target.token_file.clone(),
         fallback: match args.fallback {
