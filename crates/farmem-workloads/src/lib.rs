@@ -5,6 +5,7 @@
 //! or a [`trace::TraceWriter`] stores them in the compact binary format that
 //! `farmem trace capture` also produces from unmodified programs.
 
+pub mod champsim;
 pub mod fxhash;
 pub mod graph;
 pub mod graph500;

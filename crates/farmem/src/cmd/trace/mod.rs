@@ -1,4 +1,7 @@
-//! `farmem trace`: generate, capture and inspect memory-access traces.
+//! `farmem trace`: generate, capture, import, export and inspect
+//! memory-access traces.
+
+mod formats;
 
 use std::io::{BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -12,7 +15,8 @@ use super::Outcome;
 
 #[derive(clap::Subcommand)]
 pub enum Trace {
-    /// Print a trace's header and summary.
+    /// Print a trace's header and summary; a lackey log or a ChampSim
+    /// trace is read through, with the format it was detected as.
     Info {
         /// The trace file.
         file: PathBuf,
@@ -41,6 +45,37 @@ pub enum Trace {
         #[arg(long)]
         json: bool,
     },
+    /// Convert a trace from another tool into farmem's format, for `farmem
+    /// sim --trace`: a valgrind lackey log (`valgrind --tool=lackey
+    /// --trace-mem=yes`) or a ChampSim trace (the DPC-3 and CRC-2 sets;
+    /// raw or .xz), detected from its first bytes. Prints the source's
+    /// record and access counts beside the accesses written.
+    ///
+    /// Example: farmem trace import 602.gcc_s-734B.champsimtrace.xz --out gcc.trace
+    Import {
+        /// The trace to read.
+        file: PathBuf,
+        /// Output trace file (farmem's format).
+        #[arg(long)]
+        out: PathBuf,
+        /// Its format, instead of detecting it.
+        #[arg(long, value_enum)]
+        format: Option<formats::Format>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Write a farmem trace as a ChampSim trace (xz-compressed when the
+    /// name ends in .xz): one record per access, with up to 1024 records
+    /// without memory operands before it for its gap of instructions.
+    Export {
+        /// The farmem trace to read.
+        file: PathBuf,
+        /// The ChampSim trace to write (`NAME.champsimtrace.xz`).
+        #[arg(long)]
+        out: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
     /// Run an unmodified program under valgrind's lackey and convert its accesses.
     Capture {
         /// Output trace file.
@@ -66,10 +101,110 @@ pub fn run(t: Trace) -> Outcome {
             json,
         } => gen_trace(&workload, &out, &scale, seed, !no_contents, json),
         Trace::Capture { out, json, cmd } => capture(&out, &cmd, json),
+        Trace::Import {
+            file,
+            out,
+            format,
+            json,
+        } => import(&file, &out, format, json),
+        Trace::Export { file, out, json } => export(&file, &out, json),
     }
 }
 
+fn import(file: &Path, out: &Path, format: Option<formats::Format>, json: bool) -> Outcome {
+    let started = std::time::Instant::now();
+    let (format, xz) = match format {
+        Some(f) => (f, formats::is_xz(file)?),
+        None => formats::detect(file)?,
+    };
+    let name = file
+        .file_name()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let mut w = TraceWriter::create(out, &name, false)?;
+    let read = formats::read_into(file, format, xz, &mut w)?;
+    let h = w.finish()?;
+    if read.accesses == 0 {
+        anyhow::bail!(
+            "{}: no memory accesses in it as a {} trace",
+            file.display(),
+            format.name()
+        );
+    }
+    if json {
+        let mut v = serde_json::to_value(&h)?;
+        v["file"] = serde_json::json!(out.display().to_string());
+        v["source"] = serde_json::json!({
+            "file": file.display().to_string(),
+            "format": format.name(),
+            "xz": xz,
+            "read": read,
+        });
+        v["wall_seconds"] = serde_json::json!(started.elapsed().as_secs_f64());
+        println!("{v}");
+    } else {
+        eprintln!(
+            "farmem: {} ({}{}): {} records, {} accesses, {} instructions; wrote {}: {} accesses in {:.1}s",
+            file.display(),
+            format.name(),
+            if xz { ", xz" } else { "" },
+            read.source_records,
+            read.source_accesses,
+            read.source_instructions,
+            out.display(),
+            h.accesses,
+            started.elapsed().as_secs_f64()
+        );
+    }
+    Ok(std::process::ExitCode::SUCCESS)
+}
+
+fn export(file: &Path, out: &Path, json: bool) -> Outcome {
+    let records = formats::export_champsim(file, out)?;
+    let accesses = TraceReader::open(file)?.header().accesses;
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({"file": out.display().to_string(), "format": "champsim", "records": records, "accesses": accesses})
+        );
+    } else {
+        eprintln!(
+            "farmem: wrote {}: {records} ChampSim records for {accesses} accesses",
+            out.display()
+        );
+    }
+    Ok(std::process::ExitCode::SUCCESS)
+}
+
+/// `trace info` on a lackey log or a ChampSim trace: read through.
+fn foreign_info(file: &Path, format: formats::Format, xz: bool, json: bool) -> Outcome {
+    let mut count = farmem_workloads::record::CountingSink::default();
+    let read = formats::read_into(file, format, xz, &mut count)?;
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({"file": file.display().to_string(), "format": format.name(), "xz": xz, "read": read})
+        );
+    } else {
+        println!("trace        {}", file.display());
+        println!(
+            "format       {}{}",
+            format.name(),
+            if xz { " (xz)" } else { "" }
+        );
+        println!("records      {}", read.source_records);
+        println!("accesses     {}", read.source_accesses);
+        println!("instructions {}", read.source_instructions);
+        println!("note         `farmem trace import` converts it for `farmem sim --trace`");
+    }
+    Ok(std::process::ExitCode::SUCCESS)
+}
+
 fn info(file: &Path, scan: bool, json: bool) -> Outcome {
+    let (format, xz) = formats::detect(file)?;
+    if format != formats::Format::Farmem {
+        return foreign_info(file, format, xz, json);
+    }
     let r = TraceReader::open(file)?;
     let mut h = r.header().clone();
     if scan || !h.complete {
