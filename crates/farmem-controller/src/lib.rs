@@ -744,6 +744,26 @@ impl Shared {
                 }
                 Msg::Done.encode(id, out);
             }
+            Msg::Leave { node } => {
+                if peer.role != Role::MemNode {
+                    return Err(self.refuse_role(peer, "take a memory node out"));
+                }
+                let mut t = self.table.lock();
+                let Some(n) = t.nodes.get_mut(&node) else {
+                    return Err(Refusal::new(
+                        ErrorCode::NotFound,
+                        format!("node {node} is not registered"),
+                    ));
+                };
+                // Down at once rather than after the heartbeat timeout:
+                // no new grants, and clients fail over to other copies.
+                n.up = false;
+                n.last_seen = None;
+                t.tree.set_up(node, false);
+                tracing::info!("memory node {node} is stopping; marked down");
+                self.save(&t)?;
+                Msg::Done.encode(id, out);
+            }
             Msg::Alloc {
                 size,
                 placement,

@@ -463,6 +463,9 @@ pub struct MemNode {
     shared: Arc<Shared>,
     advertise: String,
     stop: Arc<AtomicBool>,
+    /// Set by [`MemNode::leave`]: the heartbeat thread's last act is to
+    /// tell the controller.
+    leaving: Arc<AtomicBool>,
     heartbeat: Option<JoinHandle<()>>,
 }
 
@@ -504,6 +507,7 @@ impl MemNode {
             .unwrap_or_else(|| server.local_addr().to_string());
         *shared.advertise.write() = advertise.clone();
         let stop = Arc::new(AtomicBool::new(false));
+        let leaving = Arc::new(AtomicBool::new(false));
         let heartbeat = match &cfg.controller {
             None => None,
             Some(ctl) => {
@@ -519,9 +523,10 @@ impl MemNode {
                         cause,
                     }
                 })?;
-                let (shared, stop, cfg, ctl, advertise) = (
+                let (shared, stop, leaving, cfg, ctl, advertise) = (
                     shared.clone(),
                     stop.clone(),
+                    leaving.clone(),
                     cfg.clone(),
                     ctl.clone(),
                     advertise.clone(),
@@ -529,7 +534,12 @@ impl MemNode {
                 Some(
                     thread::Builder::new()
                         .name("farmem-heartbeat".into())
-                        .spawn(move || heartbeat_loop(link, &ctl, &advertise, &cfg, &shared, &stop))
+                        .spawn(move || {
+                            let link = heartbeat_loop(link, &ctl, &advertise, &cfg, &shared, &stop);
+                            if leaving.load(Ordering::SeqCst) {
+                                leave(link, &ctl, &shared);
+                            }
+                        })
                         .expect("spawning the heartbeat thread"),
                 )
             }
@@ -539,6 +549,7 @@ impl MemNode {
             shared,
             advertise,
             stop,
+            leaving,
             heartbeat,
         })
     }
@@ -563,11 +574,21 @@ impl MemNode {
     /// Stops serving and heartbeating; the controller will mark us down.
     pub fn shutdown(&mut self) {
         self.stop.store(true, Ordering::SeqCst);
-        self.server.shutdown();
         if let Some(h) = self.heartbeat.take() {
             h.thread().unpark();
             let _ = h.join();
         }
+        self.server.shutdown();
+    }
+
+    /// Stops as an operator's SIGTERM asks: the controller is told first,
+    /// so it marks the node down at once (no new grants; clients go to
+    /// their other copies) instead of after its heartbeat timeout; then
+    /// the node stops serving. A node that simply dies is found by the
+    /// timeout, as before.
+    pub fn leave(&mut self) {
+        self.leaving.store(true, Ordering::SeqCst);
+        self.shutdown();
     }
 }
 
@@ -645,6 +666,8 @@ fn register_with(
     }
 }
 
+/// Heartbeats until stopped; the connection it ends with (None if it was
+/// stopped while the controller was away).
 fn heartbeat_loop(
     mut link: Connection,
     ctl: &str,
@@ -652,7 +675,7 @@ fn heartbeat_loop(
     cfg: &MemNodeConfig,
     shared: &Shared,
     stop: &AtomicBool,
-) {
+) -> Option<Connection> {
     while !pause_unless_stopped(stop, cfg.heartbeat) {
         let used = shared.store.resident_bytes();
         let beat = Msg::Heartbeat {
@@ -664,7 +687,7 @@ fn heartbeat_loop(
             // Keep trying until the controller is back or we are stopped.
             loop {
                 if stop.load(Ordering::SeqCst) {
-                    return;
+                    return None;
                 }
                 match register(ctl, advertise, cfg, shared, Duration::ZERO) {
                     Ok(conn) => {
@@ -678,6 +701,25 @@ fn heartbeat_loop(
                 }
             }
         }
+    }
+    Some(link)
+}
+
+/// Tells the controller this node is stopping (`Msg::Leave`).
+fn leave(link: Option<Connection>, ctl: &str, shared: &Shared) {
+    let node = shared.node.load(Ordering::Relaxed);
+    let told = link
+        .ok_or_else(|| "the controller is unreachable".to_string())
+        .and_then(|l| {
+            l.call(&Msg::Leave { node })
+                .and_then(|r| r.done("leave"))
+                .map_err(|e| e.to_string())
+        });
+    match told {
+        Ok(()) => tracing::info!("told {ctl} that node {node} is stopping"),
+        Err(e) => tracing::warn!(
+            "could not tell {ctl} that node {node} is stopping: {e}; it will mark it down when its heartbeats stop"
+        ),
     }
 }
 

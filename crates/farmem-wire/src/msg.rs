@@ -315,7 +315,7 @@ ops! {
     Done = 0x0f,
     Read = 0x10, ReadOk = 0x11, Write = 0x12, LogBatch = 0x14, LogAck = 0x15,
     Alloc = 0x20, AllocOk = 0x21, Release = 0x22, Lease = 0x23, Register = 0x24, Registered = 0x25,
-    Heartbeat = 0x26, Grant = 0x28, Revoke = 0x29, ListNodes = 0x2a, NodesOk = 0x2b,
+    Heartbeat = 0x26, Leave = 0x27, Grant = 0x28, Revoke = 0x29, ListNodes = 0x2a, NodesOk = 0x2b,
     Present = 0x2c, Remirror = 0x2d,
     Stats = 0x30, StatsOk = 0x31,
     Error = 0x7f,
@@ -423,6 +423,11 @@ pub enum Msg<'a> {
         node: u32,
         used: u64,
     },
+    /// A memory node is stopping (SIGTERM): the controller marks it down
+    /// at once, as it would after missed heartbeats; answered with `Done`.
+    Leave {
+        node: u32,
+    },
     /// Controller → memory node: `owner` holds the range; `kind` says
     /// whether its bytes are new (zeroed), intact (re-sent) or lost.
     /// `stamp` names the grant in its capabilities (0 on a re-send: the
@@ -503,6 +508,7 @@ impl<'a> Msg<'a> {
             Msg::Register { .. } => Op::Register,
             Msg::Registered { .. } => Op::Registered,
             Msg::Heartbeat { .. } => Op::Heartbeat,
+            Msg::Leave { .. } => Op::Leave,
             Msg::Grant { .. } => Op::Grant,
             Msg::Revoke { .. } => Op::Revoke,
             Msg::Present { .. } => Op::Present,
@@ -634,6 +640,7 @@ impl<'a> Msg<'a> {
                 b.extend_from_slice(&node.to_le_bytes());
                 b.extend_from_slice(&used.to_le_bytes());
             }
+            Msg::Leave { node } => b.extend_from_slice(&node.to_le_bytes()),
             Msg::Grant {
                 owner,
                 base,
@@ -759,6 +766,7 @@ impl<'a> Msg<'a> {
                 node: r.u32()?,
                 used: r.u64()?,
             },
+            Op::Leave => Msg::Leave { node: r.u32()? },
             Op::Grant => {
                 let base = r.u64()?;
                 let len = r.u64()?;
@@ -854,6 +862,7 @@ fn op_name(op: Op) -> &'static str {
         Op::Register => "register",
         Op::Registered => "register reply",
         Op::Heartbeat => "heartbeat",
+        Op::Leave => "leave",
         Op::Grant => "grant",
         Op::Revoke => "revoke",
         Op::Present => "present",
@@ -985,6 +994,7 @@ mod tests {
                 base: 1 << 40,
             },
             Msg::Heartbeat { node: 3, used: 77 },
+            Msg::Leave { node: 3 },
             Msg::Grant {
                 owner: "cn-0",
                 base: 5,

@@ -133,3 +133,48 @@ fn status_lists_nodes_grants_and_leases_and_shows_a_killed_node_down() {
     assert!(!none.status.success());
     assert!(String::from_utf8_lossy(&none.stderr).contains("127.0.0.1:1"));
 }
+
+/// SIGTERM on a memory node: it tells the controller before it stops, so
+/// the node shows down at once (the controller's heartbeat timeout here is
+/// a minute), and says so as it exits 0.
+#[test]
+fn a_memory_node_stopped_with_sigterm_is_down_at_once_and_says_so() {
+    use std::io::{BufRead, BufReader, Read};
+    let (_ctl, ctl) = daemon(&[
+        "controller",
+        "--listen",
+        "127.0.0.1:0",
+        "--heartbeat-timeout-ms",
+        "60000",
+    ]);
+    let mut node = farmem()
+        .args(["memnode", "--listen", "127.0.0.1:0", "--capacity", "1GiB"])
+        .args(["--controller", &ctl, "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(node.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    until(&ctl, "the node up", |s| s["nodes_up"] == 1);
+    // SAFETY: signalling our own child.
+    assert_eq!(unsafe { libc::kill(node.id() as i32, libc::SIGTERM) }, 0);
+    let started = Instant::now();
+    let exit = node.wait().unwrap();
+    let mut stderr = String::new();
+    node.stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    assert!(exit.success(), "{stderr}");
+    assert!(
+        stderr.contains("stopped on SIGTERM, after telling the controller"),
+        "{stderr}"
+    );
+    let s = status(&ctl);
+    assert_eq!(s["nodes_up"], 0, "not down at once: {s}");
+    assert!(started.elapsed() < Duration::from_secs(30), "{s}");
+}

@@ -112,6 +112,7 @@ pub fn run(args: Args) -> Outcome {
                            "metrics": metrics.as_ref().map(|m| m.local_addr().to_string())}),
         &format!("controller listening on {}", ctl.local_addr()),
     );
-    super::wait_for_signal();
+    let signal = super::wait_for_signal();
+    eprintln!("farmem: controller stopped on {signal}");
     Ok(std::process::ExitCode::SUCCESS)
 }

@@ -98,10 +98,32 @@ pub fn run(args: Args) -> Outcome {
             args.capacity,
             node.addr(),
             args.controller
+                .as_ref()
                 .map(|c| format!(", registered with {c}"))
                 .unwrap_or_else(|| " (standalone)".into())
         ),
     );
-    super::wait_for_signal();
+    let signal = super::wait_for_signal();
+    // The endpoint's scrapes hold the node too: stop them first.
+    drop(metrics);
+    let id = node.node_id();
+    let held = node.stats().granted_bytes;
+    if let Ok(mut node) = std::sync::Arc::try_unwrap(node) {
+        node.leave();
+    }
+    eprintln!(
+        "farmem: memnode {id} stopped on {signal}{}; {} granted on it {}",
+        if args.controller.is_some() {
+            ", after telling the controller (it is marked down at once)"
+        } else {
+            ""
+        },
+        farmem_core::ByteSize(held),
+        if held == 0 {
+            "(nothing lost)"
+        } else {
+            "are gone with it: programs read their other copies (farmem run --replicas)"
+        }
+    );
     Ok(std::process::ExitCode::SUCCESS)
 }

@@ -130,11 +130,17 @@ pub fn block_termination_signals() {
 }
 
 /// Waits for SIGINT or SIGTERM (blocked earlier by [`block_termination_signals`]).
-pub fn wait_for_signal() {
+/// Waits for SIGINT or SIGTERM; its name.
+pub fn wait_for_signal() -> &'static str {
     let set = termination_signals();
     let mut sig = 0;
     // SAFETY: valid set and out-pointer.
     unsafe {
         libc::sigwait(&set, &mut sig);
+    }
+    if sig == libc::SIGINT {
+        "SIGINT"
+    } else {
+        "SIGTERM"
     }
 }
