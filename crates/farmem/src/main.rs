@@ -2,7 +2,7 @@
 
 mod cmd;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 /// farmem lets unmodified programs use memory that lives on other machines,
 /// and simulates the same mechanisms where their hardware does not exist yet.
@@ -54,7 +54,15 @@ enum Command {
 }
 
 fn main() -> std::process::ExitCode {
-    let cli = Cli::parse();
+    // A daemon's --config file becomes flags before parsing (cmd/config.rs).
+    let argv = match cmd::config::expand(std::env::args_os().collect(), long_flags) {
+        Ok(argv) => argv,
+        Err(err) => {
+            eprintln!("farmem: error: {err:#}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    let cli = Cli::parse_from(argv);
     init_logging(cli.verbose);
     let result = match cli.command {
         Command::Memnode(a) => cmd::memnode::run(a),
@@ -78,6 +86,18 @@ fn main() -> std::process::ExitCode {
             std::process::ExitCode::from(2)
         }
     }
+}
+
+/// The long flags of subcommand `name`.
+fn long_flags(name: &str) -> Vec<String> {
+    Cli::command()
+        .find_subcommand(name)
+        .map(|c| {
+            c.get_arguments()
+                .filter_map(|a| a.get_long().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 fn init_logging(verbose: u8) {

@@ -178,3 +178,49 @@ fn a_memory_node_stopped_with_sigterm_is_down_at_once_and_says_so() {
     assert_eq!(s["nodes_up"], 0, "not down at once: {s}");
     assert!(started.elapsed() < Duration::from_secs(30), "{s}");
 }
+
+/// `--config FILE`: a controller and a memory node started from TOML
+/// files whose keys are their flags, a flag on the command line winning.
+#[test]
+fn daemons_start_from_config_files_with_the_command_line_winning() {
+    let dir = std::env::temp_dir();
+    let ctl_file = dir.join(format!("farmem-ctl-{}.toml", std::process::id()));
+    std::fs::write(
+        &ctl_file,
+        "listen = \"127.0.0.1:0\"\nheartbeat-timeout-ms = \"2s\"\n",
+    )
+    .unwrap();
+    let (_ctl, ctl) = daemon(&["controller", "--config", ctl_file.to_str().unwrap()]);
+    let node_file = dir.join(format!("farmem-node-{}.toml", std::process::id()));
+    let text = format!(
+        "listen = \"127.0.0.1:0\"\ncapacity = \"3GiB\"\ncontroller = \"{ctl}\"\nheartbeat-ms = 100\n"
+    );
+    std::fs::write(&node_file, text).unwrap();
+    let (_node, _) = daemon(&[
+        "memnode",
+        "--config",
+        node_file.to_str().unwrap(),
+        "--capacity",
+        "2GiB",
+    ]);
+    let s = until(&ctl, "the node up", |s| s["nodes_up"] == 1);
+    assert_eq!(
+        s["capacity_bytes"],
+        2u64 << 30,
+        "the command line's capacity: {s}"
+    );
+    // A key that is no flag stops the daemon before it starts, naming it.
+    std::fs::write(&node_file, "capacty = \"1GiB\"\n").unwrap();
+    let out = farmem()
+        .args(["memnode", "--config", node_file.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("`capacty` is not a flag of farmem memnode"),
+        "{stderr}"
+    );
+    let _ = std::fs::remove_file(ctl_file);
+    let _ = std::fs::remove_file(node_file);
+}

@@ -63,6 +63,11 @@ pub struct Args {
     /// Print the bound address as one JSON object on stdout once serving.
     #[arg(long)]
     json: bool,
+    /// A TOML file whose keys are these flags (`listen = "0.0.0.0:7001"`,
+    /// `heartbeat-ms = 500`, `json = true`); a flag on the command line
+    /// wins over its key.
+    #[arg(long, value_name = "FILE")]
+    config: Option<std::path::PathBuf>,
 }
 
 pub fn run(args: Args) -> Outcome {

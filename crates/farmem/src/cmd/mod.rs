@@ -2,6 +2,7 @@
 
 pub mod batch;
 pub mod bench;
+pub mod config;
 pub mod controller;
 pub mod demo;
 pub mod eval;
