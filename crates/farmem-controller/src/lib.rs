@@ -173,6 +173,10 @@ struct Shared {
     bytes_reclaimed: AtomicU64,
     /// Sessions proven to speak for each client name.
     names: Mutex<names::Names>,
+    /// The session that registered each memory node: only it may
+    /// heartbeat for the node or take it out, so one node's key holder
+    /// cannot mark another down.
+    node_sessions: Mutex<HashMap<u32, u64>>,
     refused_role: AtomicU64,
     refused_name: AtomicU64,
     refused_capability: AtomicU64,
@@ -320,6 +324,7 @@ impl Shared {
             grants_reclaimed: AtomicU64::new(0),
             bytes_reclaimed: AtomicU64::new(0),
             names: Mutex::new(names::Names::default()),
+            node_sessions: Mutex::new(HashMap::new()),
             refused_role: AtomicU64::new(0),
             refused_name: AtomicU64::new(0),
             refused_capability: AtomicU64::new(0),
@@ -632,6 +637,22 @@ impl Shared {
         }
     }
 
+    /// Refuses a memory node's message about `node` from a session that
+    /// did not register it.
+    fn check_node_session(&self, peer: &Peer, node: u32) -> Result<(), Refusal> {
+        if self.node_sessions.lock().get(&node) == Some(&peer.session) {
+            return Ok(());
+        }
+        self.refused_role.fetch_add(1, Ordering::Relaxed);
+        Err(Refusal::new(
+            ErrorCode::Unauthorized,
+            format!(
+                "the controller refused `{}` at {}: node {node} was not registered on this session (register first)",
+                peer.name, peer.addr
+            ),
+        ))
+    }
+
     fn refuse_role(&self, peer: &Peer, what: &str) -> Refusal {
         self.refused_role.fetch_add(1, Ordering::Relaxed);
         Refusal::new(
@@ -659,6 +680,10 @@ impl Service for ControllerService {
 
     fn disconnected(&self, peer: &Peer) {
         self.0.names.lock().disconnected(&peer.name, peer.session);
+        self.0
+            .node_sessions
+            .lock()
+            .retain(|_, session| *session != peer.session);
     }
 }
 
@@ -703,6 +728,7 @@ impl Shared {
                     return Err(self.refuse_role(peer, "register as a memory node"));
                 }
                 let (node, base) = self.register(listen, capacity, incarnation)?;
+                self.node_sessions.lock().insert(node, peer.session);
                 Msg::Registered { node, base }.encode(id, out);
                 // A node that restarted or reconnected learns its grants again.
                 let grants: Vec<Grant> = self
@@ -728,6 +754,7 @@ impl Shared {
                 if peer.role != Role::MemNode {
                     return Err(self.refuse_role(peer, "heartbeat"));
                 }
+                self.check_node_session(peer, node)?;
                 let mut t = self.table.lock();
                 let Some(n) = t.nodes.get_mut(&node) else {
                     return Err(Refusal::new(
@@ -748,6 +775,7 @@ impl Shared {
                 if peer.role != Role::MemNode {
                     return Err(self.refuse_role(peer, "take a memory node out"));
                 }
+                self.check_node_session(peer, node)?;
                 let mut t = self.table.lock();
                 let Some(n) = t.nodes.get_mut(&node) else {
                     return Err(Refusal::new(

@@ -334,3 +334,52 @@ fn the_normal_path_works_with_capabilities_with_a_secret() {
 fn the_normal_path_works_with_capabilities_without_a_secret() {
     normal_path(b"");
 }
+
+#[test]
+fn a_memory_node_key_cannot_speak_for_another_node() {
+    let rack = rack(2, SECRET);
+    let victim = rack.memnodes[0].node_id();
+    let evil = Connection::connect(
+        &rack.ctl(),
+        &ClientConfig::new("mn-evil", Role::MemNode).with_token(SECRET),
+    )
+    .unwrap();
+    for msg in [
+        Msg::Leave { node: victim },
+        Msg::Heartbeat {
+            node: victim,
+            used: 0,
+        },
+    ] {
+        let why = refused(
+            evil.call(&msg).and_then(|r| r.done("leave")),
+            ErrorCode::Unauthorized,
+        );
+        assert!(why.contains("was not registered on this session"), "{why}");
+    }
+    let nodes = rack.controller.nodes();
+    assert!(
+        nodes.iter().all(|n| n.up),
+        "a node was taken out: {nodes:?}"
+    );
+    // Registered on its own session, a node may take itself out.
+    let own = match evil
+        .call(&Msg::Register {
+            listen: "127.0.0.1:9",
+            capacity: GIB,
+            incarnation: 7,
+        })
+        .unwrap()
+        .msg()
+        .unwrap()
+    {
+        Msg::Registered { node, .. } => node,
+        other => panic!("{other:?}"),
+    };
+    evil.call(&Msg::Leave { node: own })
+        .and_then(|r| r.done("leave"))
+        .unwrap();
+    let nodes = rack.controller.nodes();
+    assert!(nodes.iter().any(|n| n.node == own && !n.up), "{nodes:?}");
+    assert_eq!(nodes.iter().filter(|n| n.up).count(), 2, "{nodes:?}");
+}
