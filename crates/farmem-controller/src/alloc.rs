@@ -10,9 +10,28 @@ use farmem_wire::ErrorCode;
 use crate::answered::{Answer, Answered};
 use crate::extent::{ExtentTree, Grant, Placement};
 use crate::lost::LostRanges;
-use crate::{Shared, Table};
+use crate::{NodeRecord, Shared, Table};
 
 impl Table {
+    /// Node `node`'s record, or the refusal a message about an unknown
+    /// node gets.
+    pub(crate) fn registered(&mut self, node: u32) -> Result<&mut NodeRecord, Refusal> {
+        self.nodes.get_mut(&node).ok_or_else(|| {
+            Refusal::new(
+                ErrorCode::NotFound,
+                format!("node {node} is not registered"),
+            )
+        })
+    }
+
+    /// Marks `node` down: no new grants go to it until it heartbeats.
+    pub(crate) fn set_down(&mut self, node: u32) {
+        if let Some(n) = self.nodes.get_mut(&node) {
+            n.up = false;
+        }
+        self.tree.set_up(node, false);
+    }
+
     pub(crate) fn new(granularity: u64) -> Self {
         Self {
             tree: ExtentTree::new(granularity),
@@ -266,10 +285,7 @@ impl Shared {
     fn suspect(&self, node: u32, why: &str) -> Result<(), Refusal> {
         tracing::warn!("{why}; marking memory node {node} down until it heartbeats");
         let mut t = self.table.lock();
-        if let Some(n) = t.nodes.get_mut(&node) {
-            n.up = false;
-        }
-        t.tree.set_up(node, false);
+        t.set_down(node);
         self.save(&t)
     }
 

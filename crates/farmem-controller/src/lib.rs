@@ -756,12 +756,7 @@ impl Shared {
                 }
                 self.check_node_session(peer, node)?;
                 let mut t = self.table.lock();
-                let Some(n) = t.nodes.get_mut(&node) else {
-                    return Err(Refusal::new(
-                        ErrorCode::NotFound,
-                        format!("node {node} is not registered"),
-                    ));
-                };
+                let n = t.registered(node)?;
                 n.last_seen = Some(Instant::now());
                 if !n.up {
                     n.up = true;
@@ -777,17 +772,10 @@ impl Shared {
                 }
                 self.check_node_session(peer, node)?;
                 let mut t = self.table.lock();
-                let Some(n) = t.nodes.get_mut(&node) else {
-                    return Err(Refusal::new(
-                        ErrorCode::NotFound,
-                        format!("node {node} is not registered"),
-                    ));
-                };
                 // Down at once rather than after the heartbeat timeout:
                 // no new grants, and clients fail over to other copies.
-                n.up = false;
-                n.last_seen = None;
-                t.tree.set_up(node, false);
+                t.registered(node)?.last_seen = None;
+                t.set_down(node);
                 tracing::info!("memory node {node} is stopping; marked down");
                 self.save(&t)?;
                 Msg::Done.encode(id, out);
@@ -1005,10 +993,7 @@ fn liveness_loop(shared: &Shared, stop: &AtomicBool) {
             .collect();
         for id in &late {
             tracing::warn!("memory node {id} missed its heartbeats; marking it down");
-            if let Some(n) = t.nodes.get_mut(id) {
-                n.up = false;
-            }
-            t.tree.set_up(*id, false);
+            t.set_down(*id);
         }
         if !late.is_empty() {
             // Refused only once another leads: we stood down.

@@ -6,7 +6,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use farmem_controller::local_etcd::EtcdProcess;
@@ -17,15 +17,8 @@ fn farmem() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_farmem"))
 }
 
-/// A daemon of this binary, killed with SIGKILL when dropped.
-struct Daemon(Child);
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+mod common;
+use common::{Daemon, daemon_json};
 
 impl Daemon {
     fn kill_9(&mut self) {
@@ -36,20 +29,9 @@ impl Daemon {
 
 /// Starts `farmem ARGS… --json` and waits for the address it prints.
 fn daemon(args: &[&str]) -> Daemon {
-    let mut child = Command::new(farmem())
-        .args(args)
-        .arg("--json")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    assert!(line.contains("\"addr\""), "{args:?} printed {line:?}");
-    Daemon(child)
+    let (d, printed) = daemon_json(args);
+    assert!(printed["addr"].is_string(), "{args:?} printed {printed}");
+    d
 }
 
 fn free_port() -> String {
