@@ -21,7 +21,7 @@
 // Layers, bottom up, each module using only those in layers below it (see
 // README.md, Modules): store; error, uffd, stats; slab; bufs; page; config;
 // backend; cache; shared; around; resolve; evict, signal, handler; runtime;
-// bench, preload_env, remote.
+// bench, preload_env, remote; join.
 mod around;
 pub mod backend;
 pub mod bench;
@@ -31,6 +31,7 @@ pub mod config;
 mod error;
 mod evict;
 mod handler;
+pub mod join;
 mod page;
 pub mod preload_env;
 pub mod remote;

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use farmem_runtime::backend::CompressedStore;
+use farmem_runtime::join;
 use farmem_runtime::preload_env::{self, Fallback, NO_FAR_MEMORY_EXIT, PreloadEnv};
 use farmem_runtime::remote::RackStore;
 use farmem_runtime::{FaultPath, Runtime};
@@ -87,11 +88,18 @@ fn init() -> Result<(), String> {
     let env = PreloadEnv::read(&getenv)?;
     let cfg = env.config()?;
     let rack = match &env.controller {
-        Some(controller) if env.backend.needs_rack() => Some(connect(&env, controller)?),
+        Some(controller) if env.backend.needs_rack() => Some(join::connect(&env, controller)?),
         _ => None,
     };
-    if let Some(rack) = &rack {
-        keep_lease(rack, env.lease_ms);
+    if let Some(rack) = &rack
+        && let Err(e) = join::keep_lease(rack, env.lease_ms, |e| {
+            // Far pages are gone: going on would hang on the first one
+            // not local, or compute on what is left.
+            say(&format!("{e}; aborting"));
+            std::process::abort();
+        })
+    {
+        say(&e);
     }
     // The kernel's own accesses to far pages fail on the signal path: the
     // I/O interposers touch them first.
@@ -136,124 +144,6 @@ fn start_logging() -> Result<(), String> {
         .with_target(false)
         .try_init();
     Ok(())
-}
-
-/// How fast lost copies are made again: enough to restore a GiB in a few
-/// seconds, little enough to leave the link to the program.
-const REPAIR_BYTES_PER_SEC: u64 = 256 << 20;
-
-/// Connects to the controller (proving the token if there is one) and sets
-/// the rack client's copies or erasure coding.
-fn connect(env: &PreloadEnv, controller: &str) -> Result<Arc<RackStore>, String> {
-    // One owner per process image, so a lease that runs out gives back only
-    // the memory of the process that died: the pid alone is reused (by
-    // exec, or in another pid namespace on the same rack).
-    let started = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
-    // SAFETY: getpid has no preconditions.
-    let name = format!("{}-{}-{started:x}", env.name, unsafe { libc::getpid() });
-    let token = token(env)?;
-    let anonymous = token.is_empty();
-    let mut cfg = farmem_net::ClientConfig::new(name, farmem_wire::Role::Compute).with_token(token);
-    if let Some(link) = &env.link {
-        let link = farmem_net::link::SharedLink::open(link).map_err(|e| e.to_string())?;
-        // SAFETY: getpid has no preconditions; each process draws its own gaps.
-        let seed = u64::from(unsafe { libc::getpid() }.unsigned_abs());
-        let gate = farmem_net::delay::EgressDelay::on_link(link, seed);
-        cfg = cfg.with_delay(Arc::new(gate));
-    } else if let Some(model) = &env.delay {
-        let gate = match env.delay_partition {
-            None => farmem_net::delay::EgressDelay::new(model.clone(), 0),
-            Some(ratio) => {
-                let share = demand_share(ratio)?;
-                farmem_net::delay::EgressDelay::partitioned(model.clone(), 0, share)
-            }
-        };
-        cfg = cfg.with_delay(Arc::new(gate));
-    }
-    cfg = cfg.with_path_delays(env.path_delays.clone());
-    let store = match farmem_net::Cluster::connect(controller, cfg, 2) {
-        Ok(cluster) => Arc::new(RackStore::new(cluster)),
-        Err(e @ farmem_net::NetError::Auth(_)) if anonymous => {
-            return Err(format!(
-                "connecting to controller {controller}: {e} (no FARMEM_TOKEN_FILE given: a rack started with --token-file admits only holders of its token)"
-            ));
-        }
-        Err(e) => return Err(format!("connecting to controller {controller}: {e}")),
-    };
-    if let Some(n) = env.replicas {
-        store.cluster().set_replicas(n);
-    }
-    if let Some(r) = env.redundancy {
-        // Erasure-coded stripes survive any M lost memory nodes; plain
-        // stripes spread each page over K of them.
-        store.cluster().set_redundancy(r);
-    }
-    // Plain stripes have nothing to rebuild a lost shard from.
-    let coded = matches!(
-        env.redundancy,
-        Some(farmem_net::Redundancy::ReedSolomon { .. })
-    );
-    if env.replicas.is_some_and(|n| n > 1) || coded {
-        // Copies, or shards, lost with a memory node are made again from
-        // the rest.
-        store
-            .start_repair(REPAIR_BYTES_PER_SEC)
-            .map_err(|e| format!("starting the repair thread: {e}"))?;
-    }
-    Ok(store)
-}
-
-/// DaeMon's partitioning for the link (§4.1), in the runtime's reading of
-/// §4.7: 4 KiB demand pages as its lines, 64 KiB bulk clusters as its
-/// pages; an idle class lends its share.
-fn demand_share(ratio: farmem_core::Ratio) -> Result<farmem_policy::daemon::ShareServer, String> {
-    use farmem_policy::daemon::{BandwidthPartitioner, PartitionConfig, ShareServer};
-    let config = PartitionConfig {
-        ratio,
-        line_bytes: 4096,
-        page_bytes: 64 << 10,
-    };
-    let partitioner = BandwidthPartitioner::from_config(&config)
-        .map_err(|e| format!("FARMEM_DELAY_PARTITION {ratio}: {e}"))?;
-    Ok(ShareServer::new(&partitioner, true))
-}
-
-/// The cluster token in FARMEM_TOKEN_FILE, or none.
-fn token(env: &PreloadEnv) -> Result<Vec<u8>, String> {
-    let Some(path) = &env.token_file else {
-        return Ok(Vec::new());
-    };
-    let token = farmem_net::read_token_file(path)
-        .map_err(|e| format!("reading FARMEM_TOKEN_FILE {}: {e}", path.display()))?;
-    if token.is_empty() {
-        return Err(format!("FARMEM_TOKEN_FILE {} is empty", path.display()));
-    }
-    Ok(token)
-}
-
-/// Holds the process's remote memory on a lease of `lease_ms` (0: none),
-/// renewed for as long as the process lives.
-fn keep_lease(store: &RackStore, lease_ms: u64) {
-    if lease_ms == 0 {
-        return;
-    }
-    match store
-        .cluster()
-        .keep_lease(std::time::Duration::from_millis(lease_ms), |e| {
-            // Far pages are gone: going on would hang on the first one
-            // not local, or compute on what is left.
-            say(&format!(
-                "this process's remote memory was given back to the rack ({e}); it was silent for longer than its lease (FARMEM_LEASE_MS, farmem run --lease), stopped or frozen; aborting"
-            ));
-            std::process::abort();
-        }) {
-        Ok(keeper) => std::mem::forget(keeper),
-        Err(e) => say(&format!(
-            "cannot hold remote memory on a lease ({e}): if this process is killed, the controller keeps it"
-        )),
-    }
 }
 
 /// Reserves the far heap of `far` bytes in `rt` and opens it to the
