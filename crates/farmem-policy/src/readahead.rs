@@ -1,23 +1,31 @@
-//! Sequential readahead: how many blocks to bring in at a miss.
+//! Readahead: which blocks to bring in at a miss.
 //!
-//! A miss that lands exactly where an earlier window ended continues that
-//! stream, and the stream's window doubles up to a cap; any other miss
+//! A miss that lands just past where an earlier window ended continues that
+//! stream upward, one that lands just below where it began continues it
+//! downward, and the stream's window doubles up to a cap; any other miss
 //! starts a stream with a window of one block (no speculation on a single
-//! miss). This is Linux's on-demand readahead reduced to its core, with a
-//! few streams tracked at once so threads filling different parts of one
-//! region do not break each other's streams.
+//! miss). This is Linux's on-demand readahead reduced to its core, with
+//! several streams tracked at once so threads filling different parts of
+//! one region do not break each other's streams, and with descending
+//! streams, which Linux's swap readahead serves by placing its window
+//! around the fault: GNU sort walks its array of lines from the top down,
+//! so on sort of 4 M lines about a quarter of all misses continue a
+//! descending stream and almost none an ascending one.
 //!
-//! The runtime uses it to fault around first touches of never-written
-//! pages, which it can fill locally without the store: a program filling
-//! fresh memory in order then takes one fault per window instead of one per
-//! page.
+//! The runtime uses it to fault around a miss: never-written pages it
+//! fills locally (upward only), stored pages it reads with the missing one
+//! in one request.
 
 use serde::{Deserialize, Serialize};
 
 use crate::BlockId;
 
-/// Streams tracked at once; the least recently continued is replaced.
-const STREAMS: usize = 4;
+/// Streams tracked at once. A miss that continues none replaces a stream
+/// not yet confirmed (window 1) before one that is, the least recently
+/// used first: random misses then churn among themselves and leave the
+/// program's real streams (a merge's two runs and its output, per thread)
+/// their windows.
+const STREAMS: usize = 16;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -37,13 +45,61 @@ impl Default for ReadaheadConfig {
     }
 }
 
+/// The blocks to bring in for a miss: `len` blocks from `first`, the
+/// missing block among them. An ascending window starts at the miss, a
+/// descending one ends there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Window {
+    pub first: BlockId,
+    pub len: u32,
+}
+
+impl Window {
+    /// How many of the window's blocks come before the miss at `block`.
+    pub fn before(&self, block: BlockId) -> u32 {
+        (block - self.first) as u32
+    }
+
+    /// How many come after it.
+    pub fn after(&self, block: BlockId) -> u32 {
+        self.len - 1 - self.before(block)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+enum Direction {
+    /// One block so far: either way.
+    #[default]
+    Unknown,
+    Up,
+    Down,
+}
+
 #[derive(Debug, Clone, Copy, Default)]
 struct Stream {
-    /// The block a miss continuing this stream lands on.
-    next: BlockId,
+    /// The lowest block of the last window, and one past its highest.
+    low: BlockId,
+    end: BlockId,
     window: u32,
+    dir: Direction,
     /// When it was last continued, in misses: for replacement.
     used: u64,
+}
+
+impl Stream {
+    /// The direction a miss on `block` continues this stream in, if any.
+    fn continued_by(&self, block: BlockId) -> Option<Direction> {
+        if self.window == 0 {
+            return None;
+        }
+        if self.dir != Direction::Down && block == self.end {
+            Some(Direction::Up)
+        } else if self.dir != Direction::Up && self.low.checked_sub(1) == Some(block) {
+            Some(Direction::Down)
+        } else {
+            None
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -62,49 +118,64 @@ impl Readahead {
         }
     }
 
-    /// A miss on `block`: returns the window to bring in, `block` and the
-    /// blocks after it (at least 1). If the caller brings in fewer, it says
-    /// so with [`Readahead::cut`].
-    pub fn on_miss(&mut self, block: BlockId) -> u32 {
+    /// A miss on `block`: returns the window to bring in (at least the
+    /// block). If the caller brings in fewer, it says so with
+    /// [`Readahead::cut`].
+    pub fn on_miss(&mut self, block: BlockId) -> Window {
         self.misses += 1;
         let now = self.misses;
         let max = self.max;
-        let s = match self
+        let continued = self
             .streams
             .iter_mut()
-            .find(|s| s.window > 0 && s.next == block)
-        {
-            Some(s) => {
+            .find_map(|s| s.continued_by(block).map(|dir| (s, dir)));
+        let s = match continued {
+            Some((s, dir)) => {
                 s.window = (s.window * 2).min(max);
+                s.dir = dir;
                 s
             }
             None => {
                 let s = self
                     .streams
                     .iter_mut()
-                    .min_by_key(|s| s.used)
+                    .min_by_key(|s| (s.window > 1, s.used))
                     .expect("STREAMS > 0");
                 s.window = 1;
+                s.dir = Direction::Unknown;
                 s
             }
         };
-        s.next = block.saturating_add(s.window as u64);
         s.used = now;
-        s.window
+        let w = u64::from(s.window);
+        let (low, end) = match s.dir {
+            Direction::Down => (block.saturating_sub(w - 1), block.saturating_add(1)),
+            _ => (block, block.saturating_add(w)),
+        };
+        s.low = low;
+        s.end = end;
+        Window {
+            first: low,
+            len: (end - low).max(1) as u32,
+        }
     }
 
     /// The window just returned for a miss on `block` was brought in only
-    /// up to `len` blocks (a block already present, or no room): the
-    /// stream continues where that run ends, with its window kept, so a
-    /// short run does not restart the ramp.
+    /// `len` blocks from the miss outward (a block already present, or no
+    /// room): the stream continues where that run ends, with its window
+    /// kept, so a short run does not restart the ramp.
     pub fn cut(&mut self, block: BlockId, len: u32) {
         let now = self.misses;
+        let len = u64::from(len.max(1));
         if let Some(s) = self
             .streams
             .iter_mut()
             .find(|s| s.used == now && s.window > 0)
         {
-            s.next = block.saturating_add(len.max(1) as u64);
+            match s.dir {
+                Direction::Down => s.low = block.saturating_sub(len - 1),
+                _ => s.end = block.saturating_add(len),
+            }
         }
     }
 }
@@ -117,14 +188,15 @@ mod tests {
         Readahead::new(ReadaheadConfig { max_blocks: max })
     }
 
-    /// Feeds misses where each window ends; returns the windows.
+    /// Feeds misses where each window ends; returns the windows' lengths.
     fn sequential(r: &mut Readahead, from: BlockId, misses: usize) -> Vec<u32> {
         let mut at = from;
         (0..misses)
             .map(|_| {
                 let w = r.on_miss(at);
-                at += w as u64;
-                w
+                assert_eq!(w.first, at, "an ascending window starts at the miss");
+                at += u64::from(w.len);
+                w.len
             })
             .collect()
     }
@@ -136,10 +208,31 @@ mod tests {
     }
 
     #[test]
+    fn a_descending_stream_grows_its_window_below_the_miss() {
+        let mut r = ra(16);
+        let mut at = 1000u64;
+        let mut windows = Vec::new();
+        for _ in 0..7 {
+            let w = r.on_miss(at);
+            assert_eq!(w.first + u64::from(w.len) - 1, at, "it ends at the miss");
+            assert_eq!((w.before(at), w.after(at)), (w.len - 1, 0));
+            windows.push(w.len);
+            at = w.first - 1;
+        }
+        assert_eq!(windows, [1, 2, 4, 8, 16, 16, 16]);
+        // Near block 0 the window stops there.
+        let mut r = ra(16);
+        for b in [3, 2, 1] {
+            r.on_miss(b);
+        }
+        assert_eq!(r.on_miss(0), Window { first: 0, len: 1 });
+    }
+
+    #[test]
     fn a_random_miss_gets_one_block() {
         let mut r = ra(16);
         for b in [7, 1000, 3, 55, 900_000] {
-            assert_eq!(r.on_miss(b), 1);
+            assert_eq!(r.on_miss(b), Window { first: b, len: 1 });
         }
     }
 
@@ -149,38 +242,57 @@ mod tests {
         assert_eq!(sequential(&mut r, 0, 4), [1, 2, 4, 8]);
         // The window [7, 15) was brought in; a miss at 10 means it was not
         // (or no longer) all there: no evidence of a stream at 10.
-        assert_eq!(r.on_miss(10), 1);
-        assert_eq!(r.on_miss(11), 2);
+        assert_eq!(r.on_miss(10).len, 1);
+        assert_eq!(r.on_miss(11).len, 2);
+    }
+
+    #[test]
+    fn a_stream_keeps_its_direction() {
+        let mut r = ra(16);
+        assert_eq!(sequential(&mut r, 100, 3), [1, 2, 4]);
+        // The stream went up from 100: a miss just below it is not its.
+        assert_eq!(r.on_miss(99).len, 1);
     }
 
     #[test]
     fn interleaved_streams_keep_their_windows() {
         let mut r = ra(64);
-        let (mut a, mut b) = (0u64, 1 << 20);
-        let mut last = (0, 0);
+        let (mut a, mut b, mut c) = (0u64, 1 << 20, 2 << 20);
+        let mut last = (0, 0, 0);
         for _ in 0..6 {
             let wa = r.on_miss(a);
-            a += wa as u64;
+            a += u64::from(wa.len);
             let wb = r.on_miss(b);
-            b += wb as u64;
-            last = (wa, wb);
+            b += u64::from(wb.len);
+            let wc = r.on_miss(c);
+            c = wc.first - 1;
+            last = (wa.len, wb.len, wc.len);
         }
-        assert_eq!(last, (32, 32));
+        assert_eq!(last, (32, 32, 32));
     }
 
     #[test]
-    fn a_fifth_stream_replaces_the_least_recently_continued() {
+    fn random_misses_do_not_push_out_a_confirmed_stream() {
         let mut r = ra(64);
-        let starts = [0u64, 1000, 2000, 3000];
-        // Two misses each: every stream at window 2, next = start + 3.
-        for s in starts {
-            r.on_miss(s);
-            r.on_miss(s + 1);
+        assert_eq!(sequential(&mut r, 0, 3), [1, 2, 4]);
+        // Many more random misses than there are streams.
+        for i in 0..(4 * STREAMS as u64) {
+            assert_eq!(r.on_miss(1_000_000 + 17 * i).len, 1);
         }
-        // Stream 0 is the least recently continued: a new stream takes it.
-        assert_eq!(r.on_miss(9000), 1);
-        assert_eq!(r.on_miss(1003), 4, "stream at 1000 kept");
-        assert_eq!(r.on_miss(3), 1, "stream at 0 was replaced");
+        assert_eq!(r.on_miss(7).len, 8, "the stream at 0 kept its window");
+    }
+
+    #[test]
+    fn the_least_recently_continued_confirmed_stream_goes_when_all_are() {
+        let mut r = ra(64);
+        // Every stream confirmed (window 2), the first the least recent.
+        for i in 0..STREAMS as u64 {
+            r.on_miss(i * 1000);
+            r.on_miss(i * 1000 + 1);
+        }
+        assert_eq!(r.on_miss(1 << 30).len, 1);
+        assert_eq!(r.on_miss(1003).len, 4, "the stream at 1000 kept");
+        assert_eq!(r.on_miss(3).len, 1, "the stream at 0 was replaced");
     }
 
     #[test]
@@ -188,11 +300,27 @@ mod tests {
         let mut r = ra(16);
         assert_eq!(sequential(&mut r, 0, 4), [1, 2, 4, 8]);
         // The miss at 15 gets 16 blocks but only 3 are brought in.
-        assert_eq!(r.on_miss(15), 16);
+        assert_eq!(r.on_miss(15).len, 16);
         r.cut(15, 3);
-        assert_eq!(r.on_miss(18), 16, "the stream goes on at full width");
+        assert_eq!(r.on_miss(18).len, 16, "the stream goes on at full width");
         // Uncut, the stream would have expected 34.
-        assert_eq!(r.on_miss(50), 1);
+        assert_eq!(r.on_miss(50).len, 1);
+        // Downward: misses at 1000, 999 and 997 take windows of 1, 2 and 4
+        // blocks (the last [994, 998)); the next, at 993, takes 8 blocks
+        // but brings in only 2, so the stream goes on below 992.
+        let mut r = ra(16);
+        for b in [1000, 999, 997] {
+            r.on_miss(b);
+        }
+        assert_eq!(r.on_miss(993), Window { first: 986, len: 8 });
+        r.cut(993, 2);
+        assert_eq!(
+            r.on_miss(991),
+            Window {
+                first: 976,
+                len: 16
+            }
+        );
     }
 
     #[test]
@@ -204,9 +332,18 @@ mod tests {
     }
 
     #[test]
-    fn the_last_block_does_not_overflow() {
+    fn the_ends_of_the_block_space_do_not_overflow() {
         let mut r = ra(8);
-        assert_eq!(r.on_miss(u64::MAX - 1), 1);
-        assert_eq!(r.on_miss(u64::MAX), 2);
+        assert_eq!(r.on_miss(u64::MAX - 1).len, 1);
+        assert_eq!(
+            r.on_miss(u64::MAX),
+            Window {
+                first: u64::MAX,
+                len: 1
+            }
+        );
+        let mut r = ra(8);
+        assert_eq!(r.on_miss(1).len, 1);
+        assert_eq!(r.on_miss(0), Window { first: 0, len: 1 });
     }
 }

@@ -1,7 +1,8 @@
-//! Fault-around: the pages after a fault's own that one fault installs,
-//! so a program filling fresh memory or reading far data in order takes a
-//! fault per window, not per page. Below the fault state machine (`resolve.rs`), which takes a
-//! window before it installs the fault's page and fills it after.
+//! Fault-around: the pages beside a fault's own that one fault installs,
+//! so a program filling fresh memory or reading far data in order, up or
+//! down, takes a fault per window, not per page. Below the fault state
+//! machine (`resolve.rs`), which takes a window before it installs the
+//! fault's page and fills it after.
 
 use std::sync::atomic::Ordering;
 use std::time::Instant;
@@ -10,45 +11,93 @@ use crate::cache::{Ctx, PolicyUpdate};
 use crate::page::{FetchJob, MAX_FAULT_AROUND, PAGE, PageBuf, RunBuf, State};
 use crate::shared::Shared;
 
+/// The pages fault-around took for a fault: `before` just below its page
+/// (a descending stream of stored pages, read with the page by a thread)
+/// and `after` just above it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Around {
+    pub before: usize,
+    pub after: usize,
+}
+
+impl Around {
+    pub fn is_empty(&self) -> bool {
+        self.before == 0 && self.after == 0
+    }
+}
+
+/// How the pages of a window that were installed start out.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Settle<'a> {
+    /// Write-protected, clean: a write takes a fault to mark the page.
+    Clean,
+    /// Writable and dirty over zeros, their diff base (never-written pages).
+    DirtyOverZeros,
+    /// Writable and dirty, unwatched (no write seen yet), with the bytes
+    /// read, a page each in order, as their diff bases: the fault that
+    /// took the window was a write, so the stream it continues is most
+    /// likely written too, and each of its pages would otherwise take a
+    /// write-protect fault right after its install.
+    DirtyOver(&'a [u8]),
+}
+
 impl Shared {
-    /// Step one: `job` is the first touch of a never-written page (else
-    /// this does nothing); if the region's readahead sees a sequential
-    /// stream, takes the never-written absent pages after it that the
-    /// window covers (Fetching, with their cache slots), and returns how
-    /// many. Done before the job's page is installed, so the program,
-    /// woken by that install, finds its next pages taken and waits for
-    /// them instead of faulting them in one by one. A full cache or a page
-    /// not absent ends the window early.
-    pub(crate) fn reserve_around(&self, job: &FetchJob, ctx: Ctx) -> usize {
+    /// Step one: if the region's readahead sees a stream at `job`'s page,
+    /// takes the absent pages beside it that the window covers (Fetching,
+    /// with their cache slots): never-written pages after a never-written
+    /// one; stored pages whose remote addresses run on from the page's,
+    /// so one read covers them all, above it and, on a thread, below it.
+    /// Done before the job's page is installed, so the program, woken by
+    /// that install, finds its next pages taken and waits for them instead
+    /// of faulting them in one by one. A full cache or a page that does
+    /// not fit ends the window early.
+    pub(crate) fn reserve_around(&self, job: &FetchJob, ctx: Ctx) -> Around {
         if self.zeros.is_none() {
-            return 0;
+            return Around::default();
         }
         let (r, idx) = (&job.region, job.idx);
-        // Stored pages: only while their remote addresses run on, so one
-        // read covers them.
         let base = r.remote(idx);
         let mut readahead = ctx.lock(&r.readahead);
         let window = readahead.on_miss(idx as u64);
-        let end = (idx + window.min(MAX_FAULT_AROUND) as usize).min(r.pages.len());
-        let mut n = 0;
-        for j in idx + 1..end {
+        let room = MAX_FAULT_AROUND as usize - 1;
+        let after = (window.after(idx as u64) as usize).min(room);
+        let before = if job.zero || ctx != Ctx::Thread {
+            0
+        } else {
+            (window.before(idx as u64) as usize).min(room)
+        };
+        // Page j fits when it is absent and, for stored pages, at its
+        // place in the run of remote addresses through the page's.
+        let take = |j: usize| {
             let mut m = ctx.lock(&r.pages[j]);
             let fresh = !(m.stored || r.all_stored);
             let fits = if job.zero {
                 fresh
             } else {
-                !fresh && base.is_some() && r.remote(j) == base.map(|b| b + (j - idx) as u64 * PAGE)
+                let offset = (j as i64 - idx as i64) * PAGE as i64;
+                !fresh
+                    && base.is_some()
+                    && r.remote(j) == base.and_then(|b| b.checked_add_signed(offset))
             };
             if m.state != State::Absent || !fits || !self.cache.try_reserve(&self.m) {
-                break;
+                return false;
             }
             m.state = State::Fetching;
-            n += 1;
+            true
+        };
+        let end = (idx + 1 + after).min(r.pages.len());
+        let took = Around {
+            after: (idx + 1..end).take_while(|&j| take(j)).count(),
+            before: (idx.saturating_sub(before)..idx)
+                .rev()
+                .take_while(|&j| take(j))
+                .count(),
+        };
+        let wanted = window.len as usize;
+        if took.before + 1 + took.after < wanted {
+            readahead.cut(idx as u64, (took.before.max(took.after) + 1) as u32);
         }
-        if idx + 1 + n < end {
-            readahead.cut(idx as u64, n as u32 + 1);
-        }
-        n
+        took
     }
 
     /// Step two for never-written pages: installs the `n` pages after
@@ -78,11 +127,12 @@ impl Shared {
         {
             self.report(format!("faulting around {:#x}: {e}", r.page_addr(first)));
         }
-        self.finish_around(job, n, (copied / PAGE) as usize, true, ctx);
+        let installed = (copied / PAGE) as usize;
+        self.finish_run(job, first, n, installed, Settle::DirtyOverZeros, ctx);
     }
 
     /// Step two for stored pages on a fault-handling thread, before the
-    /// page itself is read: reads `job`'s page and the `n` pages after it
+    /// page itself is read: reads `job`'s page and the pages around it
     /// that [`Shared::reserve_around`] took in one request into `run`, and
     /// copies the page into `buf`. One round trip for the whole window: the
     /// program, woken by the page's install, would otherwise wait for the
@@ -91,25 +141,27 @@ impl Shared {
     pub(crate) fn read_window(
         &self,
         job: &FetchJob,
-        n: usize,
+        around: Around,
         buf: &mut PageBuf,
         run: &mut RunBuf,
     ) -> bool {
-        let Some(remote) = job.region.remote(job.idx) else {
+        let first = job.idx - around.before;
+        let Some(remote) = job.region.remote(first) else {
             return false;
         };
-        let bytes = run.run(n + 1);
+        let pages = around.before + 1 + around.after;
+        let bytes = run.run(pages);
         match self.store.read(remote, bytes) {
             Ok(()) => {
-                buf.0.copy_from_slice(&bytes[..PAGE as usize]);
+                let at = around.before * PAGE as usize;
+                buf.0.copy_from_slice(&bytes[at..at + PAGE as usize]);
                 true
             }
             Err(e) => {
                 self.m.fetch_errors.inc();
                 self.report(format!(
-                    "reading {} pages at {:#x}: {e}; fetching the page alone",
-                    n + 1,
-                    job.region.page_addr(job.idx)
+                    "reading {pages} pages at {:#x}: {e}; fetching the page alone",
+                    job.region.page_addr(first)
                 ));
                 false
             }
@@ -137,26 +189,34 @@ impl Shared {
         };
         self.m.st_fetch.since(t);
         match read {
-            Ok(()) => self.install_read(job, n, run, 0),
+            Ok(()) => self.install_read(job, first, n, run, 0),
             Err(e) => {
                 self.m.fetch_errors.inc();
                 self.report(format!(
                     "reading ahead {n} pages at {:#x}: {e}; each is fetched at its fault",
                     r.page_addr(first)
                 ));
-                self.finish_around(job, n, 0, false, Ctx::Thread);
+                self.finish_run(job, first, n, 0, Settle::Clean, Ctx::Thread);
             }
         }
     }
 
-    /// Installs, write-protected (clean), the `n` pages after `job`'s that
-    /// were read into `run` starting `skip` pages in, and settles them.
-    pub(crate) fn install_read(&self, job: &FetchJob, n: usize, run: &mut RunBuf, skip: usize) {
+    /// Installs `n` pages of `job`'s window from page `first`, read into
+    /// `run` starting `skip` pages in, and settles them: writable when the
+    /// job is a write fault's ([`Settle::DirtyOver`]; the thread path,
+    /// which reads a window with its page), else write-protected (clean).
+    pub(crate) fn install_read(
+        &self,
+        job: &FetchJob,
+        first: usize,
+        n: usize,
+        run: &mut RunBuf,
+        skip: usize,
+    ) {
         if n == 0 {
             return;
         }
         let r = &job.region;
-        let first = job.idx + 1;
         // Counted before the install wakes the program (as in `install`).
         self.m.pages_fetched.add(n as u64);
         self.m.bytes_fetched.add(n as u64 * PAGE);
@@ -165,29 +225,46 @@ impl Shared {
         let t = Instant::now();
         // SAFETY: `pages` is n live, page-aligned pages.
         let (copied, result) = unsafe {
-            self.uffd
-                .copy_run(r.page_addr(first), pages.as_ptr(), n as u64 * PAGE, true)
+            self.uffd.copy_run(
+                r.page_addr(first),
+                pages.as_ptr(),
+                n as u64 * PAGE,
+                !job.write,
+            )
         };
         self.m.st_install.since(t);
         if let Err(e) = result {
             self.report(format!("reading ahead at {:#x}: {e}", r.page_addr(first)));
         }
-        self.finish_around(job, n, (copied / PAGE) as usize, false, Ctx::Thread);
+        let settle = if job.write {
+            Settle::DirtyOver(pages)
+        } else {
+            Settle::Clean
+        };
+        let installed = (copied / PAGE) as usize;
+        self.finish_run(job, first, n, installed, settle, Ctx::Thread);
     }
 
-    /// Settles the `n` pages after `job`'s that fault-around took: the
-    /// first `installed` become resident (Dirty with a zero diff base when
-    /// mapped `writable`, else Clean), the rest Absent again.
-    pub(crate) fn finish_around(
+    /// Gives back every page of `job`'s window (Absent, slots released),
+    /// for each to be fetched at its own fault.
+    pub(crate) fn finish_around(&self, job: &FetchJob, around: Around, ctx: Ctx) {
+        let below = job.idx - around.before;
+        self.finish_run(job, below, around.before, 0, Settle::Clean, ctx);
+        self.finish_run(job, job.idx + 1, around.after, 0, Settle::Clean, ctx);
+    }
+
+    /// Settles `n` pages of `job`'s window from page `first`: the first
+    /// `installed` become resident as `settle` says, the rest Absent again.
+    pub(crate) fn finish_run(
         &self,
         job: &FetchJob,
+        first: usize,
         n: usize,
         installed: usize,
-        writable: bool,
+        settle: Settle<'_>,
         ctx: Ctx,
     ) {
         let r = &job.region;
-        let first = job.idx + 1;
         let now = self.now();
         for j in first..first + n {
             let mut m = ctx.lock(&r.pages[j]);
@@ -195,11 +272,20 @@ impl Shared {
                 m.state = State::Absent;
                 None
             } else {
-                if writable {
-                    m.state = State::Dirty;
-                    self.cache.keep_diff_base(&mut m, true, &[], ctx, &self.m);
-                } else {
-                    m.state = State::Clean;
+                match settle {
+                    Settle::Clean => m.state = State::Clean,
+                    Settle::DirtyOverZeros => {
+                        m.state = State::Dirty;
+                        self.cache.keep_diff_base(&mut m, true, &[], ctx, &self.m);
+                    }
+                    Settle::DirtyOver(pages) => {
+                        m.state = State::Dirty;
+                        m.unwatched = true;
+                        self.m.writes_predicted.inc();
+                        let at = (j - first) * PAGE as usize;
+                        let base = &pages[at..at + PAGE as usize];
+                        self.cache.keep_diff_base(&mut m, false, base, ctx, &self.m);
+                    }
                 }
                 self.cache
                     .update_policy(PolicyUpdate::Insert(r.page_addr(j) / PAGE, now), ctx)

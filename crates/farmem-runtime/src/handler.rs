@@ -11,6 +11,7 @@ use crossbeam_channel::{Receiver, Sender};
 
 use farmem_policy::poll::{AdaptivePoll, PollConfig};
 
+use crate::around::Settle;
 use crate::cache::Ctx;
 use crate::config::WaitMode;
 use crate::page::{FetchBufs, FetchJob, PAGE};
@@ -193,7 +194,7 @@ pub(crate) fn handoff_filler(sh: Arc<Shared>) {
         match h {
             Handoff::Fetch(job) => sh.give_back(&job, Ctx::Thread),
             Handoff::ReadAhead { job, pages } => {
-                sh.finish_around(&job, pages, 0, false, Ctx::Thread)
+                sh.finish_run(&job, job.idx + 1, pages, 0, Settle::Clean, Ctx::Thread)
             }
         }
     }

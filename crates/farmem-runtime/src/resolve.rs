@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use crate::around::{Around, Settle};
 use crate::cache::{Ctx, PolicyUpdate};
 use crate::page::{FetchBufs, FetchJob, PAGE, PageBuf, PageMeta, RegionInner, RunBuf, State};
 use crate::shared::{Handoff, Shared};
@@ -148,15 +149,15 @@ impl Shared {
         let mut around = if early {
             self.reserve_around(&job, ctx)
         } else {
-            0
+            Around::default()
         };
         let window_read = match run.as_deref_mut() {
-            Some(run) if around > 0 => self.read_window(&job, around, buf, run),
+            Some(run) if !around.is_empty() => self.read_window(&job, around, buf, run),
             _ => false,
         };
-        if around > 0 && !window_read {
-            self.finish_around(&job, around, 0, false, ctx);
-            around = 0;
+        if !around.is_empty() && !window_read {
+            self.finish_around(&job, around, ctx);
+            around = Around::default();
         }
         if !window_read && !self.fill(&job, buf, ctx) {
             self.not_served(job, ctx);
@@ -187,32 +188,42 @@ impl Shared {
         false
     }
 
-    /// Fills the `around` pages [`Shared::reserve_around`] took after
-    /// `job`'s: zeros at once; stored pages on a thread from `run`, where
-    /// they were read with the page; for a signal handler, read by a filler
-    /// (one read of a window is more than a handler can hold), or given back if the page itself is not
+    /// Fills the pages [`Shared::reserve_around`] took beside `job`'s:
+    /// zeros at once; stored pages on a thread from `run`, where they were
+    /// read with the page; for a signal handler (which takes pages after
+    /// its own only), read by a filler (one read of a window is more than
+    /// a handler can hold), or given back if the page itself is not
     /// installed. Returns `job` unless it went to a filler.
     fn fill_around(
         &self,
         job: FetchJob,
-        around: usize,
+        around: Around,
         installed: bool,
         run: Option<&mut RunBuf>,
         ctx: Ctx,
     ) -> Option<FetchJob> {
         if job.zero {
             // Installed or not, the pages around are ours to finish.
-            self.install_around(&job, around, ctx);
+            self.install_around(&job, around.after, ctx);
             return Some(job);
         }
         match run {
-            // Read with the page (`read_window`), after it in `run`.
-            Some(run) => self.install_read(&job, around, run, 1),
-            None if installed && around > 0 => {
-                self.hand_off(Handoff::ReadAhead { job, pages: around });
+            // Read with the page (`read_window`): those below it first in
+            // `run`, then the page, then those above.
+            Some(run) => {
+                let below = job.idx - around.before;
+                self.install_read(&job, below, around.before, run, 0);
+                let above = around.before + 1;
+                self.install_read(&job, job.idx + 1, around.after, run, above);
+            }
+            None if installed && around.after > 0 => {
+                self.hand_off(Handoff::ReadAhead {
+                    job,
+                    pages: around.after,
+                });
                 return None;
             }
-            None => self.finish_around(&job, around, 0, false, ctx),
+            None => self.finish_around(&job, around, ctx),
         }
         Some(job)
     }
@@ -373,7 +384,7 @@ impl Shared {
             None => {}
             Some(Handoff::Fetch(job)) => self.give_back(&job, Ctx::Signal),
             Some(Handoff::ReadAhead { job, pages }) => {
-                self.finish_around(&job, pages, 0, false, Ctx::Signal)
+                self.finish_run(&job, job.idx + 1, pages, 0, Settle::Clean, Ctx::Signal)
             }
         }
     }
