@@ -29,6 +29,9 @@
 //! several controllers share it: one leads, the others stand by and refuse
 //! with `NotLeader`, naming the leader, until its etcd lease runs out and
 //! one of them takes over ([`election`]).
+//!
+//! An operator (the admin role) takes a memory node that is gone out of
+//! the table ([`remove`]).
 
 mod alloc;
 mod answered;
@@ -42,6 +45,7 @@ pub mod lost;
 mod metrics;
 mod names;
 mod quota;
+mod remove;
 mod state;
 
 use std::collections::{BTreeMap, HashMap};
@@ -778,6 +782,10 @@ impl Shared {
                 t.set_down(node);
                 tracing::info!("memory node {node} is stopping; marked down");
                 self.save(&t)?;
+                Msg::Done.encode(id, out);
+            }
+            Msg::RemoveNode { node, force } => {
+                self.remove_node(peer, node, force)?;
                 Msg::Done.encode(id, out);
             }
             Msg::Alloc {

@@ -13,7 +13,8 @@ pub enum Role {
     MemNode = 2,
     /// The controller talking to a memory node (grants, revocations).
     Controller = 3,
-    /// An operator tool: may read stats, nothing else.
+    /// An operator tool: may read stats and take a memory node out of
+    /// the controller's table (`RemoveNode`), nothing else.
     Admin = 4,
 }
 
@@ -109,6 +110,11 @@ pub enum ErrorCode {
     /// A standby controller: another holds the leadership (its address is
     /// in the message); ask that one.
     NotLeader = 11,
+    /// `RemoveNode` of a node the controller still counts up: stop it
+    /// first (or ask with `force`).
+    NodeUp = 12,
+    /// `RemoveNode` of a node that still holds clients' grants.
+    NodeBusy = 13,
 }
 
 impl ErrorCode {
@@ -124,6 +130,8 @@ impl ErrorCode {
             9 => Self::Lost,
             10 => Self::NoCapability,
             11 => Self::NotLeader,
+            12 => Self::NodeUp,
+            13 => Self::NodeBusy,
             _ => Self::Internal,
         }
     }
@@ -316,7 +324,7 @@ ops! {
     Read = 0x10, ReadOk = 0x11, Write = 0x12, LogBatch = 0x14, LogAck = 0x15,
     Alloc = 0x20, AllocOk = 0x21, Release = 0x22, Lease = 0x23, Register = 0x24, Registered = 0x25,
     Heartbeat = 0x26, Leave = 0x27, Grant = 0x28, Revoke = 0x29, ListNodes = 0x2a, NodesOk = 0x2b,
-    Present = 0x2c, Remirror = 0x2d,
+    Present = 0x2c, Remirror = 0x2d, RemoveNode = 0x2e,
     Stats = 0x30, StatsOk = 0x31,
     Error = 0x7f,
 }
@@ -428,6 +436,13 @@ pub enum Msg<'a> {
     Leave {
         node: u32,
     },
+    /// Admin → controller: forget memory node `node` (it is gone); refused
+    /// while it is up unless `force`, and while it holds grants. Answered
+    /// with `Done`.
+    RemoveNode {
+        node: u32,
+        force: bool,
+    },
     /// Controller → memory node: `owner` holds the range; `kind` says
     /// whether its bytes are new (zeroed), intact (re-sent) or lost.
     /// `stamp` names the grant in its capabilities (0 on a re-send: the
@@ -509,6 +524,7 @@ impl<'a> Msg<'a> {
             Msg::Registered { .. } => Op::Registered,
             Msg::Heartbeat { .. } => Op::Heartbeat,
             Msg::Leave { .. } => Op::Leave,
+            Msg::RemoveNode { .. } => Op::RemoveNode,
             Msg::Grant { .. } => Op::Grant,
             Msg::Revoke { .. } => Op::Revoke,
             Msg::Present { .. } => Op::Present,
@@ -641,6 +657,10 @@ impl<'a> Msg<'a> {
                 b.extend_from_slice(&used.to_le_bytes());
             }
             Msg::Leave { node } => b.extend_from_slice(&node.to_le_bytes()),
+            Msg::RemoveNode { node, force } => {
+                b.extend_from_slice(&node.to_le_bytes());
+                b.push(u8::from(*force));
+            }
             Msg::Grant {
                 owner,
                 base,
@@ -767,6 +787,19 @@ impl<'a> Msg<'a> {
                 used: r.u64()?,
             },
             Op::Leave => Msg::Leave { node: r.u32()? },
+            Op::RemoveNode => Msg::RemoveNode {
+                node: r.u32()?,
+                force: match r.u8()? {
+                    0 => false,
+                    1 => true,
+                    v => {
+                        return Err(WireError::BadValue {
+                            what: "force",
+                            value: v.into(),
+                        });
+                    }
+                },
+            },
             Op::Grant => {
                 let base = r.u64()?;
                 let len = r.u64()?;
@@ -863,6 +896,7 @@ fn op_name(op: Op) -> &'static str {
         Op::Registered => "register reply",
         Op::Heartbeat => "heartbeat",
         Op::Leave => "leave",
+        Op::RemoveNode => "remove node",
         Op::Grant => "grant",
         Op::Revoke => "revoke",
         Op::Present => "present",
@@ -995,6 +1029,14 @@ mod tests {
             },
             Msg::Heartbeat { node: 3, used: 77 },
             Msg::Leave { node: 3 },
+            Msg::RemoveNode {
+                node: 4,
+                force: false,
+            },
+            Msg::RemoveNode {
+                node: u32::MAX,
+                force: true,
+            },
             Msg::Grant {
                 owner: "cn-0",
                 base: 5,
@@ -1065,6 +1107,14 @@ mod tests {
             Msg::decode(Op::Hello as u8, &[1, 0, 9, 0]),
             Err(WireError::BadValue { what: "role", .. })
         ));
+        // `force` is a flag byte: other values are reserved, not "true".
+        assert_eq!(
+            Msg::decode(Op::RemoveNode as u8, &[1, 0, 0, 0, 2]),
+            Err(WireError::BadValue {
+                what: "force",
+                value: 2
+            })
+        );
     }
 
     proptest! {

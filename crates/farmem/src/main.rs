@@ -28,6 +28,9 @@ enum Command {
     Controller(cmd::controller::Args),
     /// Show a rack: memory nodes up or down, grants and leases per client.
     Status(cmd::status::Args),
+    /// An operator's changes to the rack's memory nodes (`node remove`).
+    #[command(subcommand)]
+    Node(cmd::node::Node),
     /// Measure a part of the real system against its baseline, side by side.
     #[command(subcommand)]
     Bench(cmd::bench::Bench),
@@ -68,6 +71,7 @@ fn main() -> std::process::ExitCode {
         Command::Memnode(a) => cmd::memnode::run(a),
         Command::Controller(a) => cmd::controller::run(a),
         Command::Status(a) => cmd::status::run(a),
+        Command::Node(c) => cmd::node::run(c),
         Command::Bench(b) => cmd::bench::run(b),
         Command::Sim(a) => cmd::sim::run(a),
         Command::Eval(a) => cmd::eval::run(a),

@@ -69,9 +69,9 @@ pub struct Args {
     /// Print the bound address as one JSON object on stdout once serving.
     #[arg(long)]
     json: bool,
-    /// A TOML file whose keys are these flags (`listen = "0.0.0.0:7001"`,
-    /// `heartbeat-ms = 500`, `json = true`); a flag on the command line
-    /// wins over its key.
+    /// A TOML file whose keys are these flags (`listen = "0.0.0.0:7000"`,
+    /// `heartbeat-timeout-ms = "3s"`, `json = true`); a flag on the
+    /// command line wins over its key. Example: contrib/systemd/controller.toml.
     #[arg(long, value_name = "FILE")]
     config: Option<std::path::PathBuf>,
 }

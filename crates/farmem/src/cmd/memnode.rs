@@ -65,7 +65,7 @@ pub struct Args {
     json: bool,
     /// A TOML file whose keys are these flags (`listen = "0.0.0.0:7001"`,
     /// `heartbeat-ms = 500`, `json = true`); a flag on the command line
-    /// wins over its key.
+    /// wins over its key. Example: contrib/systemd/memnode.toml.
     #[arg(long, value_name = "FILE")]
     config: Option<std::path::PathBuf>,
 }

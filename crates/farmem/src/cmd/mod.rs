@@ -9,6 +9,7 @@ pub mod eval;
 pub mod link;
 pub mod local;
 pub mod memnode;
+pub mod node;
 pub mod run;
 mod run_metrics;
 pub mod sim;

@@ -24,8 +24,8 @@ pub struct Args {
     /// one that leads answers).
     #[arg(long, default_value = "127.0.0.1:7000")]
     controller: String,
-    /// File holding the cluster token, or a compute key from `farmem
-    /// token` (without it: an unauthenticated rack).
+    /// File holding the cluster token, or a compute or admin key from
+    /// `farmem token` (without it: an unauthenticated rack).
     #[arg(long)]
     token_file: Option<PathBuf>,
     /// Print the controller's statistics as one JSON object on stdout.
@@ -37,7 +37,12 @@ pub fn run(args: Args) -> Outcome {
     let token = super::load_token(args.token_file.as_deref())?;
     // A name of its own, so it never stands in for a client of the rack.
     let name = format!("farmem-status-{}", std::process::id());
-    let cfg = ClientConfig::new(name, Role::Compute).with_token(token);
+    // An operator's admin key reads the rack as well as a compute key.
+    let role = match farmem_wire::auth::parse_role_key(&token) {
+        Some(Ok((Role::Admin, _))) => Role::Admin,
+        _ => Role::Compute,
+    };
+    let cfg = ClientConfig::new(name, role).with_token(token);
     let mut last = None;
     for addr in args.controller.split(',').map(str::trim) {
         let asked = Connection::connect(addr, &cfg)

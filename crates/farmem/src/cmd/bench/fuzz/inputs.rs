@@ -150,7 +150,7 @@ fn log_records(rng: &mut SmallRng, ctx: &Context) -> Vec<u8> {
 }
 
 /// Message kinds [`valid_frame`] makes, in opcode order; a few by name.
-pub const KINDS: usize = 25;
+pub const KINDS: usize = 26;
 pub const READ: usize = 5;
 pub const WRITE: usize = 7;
 pub const LOG_BATCH: usize = 8;
@@ -296,6 +296,10 @@ pub fn valid_frame(rng: &mut SmallRng, ctx: &Context, kind: usize, out: &mut Vec
             caps: (0..rng.gen_range(0..4))
                 .map(|_| cap(rng, a, b, c))
                 .collect(),
+        },
+        24 => Msg::RemoveNode {
+            node: c,
+            force: rng.r#gen(),
         },
         _ => Msg::Error {
             code: ErrorCode::from_u16(rng.gen_range(0..10)),
