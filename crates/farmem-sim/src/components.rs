@@ -4,7 +4,7 @@
 
 use farmem_core::PAGE_SIZE;
 use farmem_policy::cache::{PolicyConfig, Probe, ReplacementPolicy, SetAssoc};
-use farmem_workloads::fxhash::FxHashMap;
+use rustc_hash::FxHashMap;
 
 use crate::config::{CacheConfig, Config, LinkConfig};
 use crate::stats::{Component, Stats};

@@ -6,7 +6,6 @@
 //! `farmem trace capture` also produces from unmodified programs.
 
 pub mod champsim;
-pub mod fxhash;
 pub mod graph;
 pub mod graph500;
 pub mod kernels;

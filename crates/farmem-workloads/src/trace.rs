@@ -26,8 +26,8 @@ use std::io::{self, BufWriter, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 use farmem_core::PAGE_SIZE;
+use rustc_hash::FxHashSet;
 
-use crate::fxhash::FxHashSet;
 use crate::record::{Access, Sink};
 
 pub const MAGIC: &[u8; 8] = b"FMTRACE\0";

@@ -2,13 +2,15 @@
 //! block up several times per access and the simulator drives hundreds of
 //! millions of accesses, so SipHash (std's default, built against hash
 //! flooding, which block numbers from our own traces cannot mount) would
-//! dominate the cost.
+//! dominate the cost. rustc-hash's FxHasher is the same hasher the
+//! simulator's page tables use.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
 
-/// `HashMap<BlockId, V>` with [`BlockHasher`].
-pub(crate) type BlockMap<V> = HashMap<crate::BlockId, V, BuildHasherDefault<BlockHasher>>;
+use rustc_hash::FxBuildHasher;
+
+/// `HashMap<BlockId, V>` with rustc-hash's FxHasher.
+pub(crate) type BlockMap<V> = HashMap<crate::BlockId, V, FxBuildHasher>;
 
 /// Cap on up-front allocation, so a huge configured capacity only costs
 /// memory as the cache fills.
@@ -16,33 +18,7 @@ pub(crate) const PREALLOC: usize = 1 << 16;
 
 /// An empty map with room for `capacity` blocks (at most [`PREALLOC`]).
 pub(crate) fn block_map<V>(capacity: usize) -> BlockMap<V> {
-    BlockMap::with_capacity_and_hasher(capacity.min(PREALLOC), Default::default())
-}
-
-/// A folded 64×64→128-bit multiply (as in wyhash): every input bit reaches
-/// the low bits hashbrown indexes buckets with, so strided block numbers
-/// (all ≡ 0 mod 8) still spread.
-#[derive(Debug, Default, Clone, Copy)]
-pub(crate) struct BlockHasher(u64);
-
-const K: u64 = 0x9E37_79B9_7F4A_7C15;
-
-impl Hasher for BlockHasher {
-    fn finish(&self) -> u64 {
-        let p = u128::from(self.0 ^ K) * u128::from(K);
-        (p as u64) ^ ((p >> 64) as u64)
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        // Not used for u64 keys; folds any other key in 8-byte words.
-        for chunk in bytes.chunks(8) {
-            let mut w = [0u8; 8];
-            w[..chunk.len()].copy_from_slice(chunk);
-            self.write_u64(u64::from_le_bytes(w));
-        }
-    }
-    fn write_u64(&mut self, n: u64) {
-        self.0 = (self.0.rotate_left(29) ^ n).wrapping_mul(K);
-    }
+    BlockMap::with_capacity_and_hasher(capacity.min(PREALLOC), FxBuildHasher)
 }
 
 #[cfg(test)]
@@ -51,13 +27,13 @@ mod tests {
 
     #[test]
     fn strided_keys_spread_over_low_bits() {
+        // hashbrown picks buckets by the hash's low bits; block numbers of
+        // a strided scan (all ≡ 0 mod 8) must still reach nearly all of them.
         use std::hash::BuildHasher;
-        let b = BuildHasherDefault::<BlockHasher>::default();
         let mut seen = std::collections::HashSet::new();
         for k in (0..1024u64).map(|i| i * 8) {
-            seen.insert(b.hash_one(k) & 127);
+            seen.insert(FxBuildHasher.hash_one(k) & 127);
         }
-        // 1024 keys into 128 buckets by low bits: nearly all buckets used.
         assert!(seen.len() > 120, "{}", seen.len());
     }
 }

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use farmem_workloads::{Access, Scale, Sink};
 use serde::Serialize;
 
-use super::figure::{BarChart, LineChart, Series};
+use super::figure::{BarChart, Figure, LineChart, Series};
 use super::{Check, geomean};
 use crate::{Config, Engine, SimError, SimResult};
 
@@ -681,7 +681,7 @@ pub fn phase_ipc(t: &Timeline, period_ns: f64) -> Option<PhaseIpc> {
 }
 
 /// Fig. 13 over time: one chart per workload, IPC per interval per scheme.
-fn timeline_figures(e: &DaemonEval) -> Vec<(String, String)> {
+fn timeline_figures(e: &DaemonEval) -> Vec<(String, Figure)> {
     e.disturbance_timeline
         .iter()
         .filter_map(|(w, by_scheme)| {
@@ -708,7 +708,7 @@ fn timeline_figures(e: &DaemonEval) -> Vec<(String, String)> {
                     series,
                     reference: None,
                 }
-                .to_svg(),
+                .into(),
             ))
         })
         .collect()
@@ -737,7 +737,7 @@ pub fn csv(points: &[Point]) -> String {
 }
 
 /// The figures, as (file name, SVG).
-pub fn figures(e: &DaemonEval, grid: &[SimResult]) -> Vec<(String, String)> {
+pub fn figures(e: &DaemonEval, grid: &[SimResult]) -> Vec<(String, Figure)> {
     let mut figs = Vec::new();
     let pts = points("grid", grid);
     let workloads: Vec<String> = e.speedup_by_workload.keys().cloned().collect();
@@ -776,7 +776,7 @@ pub fn figures(e: &DaemonEval, grid: &[SimResult]) -> Vec<(String, String)> {
                     series,
                     reference: Some(1.0),
                 }
-                .to_svg(),
+                .into(),
             ));
         }
     }
@@ -803,7 +803,7 @@ pub fn figures(e: &DaemonEval, grid: &[SimResult]) -> Vec<(String, String)> {
                 .collect(),
             reference: Some(1.0),
         }
-        .to_svg(),
+        .into(),
     ));
     // Fig. 10: local hit ratio.
     figs.push((
@@ -827,7 +827,7 @@ pub fn figures(e: &DaemonEval, grid: &[SimResult]) -> Vec<(String, String)> {
                 .collect(),
             reference: None,
         }
-        .to_svg(),
+        .into(),
     ));
     let titles = [
         ("ratio", "Fig. 11: partition ratio, speedup over remote"),
@@ -876,7 +876,7 @@ pub fn figures(e: &DaemonEval, grid: &[SimResult]) -> Vec<(String, String)> {
     figs
 }
 
-fn study_chart(title: &str, y: &str, m: &BTreeMap<String, BTreeMap<String, f64>>) -> String {
+fn study_chart(title: &str, y: &str, m: &BTreeMap<String, BTreeMap<String, f64>>) -> Figure {
     let mut groups: Vec<String> = m.values().flat_map(|w| w.keys().cloned()).collect();
     groups.sort();
     groups.dedup();
@@ -898,7 +898,7 @@ fn study_chart(title: &str, y: &str, m: &BTreeMap<String, BTreeMap<String, f64>>
         groups,
         reference: Some(1.0),
     }
-    .to_svg()
+    .into()
 }
 
 #[cfg(test)]

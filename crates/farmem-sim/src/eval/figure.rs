@@ -1,11 +1,15 @@
-//! SVG figures for the evaluations: grouped bar charts and line charts,
-//! written by hand so building needs no font or drawing library. Values
+//! SVG figures for the evaluations: grouped bar charts and line charts over
+//! categories, drawn with plotters' SVG backend (no fonts needed). Values
 //! that are not finite are left out (a gap), never drawn at a made-up
 //! height.
 
-use std::fmt::Write as _;
 use std::io;
+use std::ops::Range;
 use std::path::Path;
+
+use plotters::coord::types::RangedCoordf64;
+use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 /// One named series: a bar in every group, or a line.
 #[derive(Debug, Clone)]
@@ -48,283 +52,244 @@ pub struct LineChart {
     pub reference: Option<f64>,
 }
 
-const W: f64 = 760.0;
-const H: f64 = 420.0;
-const LEFT: f64 = 70.0;
-const RIGHT: f64 = 150.0;
-const TOP: f64 = 40.0;
-const BOTTOM: f64 = 70.0;
+/// A figure plotters could not draw (the SVG goes to a string, so only a
+/// layout error can cause it).
+#[derive(Debug, thiserror::Error)]
+#[error("drawing the figure {title:?}: {message}")]
+pub struct FigureError {
+    pub title: String,
+    pub message: String,
+}
+
+const SIZE: (u32, u32) = (760, 420);
+/// The legend's column, right of the plot so it never hides data.
+const LEGEND_W: u32 = 150;
 /// Colour-blind-safe palette (Okabe–Ito), cycled.
-const COLOURS: &[&str] = &[
-    "#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000",
+const COLOURS: [RGBColor; 8] = [
+    RGBColor(0x00, 0x72, 0xB2),
+    RGBColor(0xE6, 0x9F, 0x00),
+    RGBColor(0x00, 0x9E, 0x73),
+    RGBColor(0xD5, 0x5E, 0x00),
+    RGBColor(0xCC, 0x79, 0xA7),
+    RGBColor(0x56, 0xB4, 0xE9),
+    RGBColor(0xF0, 0xE4, 0x42),
+    RGBColor(0x00, 0x00, 0x00),
 ];
 
-/// Escapes text for SVG character data and attribute values.
-fn esc(s: &str) -> String {
-    let mut o = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => o.push_str("&amp;"),
-            '<' => o.push_str("&lt;"),
-            '>' => o.push_str("&gt;"),
-            '"' => o.push_str("&quot;"),
-            _ => o.push(c),
-        }
-    }
-    o
+fn colour(i: usize) -> RGBColor {
+    COLOURS[i % COLOURS.len()]
 }
 
-/// Round tick step giving about `n` ticks over `span`.
-fn tick_step(span: f64, n: f64) -> f64 {
-    if span <= 0.0 || !span.is_finite() {
-        return 1.0;
-    }
-    let raw = span / n;
-    let mag = 10f64.powf(raw.log10().floor());
-    let f = raw / mag;
-    let nice = if f < 1.5 {
-        1.0
-    } else if f < 3.0 {
-        2.0
-    } else if f < 7.0 {
-        5.0
-    } else {
-        10.0
-    };
-    nice * mag
-}
+type Chart<'a, 'b> = ChartContext<'a, SVGBackend<'b>, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
 
-/// The y axis: [lo, hi] rounded out to ticks, covering 0 and the reference.
-fn y_range(values: impl Iterator<Item = f64>, reference: Option<f64>) -> (f64, f64, f64) {
+/// The y axis: covering 0, the reference and every finite value, with a
+/// little room above the highest.
+fn y_range<'a>(values: impl Iterator<Item = &'a f64>, reference: Option<f64>) -> Range<f64> {
     let mut lo: f64 = 0.0;
-    let mut hi: f64 = reference.unwrap_or(0.0);
-    for v in values.filter(|v| v.is_finite()) {
+    let mut hi: f64 = reference.filter(|r| r.is_finite()).unwrap_or(0.0);
+    for &v in values.filter(|v| v.is_finite()) {
         lo = lo.min(v);
         hi = hi.max(v);
     }
     if hi <= lo {
         hi = lo + 1.0;
     }
-    let step = tick_step(hi - lo, 6.0);
-    ((lo / step).floor() * step, (hi / step).ceil() * step, step)
+    lo..hi + (hi - lo) * 0.05
 }
 
-/// Frame, title, y axis (fitted to the series and the reference) with grid
-/// and labels, legend; returns the y mapping and the axis range.
-fn frame(
-    svg: &mut String,
-    title: &str,
-    y_label: &str,
-    series: &[Series],
+/// The label of category `x` when `x` is a whole index; empty between
+/// categories (where plotters may put a tick).
+fn category(labels: &[String], x: f64) -> String {
+    let i = x.round();
+    if (x - i).abs() > 1e-6 || i < 0.0 {
+        return String::new();
+    }
+    labels.get(i as usize).cloned().unwrap_or_default()
+}
+
+/// Everything but the data: title, axes with categories at whole x values
+/// (at most `labels` of them labelled, at steps plotters picks; upright
+/// when `rotate`), the dashed reference, the legend; `body` draws the data.
+struct Frame<'s> {
+    title: &'s str,
+    x_label: Option<&'s str>,
+    y_label: &'s str,
+    categories: &'s [String],
+    labels: usize,
+    rotate: bool,
+    series: &'s [Series],
     reference: Option<f64>,
-) -> (impl Fn(f64) -> f64 + use<>, (f64, f64)) {
-    let (lo, hi, step) = y_range(
-        series.iter().flat_map(|s| s.values.iter().copied()),
-        reference,
-    );
-    let names: Vec<&str> = series.iter().map(|s| s.name.as_str()).collect();
-    let names = names.as_slice();
-    let plot_h = H - TOP - BOTTOM;
-    let y = move |v: f64| TOP + plot_h * (1.0 - (v - lo) / (hi - lo));
-    let _ = write!(
-        svg,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" viewBox="0 0 {W} {H}" font-family="sans-serif" font-size="12">
-<rect width="100%" height="100%" fill="white"/>
-<text x="{}" y="22" text-anchor="middle" font-size="15">{}</text>
-"#,
-        (LEFT + W - RIGHT) / 2.0,
-        esc(title)
-    );
-    let n = ((hi - lo) / step).round() as i64;
-    for i in 0..=n {
-        let v = lo + i as f64 * step;
-        let yy = y(v);
-        let _ = writeln!(
-            svg,
-            r##"<line x1="{LEFT}" y1="{yy:.1}" x2="{}" y2="{yy:.1}" stroke="#ddd"/><text x="{}" y="{:.1}" text-anchor="end">{}</text>"##,
-            W - RIGHT,
-            LEFT - 6.0,
-            yy + 4.0,
-            fmt_tick(v, step)
-        );
-    }
-    let _ = writeln!(
-        svg,
-        r#"<text transform="translate(18,{:.1}) rotate(-90)" text-anchor="middle">{}</text>"#,
-        TOP + plot_h / 2.0,
-        esc(y_label)
-    );
-    let _ = writeln!(
-        svg,
-        r#"<line x1="{LEFT}" y1="{TOP}" x2="{LEFT}" y2="{:.1}" stroke="black"/><line x1="{LEFT}" y1="{:.1}" x2="{}" y2="{:.1}" stroke="black"/>"#,
-        H - BOTTOM,
-        H - BOTTOM,
-        W - RIGHT,
-        H - BOTTOM
-    );
-    for (i, name) in names.iter().enumerate() {
-        let yy = TOP + 8.0 + i as f64 * 18.0;
-        let _ = writeln!(
-            svg,
-            r#"<rect x="{}" y="{:.1}" width="12" height="12" fill="{}"/><text x="{}" y="{:.1}">{}</text>"#,
-            W - RIGHT + 12.0,
-            yy - 10.0,
-            COLOURS[i % COLOURS.len()],
-            W - RIGHT + 30.0,
-            yy,
-            esc(name)
-        );
-    }
-    (y, (lo, hi))
 }
 
-fn fmt_tick(v: f64, step: f64) -> String {
-    if step >= 1.0 {
-        format!("{v:.0}")
-    } else {
-        let digits = (-step.log10().floor()) as usize;
-        format!("{v:.digits$}")
+impl Frame<'_> {
+    fn draw(
+        &self,
+        body: impl FnOnce(&mut Chart<'_, '_>) -> Result<(), String>,
+    ) -> Result<String, FigureError> {
+        let mut svg = String::new();
+        self.draw_into(&mut svg, body)
+            .map_err(|message| FigureError {
+                title: self.title.to_string(),
+                message,
+            })?;
+        Ok(svg)
     }
-}
 
-fn reference_line(svg: &mut String, y: &dyn Fn(f64) -> f64, reference: Option<f64>) {
-    if let Some(r) = reference.filter(|r| r.is_finite()) {
-        let yy = y(r);
-        let _ = writeln!(
-            svg,
-            r#"<line x1="{LEFT}" y1="{yy:.1}" x2="{}" y2="{yy:.1}" stroke="black" stroke-dasharray="5,4"/>"#,
-            W - RIGHT
-        );
-    }
-}
-
-/// An x-axis category label, rotated when there are many.
-fn x_label(svg: &mut String, x: f64, text: &str, rotate: bool) {
-    let yy = H - BOTTOM + 16.0;
-    if rotate {
-        let _ = writeln!(
-            svg,
-            r#"<text transform="translate({x:.1},{yy:.1}) rotate(-35)" text-anchor="end">{}</text>"#,
-            esc(text)
-        );
-    } else {
-        let _ = writeln!(
-            svg,
-            r#"<text x="{x:.1}" y="{yy:.1}" text-anchor="middle">{}</text>"#,
-            esc(text)
-        );
+    fn draw_into(
+        &self,
+        svg: &mut String,
+        body: impl FnOnce(&mut Chart<'_, '_>) -> Result<(), String>,
+    ) -> Result<(), String> {
+        let e = |e: DrawingAreaErrorKind<_>| e.to_string();
+        let root = SVGBackend::with_string(svg, SIZE).into_drawing_area();
+        root.fill(&WHITE).map_err(e)?;
+        let (plot, legend) = root.split_horizontally(SIZE.0 - LEGEND_W);
+        let x = -0.5..self.categories.len().max(1) as f64 - 0.5;
+        let values = self.series.iter().flat_map(|s| s.values.iter());
+        let mut chart = ChartBuilder::on(&plot)
+            .caption(self.title, ("sans-serif", 15))
+            .margin(10)
+            .x_label_area_size(if self.rotate { 80 } else { 40 })
+            .y_label_area_size(60)
+            .build_cartesian_2d(x.clone(), y_range(values, self.reference))
+            .map_err(e)?;
+        // Many categories are labelled upright, below the axis, by hand:
+        // plotters centres a rotated label on its tick, across the axis.
+        let label = |v: &f64| {
+            if self.rotate {
+                String::new()
+            } else {
+                category(self.categories, *v)
+            }
+        };
+        let mut mesh = chart.configure_mesh();
+        mesh.disable_x_mesh()
+            .light_line_style(TRANSPARENT)
+            .x_labels(self.labels)
+            .x_label_formatter(&label)
+            .y_desc(self.y_label);
+        if let Some(x_label) = self.x_label {
+            mesh.x_desc(x_label);
+        }
+        mesh.draw().map_err(e)?;
+        if self.rotate {
+            let y0 = chart.y_range().start;
+            let style = TextStyle::from(("sans-serif", 12).into_font())
+                .transform(FontTransform::Rotate90)
+                .pos(Pos::new(HPos::Left, VPos::Center));
+            for (i, name) in self.categories.iter().enumerate() {
+                let (px, py) = chart.backend_coord(&(i as f64, y0));
+                root.draw(&Text::new(name.as_str(), (px, py + 8), &style))
+                    .map_err(e)?;
+            }
+        }
+        if let Some(r) = self.reference.filter(|r| r.is_finite()) {
+            let line = DashedLineSeries::new([(x.start, r), (x.end, r)], 5, 4, BLACK.into());
+            chart.draw_series(line).map_err(e)?;
+        }
+        body(&mut chart)?;
+        for (i, s) in self.series.iter().enumerate() {
+            let y = 40 + i as i32 * 18;
+            let swatch = Rectangle::new([(12, y), (24, y + 12)], colour(i).filled());
+            legend.draw(&swatch).map_err(e)?;
+            let name = Text::new(s.name.as_str(), (30, y), ("sans-serif", 12));
+            legend.draw(&name).map_err(e)?;
+        }
+        root.present().map_err(e)
     }
 }
 
 impl BarChart {
-    pub fn to_svg(&self) -> String {
-        let mut svg = String::new();
-        let (y, range) = frame(
-            &mut svg,
-            &self.title,
-            &self.y_label,
-            &self.series,
-            self.reference,
-        );
-        let plot_w = W - LEFT - RIGHT;
-        let groups = self.groups.len().max(1) as f64;
-        let group_w = plot_w / groups;
-        let bar_w = group_w * 0.8 / self.series.len().max(1) as f64;
-        let zero = y(0f64.clamp(range.0, range.1));
-        for (g, label) in self.groups.iter().enumerate() {
-            let gx = LEFT + g as f64 * group_w + group_w * 0.1;
+    pub fn to_svg(&self) -> Result<String, FigureError> {
+        let frame = Frame {
+            title: &self.title,
+            x_label: None,
+            y_label: &self.y_label,
+            categories: &self.groups,
+            labels: self.groups.len(),
+            rotate: self.groups.len() > 8,
+            series: &self.series,
+            reference: self.reference,
+        };
+        let groups = self.groups.len();
+        let bar_w = 0.8 / self.series.len().max(1) as f64;
+        frame.draw(|chart| {
             for (i, s) in self.series.iter().enumerate() {
-                let Some(&v) = s.values.get(g) else { continue };
-                if !v.is_finite() {
-                    continue;
-                }
-                let (top, bottom) = if y(v) < zero {
-                    (y(v), zero)
-                } else {
-                    (zero, y(v))
-                };
-                let _ = writeln!(
-                    svg,
-                    r#"<rect x="{:.1}" y="{top:.1}" width="{:.1}" height="{:.1}" fill="{}"><title>{}: {} = {v:.4}</title></rect>"#,
-                    gx + i as f64 * bar_w,
-                    bar_w.max(0.5),
-                    (bottom - top).max(0.0),
-                    COLOURS[i % COLOURS.len()],
-                    esc(label),
-                    esc(&s.name)
-                );
+                let fill = colour(i).filled();
+                let bars = s.values.iter().take(groups).enumerate();
+                let bars = bars.filter(|(_, v)| v.is_finite()).map(|(g, &v)| {
+                    let left = g as f64 - 0.4 + i as f64 * bar_w;
+                    Rectangle::new([(left, 0.0), (left + bar_w, v)], fill)
+                });
+                chart.draw_series(bars).map_err(|e| e.to_string())?;
             }
-            x_label(
-                &mut svg,
-                LEFT + (g as f64 + 0.5) * group_w,
-                label,
-                self.groups.len() > 8,
-            );
-        }
-        reference_line(&mut svg, &y, self.reference);
-        svg.push_str("</svg>\n");
-        svg
+            Ok(())
+        })
     }
 }
 
 impl LineChart {
-    pub fn to_svg(&self) -> String {
-        let mut svg = String::new();
-        let (y, _) = frame(
-            &mut svg,
-            &self.title,
-            &self.y_label,
-            &self.series,
-            self.reference,
-        );
-        let plot_w = W - LEFT - RIGHT;
-        let n = self.x.len().max(1) as f64;
-        let x = |i: usize| LEFT + plot_w * (i as f64 + 0.5) / n;
-        // Label at most ~12 x values so they stay readable.
-        let every = self.x.len().div_ceil(12).max(1);
-        for (i, label) in self.x.iter().enumerate() {
-            if i % every == 0 {
-                x_label(&mut svg, x(i), label, false);
-            }
-        }
-        let _ = writeln!(
-            svg,
-            r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">{}</text>"#,
-            LEFT + plot_w / 2.0,
-            H - 20.0,
-            esc(&self.x_label)
-        );
-        reference_line(&mut svg, &y, self.reference);
-        for (si, s) in self.series.iter().enumerate() {
-            let colour = COLOURS[si % COLOURS.len()];
-            // A non-finite value breaks the line into separate pieces.
-            let mut piece: Vec<(f64, f64)> = Vec::new();
-            let mut pieces = Vec::new();
-            for (i, &v) in s.values.iter().enumerate().take(self.x.len()) {
-                if v.is_finite() {
-                    piece.push((x(i), y(v)));
-                } else if !piece.is_empty() {
-                    pieces.push(std::mem::take(&mut piece));
+    pub fn to_svg(&self) -> Result<String, FigureError> {
+        let frame = Frame {
+            title: &self.title,
+            x_label: Some(&self.x_label),
+            y_label: &self.y_label,
+            categories: &self.x,
+            // At most 12 labels so they stay readable.
+            labels: self.x.len().min(12),
+            rotate: false,
+            series: &self.series,
+            reference: self.reference,
+        };
+        frame.draw(|chart| {
+            for (si, s) in self.series.iter().enumerate() {
+                // A non-finite value breaks the line into separate pieces.
+                let mut pieces: Vec<Vec<(f64, f64)>> = vec![Vec::new()];
+                for (i, &v) in s.values.iter().enumerate().take(self.x.len()) {
+                    if v.is_finite() {
+                        pieces
+                            .last_mut()
+                            .into_iter()
+                            .for_each(|p| p.push((i as f64, v)));
+                    } else if pieces.last().is_some_and(|p| !p.is_empty()) {
+                        pieces.push(Vec::new());
+                    }
+                }
+                for piece in pieces.into_iter().filter(|p| !p.is_empty()) {
+                    let line = LineSeries::new(piece, colour(si).stroke_width(2)).point_size(3);
+                    chart.draw_series(line).map_err(|e| e.to_string())?;
                 }
             }
-            pieces.push(piece);
-            for p in pieces.iter().filter(|p| !p.is_empty()) {
-                let pts: Vec<String> = p.iter().map(|(a, b)| format!("{a:.1},{b:.1}")).collect();
-                let _ = writeln!(
-                    svg,
-                    r#"<polyline fill="none" stroke="{colour}" stroke-width="2" points="{}"/>"#,
-                    pts.join(" ")
-                );
-                for (a, b) in p {
-                    let _ = writeln!(
-                        svg,
-                        r#"<circle cx="{a:.1}" cy="{b:.1}" r="3" fill="{colour}"/>"#
-                    );
-                }
-            }
+            Ok(())
+        })
+    }
+}
+
+/// A figure of either kind, drawn when it is written.
+#[derive(Debug, Clone)]
+pub enum Figure {
+    Bar(BarChart),
+    Line(LineChart),
+}
+
+impl Figure {
+    pub fn to_svg(&self) -> Result<String, FigureError> {
+        match self {
+            Figure::Bar(c) => c.to_svg(),
+            Figure::Line(c) => c.to_svg(),
         }
-        svg.push_str("</svg>\n");
-        svg
+    }
+}
+
+impl From<BarChart> for Figure {
+    fn from(c: BarChart) -> Self {
+        Figure::Bar(c)
+    }
+}
+
+impl From<LineChart> for Figure {
+    fn from(c: LineChart) -> Self {
+        Figure::Line(c)
     }
 }
 
@@ -340,9 +305,14 @@ pub fn write(path: &Path, svg: &str) -> io::Result<()> {
 mod tests {
     use super::*;
 
-    #[test]
-    fn bars_one_rect_per_finite_value_with_escaped_labels() {
-        let c = BarChart {
+    fn count(svg: &str, element: &str, colour: &str) -> usize {
+        svg.lines()
+            .filter(|l| l.starts_with(element) && l.contains(colour))
+            .count()
+    }
+
+    fn bars(reference: Option<f64>) -> BarChart {
+        BarChart {
             title: "speedup <over> remote".into(),
             y_label: "x".into(),
             groups: vec!["pr".into(), "a&b".into()],
@@ -350,18 +320,24 @@ mod tests {
                 Series::new("lc", vec![1.0, 2.0]),
                 Series::new("daemon", vec![3.0, f64::NAN]),
             ],
-            reference: Some(1.0),
-        };
-        let svg = c.to_svg();
+            reference,
+        }
+    }
+
+    #[test]
+    fn bars_one_rect_per_finite_value_with_escaped_labels() {
+        let svg = bars(Some(1.0)).to_svg().unwrap();
         assert!(svg.starts_with("<svg"));
         assert!(svg.ends_with("</svg>\n"));
-        // Three finite bars plus two legend swatches and the background.
-        assert_eq!(svg.matches("<rect").count(), 3 + 2 + 1);
+        // Each series: its finite bars plus its legend swatch.
+        assert_eq!(count(&svg, "<rect", "#0072B2"), 2 + 1);
+        assert_eq!(count(&svg, "<rect", "#E69F00"), 1 + 1);
         assert!(svg.contains("speedup &lt;over&gt; remote"));
-        assert!(svg.contains(">a&amp;b<"));
-        assert!(svg.contains("stroke-dasharray"));
-        // Axis from 0 to 3 in steps of 0.5.
-        assert!(svg.contains(">3.0<") && svg.contains(">0.0<"));
+        assert!(svg.contains("a&amp;b"));
+        assert!(svg.contains(">\ndaemon\n<") || svg.contains(">daemon<"));
+        // The dashed reference: black segments that the chart without it lacks.
+        let without = bars(None).to_svg().unwrap();
+        assert!(count(&svg, "<polyline", "#000000") > count(&without, "<polyline", "#000000"));
     }
 
     #[test]
@@ -374,15 +350,64 @@ mod tests {
             series: vec![Series::new("s", vec![1.0, f64::INFINITY, 2.0, 3.0])],
             reference: None,
         };
-        let svg = c.to_svg();
-        assert_eq!(svg.matches("<polyline").count(), 2);
-        assert_eq!(svg.matches("<circle").count(), 3);
+        let svg = c.to_svg().unwrap();
+        assert_eq!(count(&svg, "<polyline", "#0072B2"), 2);
+        assert_eq!(count(&svg, "<circle", "#0072B2"), 3);
     }
 
     #[test]
-    fn ticks_are_round() {
-        assert_eq!(tick_step(10.0, 5.0), 2.0);
-        assert_eq!(tick_step(0.3, 6.0), 0.05);
-        assert_eq!(y_range([0.5, 2.6].into_iter(), None), (0.0, 3.0, 0.5));
+    fn empty_and_all_gap_charts_still_draw() {
+        let empty = LineChart::default().to_svg().unwrap();
+        assert!(empty.starts_with("<svg"));
+        let gaps = BarChart {
+            groups: vec!["a".into()],
+            series: vec![Series::new("s", vec![f64::NAN])],
+            ..BarChart::default()
+        };
+        assert_eq!(count(&gaps.to_svg().unwrap(), "<rect", "#0072B2"), 1);
+    }
+
+    #[test]
+    fn y_axis_covers_zero_the_reference_and_every_value() {
+        let r = y_range([0.5, 2.6, f64::NAN].iter(), Some(3.0));
+        assert!(r.start == 0.0 && r.end >= 3.0);
+        let r = y_range([-1.0].iter(), None);
+        assert!(r.start == -1.0 && r.end >= 0.0);
+        assert!(y_range([].iter(), None).end > 0.0);
+    }
+
+    #[test]
+    fn categories_label_whole_positions_only() {
+        let l: Vec<String> = (0..6).map(|i| format!("c{i}")).collect();
+        assert_eq!(category(&l, 2.0), "c2");
+        assert_eq!(category(&l, 2.5), "");
+        assert_eq!(category(&l, -0.5), "");
+        assert_eq!(category(&l, 9.0), "");
+    }
+
+    #[test]
+    fn every_group_is_labelled_and_long_lines_only_some() {
+        for n in 1..=24 {
+            let groups: Vec<String> = (0..n).map(|i| format!("g{i}x")).collect();
+            let c = BarChart {
+                groups: groups.clone(),
+                series: vec![Series::new("s", vec![1.0; n])],
+                ..BarChart::default()
+            };
+            let svg = c.to_svg().unwrap();
+            for g in &groups {
+                assert!(svg.contains(&format!("\n{g}\n")), "{n} groups: {g}");
+            }
+        }
+        let c = LineChart {
+            x: (0..200).map(|i| format!("t{i}x")).collect(),
+            series: vec![Series::new("s", vec![1.0; 200])],
+            ..LineChart::default()
+        };
+        let svg = c.to_svg().unwrap();
+        let shown = (0..200)
+            .filter(|i| svg.contains(&format!("\nt{i}x\n")))
+            .count();
+        assert!((2..=12).contains(&shown), "{shown}");
     }
 }

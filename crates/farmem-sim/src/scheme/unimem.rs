@@ -47,7 +47,7 @@
 use farmem_core::{CACHE_LINE, PAGE_SIZE};
 use farmem_policy::cache::{FilterCache, FilterConfig, ReplacementPolicy, SetAssocLru, TwoQ};
 use farmem_policy::promote::Promoter;
-use farmem_workloads::fxhash::FxHashSet;
+use rustc_hash::FxHashSet;
 
 use super::{Scheme, SchemeEntry};
 use crate::config::Config;

@@ -415,8 +415,9 @@ fn write_outputs(
         runs.extend(r.iter());
     }
     w("runs.json", &serde_json::to_string(&runs)?)?;
-    for (name, svg) in figures(e, grid) {
+    for (name, fig) in figures(e, grid) {
         let p = dir.join("figures").join(&name);
+        let svg = fig.to_svg()?;
         figure::write(&p, &svg).with_context(|| format!("writing {}", p.display()))?;
     }
     Ok(())

@@ -300,8 +300,9 @@ pub fn run(args: Args) -> Outcome {
         write("unimem.csv", csv(&points))?;
         write("unimem.json", serde_json::to_string_pretty(&e)?)?;
         write("runs.json", serde_json::to_string(&results)?)?;
-        for (name, svg) in figures(&e) {
+        for (name, fig) in figures(&e) {
             let p = dir.join(&name);
+            let svg = fig.to_svg()?;
             farmem_sim::eval::figure::write(&p, &svg)
                 .with_context(|| format!("writing {}", p.display()))?;
         }

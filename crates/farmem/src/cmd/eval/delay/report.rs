@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use anyhow::Context;
-use farmem_sim::eval::figure::{self, LineChart, Series};
+use farmem_sim::eval::figure::{self, Figure, LineChart, Series};
 use serde_json::{Map, Value, json};
 
 use super::programs::Program;
@@ -306,8 +306,9 @@ pub fn write(dir: &Path, out: &Value) -> anyhow::Result<()> {
         .collect();
     put("contention.csv", &csv(&mcbn.iter().collect::<Vec<_>>()))?;
     put("live.csv", &csv(&rows(&out["live"], "windows")))?;
-    for (name, svg) in figures(out) {
+    for (name, fig) in figures(out) {
         let p = dir.join(name);
+        let svg = fig.to_svg()?;
         figure::write(&p, &svg).with_context(|| format!("writing {}", p.display()))?;
     }
     Ok(())
@@ -340,7 +341,7 @@ fn csv(rows: &[&Value]) -> String {
     s
 }
 
-fn figures(out: &Value) -> Vec<(String, String)> {
+fn figures(out: &Value) -> Vec<(String, Figure)> {
     let mut figs = Vec::new();
     let val = rows(&out["validation"], "runs");
     let fixed: Vec<&&Value> = val.iter().filter(|r| r["gap_us"].is_f64()).collect();
@@ -368,7 +369,7 @@ fn figures(out: &Value) -> Vec<(String, String)> {
                 ],
                 reference: None,
             }
-            .to_svg(),
+            .into(),
         ));
         figs.push((
             "validation-bdp.svg".into(),
@@ -384,7 +385,7 @@ fn figures(out: &Value) -> Vec<(String, String)> {
                 )],
                 reference: Some(16.5),
             }
-            .to_svg(),
+            .into(),
         ));
     }
     let slow = slowdowns(out, "programs");
@@ -418,7 +419,7 @@ fn figures(out: &Value) -> Vec<(String, String)> {
                 series,
                 reference: Some(1.0),
             }
-            .to_svg(),
+            .into(),
         ));
     }
     let con = &out["contention"];
@@ -450,7 +451,7 @@ fn figures(out: &Value) -> Vec<(String, String)> {
                 ],
                 reference: None,
             }
-            .to_svg(),
+            .into(),
         ));
     }
     figs
