@@ -61,6 +61,17 @@ impl PolicyUpdate {
 /// Snapshot buffers kept ready while the evictor is idle (4 MiB).
 const POOL_LOW: u64 = 1024;
 
+/// How often the process's resident memory is measured when the limit
+/// counts it: a read of /proc/self/statm, some microseconds.
+const MEASURE_EVERY: Duration = Duration::from_millis(20);
+
+/// The process's resident pages (/proc/self/statm), or None if unreadable.
+fn process_resident_pages() -> Option<u64> {
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    // In the system's pages, which are the runtime's.
+    statm.split_whitespace().nth(1)?.parse::<u64>().ok()
+}
+
 pub(crate) struct Cache {
     policy: Mutex<Box<dyn ReplacementPolicy>>,
     /// Victims a full policy pushed out on insert; the evictor takes them first.
@@ -98,6 +109,14 @@ pub(crate) struct Cache {
     /// Pages of local memory the store holds (a compressed pool), as last
     /// reported by the shipper.
     store_pages: AtomicU64,
+    /// [`Config::limit_counts_process`]: the limit bounds the process's
+    /// resident memory, not the cache alone.
+    count_process: bool,
+    /// The process's resident pages that nothing above counts (its own
+    /// heap, stacks and libraries, the runtime's books), as last measured.
+    outside_pages: AtomicU64,
+    /// When the process's resident memory was last measured.
+    measured: Mutex<Instant>,
     /// Whether first writes keep a diff base.
     diff: Mutex<DiffBase>,
     /// Line mode: first writes take snapshots from the pool.
@@ -142,6 +161,9 @@ impl Cache {
             buffers: AtomicU64::new(0),
             table_pages: AtomicU64::new(0),
             store_pages: AtomicU64::new(0),
+            count_process: cfg.limit_counts_process,
+            outside_pages: AtomicU64::new(0),
+            measured: Mutex::new(Instant::now()),
             diff: Mutex::new(DiffBase::new(cfg.diff_base)),
             line_mode: cfg.dirty == DirtyMode::Line,
             policy_updates: signal.then(|| crossbeam_channel::bounded(2 * limit as usize + 64)),
@@ -189,10 +211,46 @@ impl Cache {
             .store(bytes.div_ceil(PAGE), Ordering::SeqCst);
     }
 
+    /// The process's resident pages the cache does not count, as last
+    /// measured (0 unless the limit counts the process).
+    pub(crate) fn outside_pages(&self) -> u64 {
+        self.outside_pages.load(Ordering::SeqCst)
+    }
+
+    /// The outside pages' share of the limit: all of them, up to half of
+    /// it, so a program whose own local memory is larger still has a cache
+    /// (the limit is then exceeded by the rest).
+    fn outside_charge(&self) -> u64 {
+        self.outside_pages().min(self.limit / 2)
+    }
+
+    /// Measures the process's resident memory, at most every
+    /// [`MEASURE_EVERY`], when the limit counts it: what the cache does not
+    /// count is charged against the limit, as a cgroup would charge it.
+    pub(crate) fn measure_process(&self) {
+        if !self.count_process {
+            return;
+        }
+        {
+            let mut at = self.measured.lock();
+            if at.elapsed() < MEASURE_EVERY {
+                return;
+            }
+            *at = Instant::now();
+        }
+        let Some(rss) = process_resident_pages() else {
+            return;
+        };
+        let counted = self.resident() + self.buffers() + self.table_pages() + self.store_pages();
+        self.outside_pages
+            .store(rss.saturating_sub(counted), Ordering::SeqCst);
+    }
+
     /// Local pages in use besides resident ones: snapshot buffers, page
-    /// tables and the store's own.
+    /// tables, the store's own and, when the limit counts the process,
+    /// the rest of its resident memory.
     fn overheads(&self) -> u64 {
-        self.buffers() + self.table_charge() + self.store_pages()
+        self.buffers() + self.table_charge() + self.store_pages() + self.outside_charge()
     }
 
     /// Local pages in use: resident ones and the overheads.
@@ -469,6 +527,7 @@ impl Cache {
             self.evict_cv.wait_for(&mut kick, Duration::from_millis(1));
             if !*kick {
                 self.refill_pool();
+                self.measure_process();
             }
         }
         *kick = false;

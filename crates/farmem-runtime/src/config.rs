@@ -213,6 +213,14 @@ pub struct Config {
     /// counts against `local_bytes`) and when pages are written back whole
     /// instead ([`farmem_policy::diffbase`]).
     pub diff_base: DiffBaseConfig,
+    /// `local_bytes` bounds the process's resident memory, as a cgroup's
+    /// limit would, not the cache alone: the process's pages that the
+    /// cache does not count (its own heap, stacks, libraries, the
+    /// runtime's books), measured as it runs, are charged against it, up
+    /// to half of it. On for `farmem run`; off by default, where the
+    /// process holds more than the runtime's program (a test's in-memory
+    /// store).
+    pub limit_counts_process: bool,
 }
 
 impl Default for Config {
@@ -242,6 +250,7 @@ impl Default for Config {
             writable_on_write_fault: true,
             fault_around: ReadaheadConfig::default(),
             diff_base: DiffBaseConfig::default(),
+            limit_counts_process: false,
         }
     }
 }

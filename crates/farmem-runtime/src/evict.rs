@@ -423,6 +423,7 @@ pub(crate) fn evictor(sh: Arc<Shared>, ship_tx: Sender<Segment>, free_rx: Receiv
             tables_counted = Instant::now();
             sh.count_table_pages();
         }
+        sh.cache.measure_process();
         sh.cache.wait_for_work(&sh.shutdown);
         if sh.is_shutdown() {
             break;
@@ -430,6 +431,9 @@ pub(crate) fn evictor(sh: Arc<Shared>, ship_tx: Sender<Segment>, free_rx: Receiv
         sh.cache.top_up_for_handlers();
         let kept_before = sh.m.writeback_kept.get();
         loop {
+            // Throttled inside: a long run of rounds still sees the
+            // process's memory grow.
+            sh.cache.measure_process();
             let blocks = sh.cache.victims(sh.cfg.evict_batch, sh.now());
             if blocks.is_empty() {
                 break;

@@ -389,6 +389,9 @@ impl PreloadEnv {
             dirty: self.dirty,
             fault_path: self.fault_path,
             wait: self.fault_wait,
+            // --local-mem is what the process may hold, as the kernel's
+            // swap under a cgroup limit of the same size is held to it.
+            limit_counts_process: true,
             ..Config::default()
         };
         cfg.fault_around.max_blocks = self.fault_around;

@@ -12,7 +12,7 @@ use crate::handler::{filler, handoff_filler, monitor};
 use crate::page::{PAGE, RegionInner, State};
 use crate::shared::Shared;
 use crate::slab::{Backing, LazyTable, ResourceManager, SlabTable};
-use crate::stats::{FaultBuckets, Stats};
+use crate::stats::{Books, FaultBuckets, Stats};
 use crate::store::{RemoteStore, SlabSource};
 
 /// A compute node's runtime: owns the userfaultfd, the local cache and the
@@ -125,13 +125,15 @@ impl Runtime {
 
     pub fn stats(&self) -> Stats {
         self.sh.count_table_pages();
-        self.sh.m.snapshot(
-            self.sh.cache.resident(),
-            self.sh.cache.buffers(),
-            self.sh.cache.table_pages(),
-            self.sh.cache.store_pages(),
-            self.sh.cache.limit(),
-        )
+        let cache = &self.sh.cache;
+        self.sh.m.snapshot(Books {
+            resident: cache.resident(),
+            snapshots: cache.buffers(),
+            tables: cache.table_pages(),
+            store: cache.store_pages(),
+            outside: cache.outside_pages(),
+            limit: cache.limit(),
+        })
     }
 
     /// Pages by state plus the cache's books, for diagnosing a stall.

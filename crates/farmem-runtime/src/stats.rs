@@ -146,6 +146,10 @@ pub struct Stats {
     /// Pages of local memory the backend holds (a compressed pool),
     /// counted against the limit too.
     pub store_pages: u64,
+    /// The process's other resident pages (its heap, stacks, libraries),
+    /// as last measured, counted against the limit too when it bounds the
+    /// process (`Config::limit_counts_process`; 0 otherwise).
+    pub outside_pages: u64,
     pub limit_pages: u64,
     /// Missing-fault latency, message read to page installed.
     pub fault_latency: LatencySummary,
@@ -170,15 +174,19 @@ pub struct FaultBuckets {
     pub wp: farmem_core::Buckets,
 }
 
+/// The cache's books at a snapshot, in pages: what it holds and what it
+/// counts against its limit.
+pub(crate) struct Books {
+    pub resident: u64,
+    pub snapshots: u64,
+    pub tables: u64,
+    pub store: u64,
+    pub outside: u64,
+    pub limit: u64,
+}
+
 impl Metrics {
-    pub(crate) fn snapshot(
-        &self,
-        resident_pages: u64,
-        snapshot_pages: u64,
-        table_pages: u64,
-        store_pages: u64,
-        limit_pages: u64,
-    ) -> Stats {
+    pub(crate) fn snapshot(&self, books: Books) -> Stats {
         Stats {
             faults_missing: self.faults_missing.get(),
             faults_wp: self.faults_wp.get(),
@@ -205,11 +213,12 @@ impl Metrics {
             faults_handed_off: self.faults_handed_off.get(),
             snapshots_missed: self.snapshots_missed.get(),
             snapshots_skipped: self.snapshots_skipped.get(),
-            resident_pages,
-            snapshot_pages,
-            table_pages,
-            store_pages,
-            limit_pages,
+            resident_pages: books.resident,
+            snapshot_pages: books.snapshots,
+            table_pages: books.tables,
+            store_pages: books.store,
+            outside_pages: books.outside,
+            limit_pages: books.limit,
             fault_latency: self.fault_latency.summary(),
             remote_fault_latency: self.remote_fault_latency.summary(),
             wait_latency: self.wait_latency.summary(),

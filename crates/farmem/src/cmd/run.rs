@@ -58,7 +58,11 @@ popen() work, and a child that reads its parent's far data fails loudly \
 instead of computing on zeros (redis: run it with --save \"\"). A program \
 started by exec gets its own runtime on the same controller.")]
 pub struct Args {
-    /// Local memory that caches far pages (at least 1MiB).
+    /// Local memory each process of the program may hold, as a cgroup
+    /// limit of the same size would hold it (at least 1MiB): far pages
+    /// cached, and its other resident memory (heap below --threshold,
+    /// stacks, libraries, the runtime's own), measured as it runs and
+    /// charged against the limit up to half of it.
     #[arg(long, default_value_t = ByteSize(preload_env::DEFAULT_LOCAL_BYTES))]
     local_mem: ByteSize,
     /// Controller of an existing rack (host:port, or host:port,host:port
