@@ -13,6 +13,7 @@ use crate::cmd::eval::Args;
 
 /// `farmem eval delay`'s own flags.
 #[derive(clap::Args)]
+#[group(id = "DelayFlags")]
 pub struct Flags {
     /// eval delay: injected delays of the program sweeps, comma-separated
     /// (a `steps:` model keeps its own commas) [default:

@@ -48,6 +48,7 @@ use controllers::{Elected, Rack};
 
 /// Flags of `farmem eval faults` (ignored by the other evaluations).
 #[derive(clap::Args)]
+#[group(id = "FaultsFlags")]
 pub struct Flags {
     /// faults: length of the soak in minutes [default: 10; --quick: 1].
     #[arg(long)]
