@@ -1,7 +1,7 @@
 //! RMAT/Kronecker graphs with Graph500 parameters, as undirected CSR.
 
 use rand::rngs::SmallRng;
-use rand::{Rng, SeedableRng};
+use rand::{Rng, RngCore, SeedableRng};
 
 /// Graph500's initiator probabilities (d = 1 − a − b − c = 0.05).
 pub const A: f64 = 0.57;
@@ -77,26 +77,40 @@ pub fn rmat_ligra(scale: u32, seed: u64) -> Csr {
     let n = 1usize << scale;
     let m = n * 10;
     let mut rng = SmallRng::seed_from_u64(seed);
+    // Each quadrant choice compares `rng.gen::<f64>()` with a threshold;
+    // done on the draw's integer bits instead, branch-free (the branches
+    // mispredicted half the time and made this a seventh of `farmem sim
+    // --workload pr`), with the same draws and the same edges.
+    let (t_a, t_ab, t_abc) = (below(LA), below(LA + LB), below(LA + LB + LC));
     let mut edges: Vec<(u32, u32)> = Vec::with_capacity(m);
     for _ in 0..m {
         let (mut u, mut v) = (0u32, 0u32);
         for bit in (0..scale).rev() {
-            let r: f64 = rng.r#gen();
-            if r < LA {
-            } else if r < LA + LB {
-                v |= 1 << bit;
-            } else if r < LA + LB + LC {
-                u |= 1 << bit;
-            } else {
-                u |= 1 << bit;
-                v |= 1 << bit;
-            }
+            let k = unit_bits(&mut rng);
+            // [A: none) [B: v) [C: u) [D: both)
+            let ub = k >= t_ab;
+            let vb = (k >= t_a && k < t_ab) | (k >= t_abc);
+            u |= u32::from(ub) << bit;
+            v |= u32::from(vb) << bit;
         }
         if u != v {
             edges.push((u, v));
         }
     }
     from_edges(n, &edges)
+}
+
+/// The 53 bits rand 0.8's `Standard` turns into an `f64` in [0, 1): the
+/// draw is `unit_bits(rng) as f64 * 2^-53`, consuming the same `u64`.
+#[inline(always)]
+fn unit_bits(rng: &mut SmallRng) -> u64 {
+    rng.next_u64() >> 11
+}
+
+/// The integer `t` such that a draw's [`unit_bits`] `k` is below `t`
+/// exactly when its float `k * 2^-53` is below `p` (`p * 2^53` is exact).
+fn below(p: f64) -> u64 {
+    (p * (1u64 << 53) as f64).ceil() as u64
 }
 
 /// Undirected CSR from an edge list.
@@ -161,5 +175,45 @@ mod tests {
         let max = (0..g.vertices()).map(|v| g.degree(v)).max().unwrap();
         let avg = g.edges() / g.vertices();
         assert!(max > 10 * avg, "max {max} avg {avg}");
+    }
+
+    /// The float comparisons `rmat_ligra` replaced, as the reference.
+    fn rmat_ligra_floats(scale: u32, seed: u64) -> Csr {
+        let (la, lb, lc) = (0.5, 0.1, 0.1);
+        let n = 1usize << scale;
+        let mut rng = SmallRng::seed_from_u64(seed);
+        let mut edges = Vec::new();
+        for _ in 0..n * 10 {
+            let (mut u, mut v) = (0u32, 0u32);
+            for bit in (0..scale).rev() {
+                let r: f64 = rng.r#gen();
+                if r < la {
+                } else if r < la + lb {
+                    v |= 1 << bit;
+                } else if r < la + lb + lc {
+                    u |= 1 << bit;
+                } else {
+                    u |= 1 << bit;
+                    v |= 1 << bit;
+                }
+            }
+            if u != v {
+                edges.push((u, v));
+            }
+        }
+        from_edges(n, &edges)
+    }
+
+    #[test]
+    fn ligra_rmat_draws_the_same_graph_as_float_comparisons() {
+        for (scale, seed) in [(4, 1), (10, 1), (12, 7)] {
+            let (a, b) = (rmat_ligra(scale, seed), rmat_ligra_floats(scale, seed));
+            assert_eq!(a.offsets, b.offsets, "scale {scale} seed {seed}");
+            assert_eq!(a.neigh, b.neigh, "scale {scale} seed {seed}");
+        }
+        // The thresholds sit where the floats do.
+        assert_eq!(below(0.5), 1 << 52);
+        assert!(((below(0.6) - 1) as f64 / (1u64 << 53) as f64) < 0.6);
+        assert!((below(0.6) as f64 / (1u64 << 53) as f64) >= 0.6);
     }
 }
