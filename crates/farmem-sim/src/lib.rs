@@ -88,11 +88,18 @@ pub struct SimResult {
     pub local_memory_bytes: u64,
     pub data_amplification: f64,
     pub link_utilization: f64,
+    /// Wall-clock seconds of the whole run: the workload's generation (or
+    /// the trace's decoding) and the simulation.
     pub wall_seconds: f64,
+    /// `records / wall_seconds`: records per wall-clock second of the whole
+    /// run, generation or decoding included. Equals `records_per_cpu_sec`
+    /// on an idle core; below it when the thread waited for a CPU.
     pub records_per_sec: f64,
-    /// CPU time of the simulating thread (Linux; 0 elsewhere): on a shared
-    /// machine, records per CPU second is the stable speed figure.
+    /// CPU time of the thread that ran the whole run, generation or decoding
+    /// included (Linux, 10 ms ticks; 0 elsewhere).
     pub cpu_seconds: f64,
+    /// `records / cpu_seconds`: records per CPU second of the whole run, the
+    /// speed per core, stable on a shared machine.
     pub records_per_cpu_sec: f64,
     /// The `--set` values of this run.
     pub overrides: BTreeMap<String, String>,
@@ -101,20 +108,77 @@ pub struct SimResult {
 
 /// Runs `input` under `scheme` with `cfg`.
 pub fn simulate(cfg: &Config, scheme: &str, input: &Input) -> Result<SimResult, SimError> {
-    with_core_model!(cfg.core.model, C => simulate_on::<C>(cfg, scheme, input))
+    simulate_with_progress(cfg, scheme, input, &|_| {})
+}
+
+/// Like [`simulate`], calling `tick` with the records replayed since its
+/// previous call every [`PROGRESS_EVERY`] records and at the end (progress
+/// bars; several inputs at once report nothing until the end).
+pub fn simulate_with_progress(
+    cfg: &Config,
+    scheme: &str,
+    input: &Input,
+    tick: &(dyn Fn(u64) + Sync),
+) -> Result<SimResult, SimError> {
+    with_core_model!(cfg.core.model, C => simulate_on::<C>(cfg, scheme, input, tick))
+}
+
+/// Records between two progress ticks.
+pub const PROGRESS_EVERY: u64 = 1 << 20;
+
+/// Passes accesses on to the engine, counting them for `tick`.
+struct Progress<'a, S> {
+    inner: &'a mut S,
+    since: u64,
+    tick: &'a (dyn Fn(u64) + Sync),
+}
+
+impl<S> Drop for Progress<'_, S> {
+    fn drop(&mut self) {
+        if self.since > 0 {
+            (self.tick)(self.since);
+        }
+    }
+}
+
+impl<S: farmem_workloads::Sink> farmem_workloads::Sink for Progress<'_, S> {
+    fn begin(&mut self, footprint: u64) {
+        self.inner.begin(footprint);
+    }
+    #[inline]
+    fn access(&mut self, a: farmem_workloads::Access) {
+        self.inner.access(a);
+        self.since += 1;
+        if self.since == PROGRESS_EVERY {
+            (self.tick)(self.since);
+            self.since = 0;
+        }
+    }
+    fn wants_contents(&self) -> bool {
+        self.inner.wants_contents()
+    }
+    fn page(&mut self, addr: u64, data: &[u8]) {
+        self.inner.page(addr, data);
+    }
 }
 
 fn simulate_on<C: core::CoreModel>(
     cfg: &Config,
     scheme: &str,
     input: &Input,
+    tick: &(dyn Fn(u64) + Sync),
 ) -> Result<SimResult, SimError> {
     let started = std::time::Instant::now();
     let cpu0 = thread_cpu_seconds();
     let mut engine = Engine::<C>::new(cfg, scheme::build(scheme)?);
     match input {
         Input::Workload { name, scale, seed } => {
-            farmem_workloads::run_workload(name, *scale, *seed, &mut engine)?;
+            let mut sink = Progress {
+                inner: &mut engine,
+                since: 0,
+                tick,
+            };
+            farmem_workloads::run_workload(name, *scale, *seed, &mut sink)?;
         }
         Input::Trace(path) => {
             let mut reader = TraceReader::open(path)?;
@@ -127,7 +191,14 @@ fn simulate_on<C: core::CoreModel>(
             if cfg.core.count > 1 {
                 multi::run_demux(&mut engine, &mut reader, cfg.core.count as usize)?;
             } else {
-                reader.replay(&mut engine)?;
+                // Streams through the reader's fixed buffer: memory does
+                // not grow with the trace's length.
+                let mut sink = Progress {
+                    inner: &mut engine,
+                    since: 0,
+                    tick,
+                };
+                reader.replay(&mut sink)?;
             }
         }
         Input::Multi(inputs) => {

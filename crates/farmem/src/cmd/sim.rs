@@ -2,6 +2,7 @@
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use anyhow::Context;
 use farmem_sim::config::sweep_values;
@@ -138,11 +139,23 @@ pub fn execute(base: &ConfigBuilder, runs: &[Run], quiet: bool) -> anyhow::Resul
         .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
     bar.enable_steady_tick(std::time::Duration::from_millis(200));
+    // Records replayed by every run so far, and their rate since the start
+    // (wall clock: what a user waiting for a long trace wants to see).
+    let records = AtomicU64::new(0);
+    let tick = |n: u64| {
+        let total = records.fetch_add(n, Ordering::Relaxed) + n;
+        let secs = bar.elapsed().as_secs_f64().max(1e-3);
+        bar.set_message(format!(
+            "{:.1} M records, {:.1} M records/s",
+            total as f64 / 1e6,
+            total as f64 / secs / 1e6
+        ));
+    };
     let results = runs
         .par_iter()
         .zip(configs.par_iter())
         .map(|(r, cfg)| {
-            let mut res = farmem_sim::simulate(cfg, &r.scheme, &r.input)
+            let mut res = farmem_sim::simulate_with_progress(cfg, &r.scheme, &r.input, &tick)
                 .with_context(|| format!("{} on {}", r.scheme, r.input.name()))?;
             res.overrides = r.overrides.iter().cloned().collect();
             bar.inc(1);

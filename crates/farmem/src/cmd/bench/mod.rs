@@ -7,6 +7,7 @@ mod fuzz;
 pub mod kernel_swap;
 pub mod measure;
 mod runtime;
+mod sim;
 mod stripe;
 mod swap;
 mod swap_plan;
@@ -37,6 +38,9 @@ pub enum Bench {
     /// farmem against the kernel's own swap (swap file, zram, zswap under a
     /// cgroup v1 limit of the same local memory), side by side on one program.
     Swap(swap::Args),
+    /// The simulator's speed: `farmem sim` of one workload under remote,
+    /// daemon and unimem, records per CPU second beside issue 24's targets.
+    Sim(sim::Args),
 }
 
 pub fn run(b: Bench) -> Outcome {
@@ -49,6 +53,7 @@ pub fn run(b: Bench) -> Outcome {
         Bench::Fuzz(a) => fuzz::run(a),
         Bench::Failover(a) => failover::run(a),
         Bench::Swap(a) => swap::run(a),
+        Bench::Sim(a) => sim::run(a),
     }
 }
 
