@@ -238,6 +238,18 @@ impl Cache {
             }
             *at = Instant::now();
         }
+        self.charge_process();
+    }
+
+    /// Measures the process's resident memory now and charges what the
+    /// cache does not count (when the limit counts the process). Also at
+    /// start: a program filling fresh memory fills the cache within the
+    /// first [`MEASURE_EVERY`], and its libraries and heap must already
+    /// be charged then.
+    pub(crate) fn charge_process(&self) {
+        if !self.count_process {
+            return;
+        }
         let Some(rss) = process_resident_pages() else {
             return;
         };

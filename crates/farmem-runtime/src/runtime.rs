@@ -33,6 +33,7 @@ impl Runtime {
         slabs: Arc<dyn SlabSource>,
     ) -> Result<Self, RuntimeError> {
         let sh = Arc::new(Shared::new(cfg, store, slabs)?);
+        sh.cache.charge_process();
         let rm = sh.rm.clone();
         let signal = match sh.cfg.fault_path {
             FaultPath::Thread => None,
