@@ -122,9 +122,15 @@ local_mem = "8MiB"
     let backend =
         |run: &Value, job: usize| run["jobs"][job]["backend"].as_str().unwrap().to_string();
     let dispatch = runs.iter().find(|r| r["assignment"] == "dispatch").unwrap();
-    // Random access first, on the rack; the stream beside it, on the
-    // file, as the rack holds one.
-    assert_eq!(backend(dispatch, 0), "remote", "{dispatch}");
+    // Random access first, on the rack: in the compressed pool in front of
+    // it when its profile shows hot, compressible evictions (the default
+    // thresholds: reuse 1/4, compressible 1/32), else on the memory nodes
+    // alone; the stream beside it, on the file, as the rack holds one.
+    let kv = &jobs[0]["profile"];
+    let hot =
+        kv["reuse"].as_f64().unwrap() >= 0.25 && kv["compressible"].as_f64().unwrap() >= 1.0 / 32.0;
+    let kv_backend = if hot { "compressed" } else { "remote" };
+    assert_eq!(backend(dispatch, 0), kv_backend, "{kv} {dispatch}");
     assert_eq!(backend(dispatch, 1), "file", "{dispatch}");
     let remote = runs
         .iter()

@@ -62,7 +62,8 @@ pub struct Args {
     /// limit of the same size would hold it (at least 1MiB): far pages
     /// cached, and its other resident memory (heap below --threshold,
     /// stacks, libraries, the runtime's own), measured as it runs and
-    /// charged against the limit up to half of it.
+    /// charged against the limit up to half of it (on the thread fault
+    /// path; on the signal path, the far pages cached).
     #[arg(long, default_value_t = ByteSize(preload_env::DEFAULT_LOCAL_BYTES))]
     local_mem: ByteSize,
     /// Controller of an existing rack (host:port, or host:port,host:port
