@@ -59,23 +59,7 @@ fn status(ctl: &str, keys: &Keys) -> serde_json::Value {
 }
 
 fn status_with(ctl: &str, token: &str) -> serde_json::Value {
-    let out = farmem()
-        .args([
-            "status",
-            "--json",
-            "--controller",
-            ctl,
-            "--token-file",
-            token,
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
+    common::status_json(ctl, &["--token-file", token])
 }
 
 /// Polls `status` until `done` holds (or fails after 20 s).

@@ -12,16 +12,7 @@ fn farmem() -> Command {
 }
 
 fn status(ctl: &str) -> serde_json::Value {
-    let out = farmem()
-        .args(["status", "--controller", ctl, "--json"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
+    common::status_json(ctl, &[])
 }
 
 /// Polls `status` until `done` holds (or fails after 20 s).

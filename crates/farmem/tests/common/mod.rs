@@ -39,3 +39,19 @@ pub fn daemon_json(args: &[&str]) -> (Daemon, serde_json::Value) {
         .unwrap();
     (Daemon(child), serde_json::from_str(line.trim()).unwrap())
 }
+
+/// `farmem status --controller CTL --json EXTRA…`, which must succeed, as
+/// the object it printed.
+pub fn status_json(ctl: &str, extra: &[&str]) -> serde_json::Value {
+    let out = Command::new(env!("CARGO_BIN_EXE_farmem"))
+        .args(["status", "--json", "--controller", ctl])
+        .args(extra)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
