@@ -17,6 +17,7 @@ pub mod promote;
 pub mod readahead;
 pub mod stripe;
 pub mod tier;
+pub mod watermark;
 pub mod write_streak;
 
 /// Nanoseconds, virtual (simulator) or monotonic (runtime).

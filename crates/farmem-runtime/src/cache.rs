@@ -13,6 +13,7 @@ use farmem_core::sync::lock_without_parking;
 use farmem_policy::BlockId;
 use farmem_policy::cache::ReplacementPolicy;
 use farmem_policy::diffbase::DiffBase;
+use farmem_policy::watermark::Watermarks;
 
 use crate::bufs::{Arena, Buf};
 use crate::config::{Config, DirtyMode, FaultPath};
@@ -81,8 +82,8 @@ pub(crate) struct Cache {
     /// Dirty victims whose write-back is in flight (still resident).
     in_flight: AtomicU64,
     limit: u64,
-    high: u64,
-    low: u64,
+    /// When the evictor runs and how far, in shares of [`Self::room`].
+    marks: Watermarks,
     space_lock: Mutex<()>,
     space_cv: Condvar,
     evict_kick: Mutex<bool>,
@@ -133,8 +134,6 @@ impl Cache {
     /// A cache of `cfg.local_bytes`, its watermarks and policy.
     pub(crate) fn new(cfg: &Config) -> Result<Self, RuntimeError> {
         let limit = cfg.local_bytes / PAGE;
-        let high = ((limit as f64 * cfg.high_watermark) as u64).clamp(1, limit);
-        let low = ((limit as f64 * cfg.low_watermark) as u64).min(high - 1);
         // Room for every page the limit allows plus slack, so insert never
         // has to pick a victim behind the evictor's back.
         let policy = cfg
@@ -148,8 +147,7 @@ impl Cache {
             resident: AtomicU64::new(0),
             in_flight: AtomicU64::new(0),
             limit,
-            high,
-            low,
+            marks: cfg.watermarks(),
             space_lock: Mutex::new(()),
             space_cv: Condvar::new(),
             evict_kick: Mutex::new(false),
@@ -263,6 +261,13 @@ impl Cache {
     /// the rest of its resident memory.
     fn overheads(&self) -> u64 {
         self.buffers() + self.table_charge() + self.store_pages() + self.outside_charge()
+    }
+
+    /// Local pages the cache has for the program's pages now: its limit
+    /// less what else it is charged. Shrinks as the process's own memory
+    /// grows, when the limit counts the process.
+    pub(crate) fn room(&self) -> u64 {
+        self.limit.saturating_sub(self.overheads())
     }
 
     /// Local pages in use: resident ones and the overheads.
@@ -475,8 +480,8 @@ impl Cache {
     pub(crate) fn try_reserve(&self, metrics: &Metrics) -> bool {
         loop {
             let cur = self.resident.load(Ordering::SeqCst);
-            let used = cur + self.overheads();
-            let over = used >= self.limit;
+            let overheads = self.overheads();
+            let over = cur + overheads >= self.limit;
             if over && !self.store_refusing.load(Ordering::SeqCst) {
                 self.kick_evictor();
                 return false;
@@ -489,7 +494,8 @@ impl Cache {
                 if over {
                     metrics.limit_overruns.inc();
                 }
-                if used + 1 > self.high {
+                let room = self.limit.saturating_sub(overheads);
+                if self.marks.should_evict(cur + 1, 0, room) {
                     self.kick_evictor();
                 }
                 return true;
@@ -523,19 +529,19 @@ impl Cache {
         }
     }
 
-    /// Local pages in use (resident and snapshot buffers) beyond those
-    /// already on their way out, above `mark`.
-    fn above(&self, mark: u64) -> u64 {
-        self.used()
-            .saturating_sub(self.in_flight.load(Ordering::SeqCst))
-            .saturating_sub(mark)
+    /// Whether resident pages, less those already on their way out, are
+    /// past the high watermark.
+    fn past_high(&self) -> bool {
+        let leaving = self.in_flight.load(Ordering::SeqCst);
+        self.marks
+            .should_evict(self.resident(), leaving, self.room())
     }
 
     /// The evictor's wait: until kicked, past the high watermark, or
     /// `shutdown`; idle, it refills the snapshot pool, off the fault path.
     pub(crate) fn wait_for_work(&self, shutdown: &AtomicBool) {
         let mut kick = self.evict_kick.lock();
-        while !*kick && !shutdown.load(Ordering::SeqCst) && self.above(self.high) == 0 {
+        while !*kick && !shutdown.load(Ordering::SeqCst) && !self.past_high() {
             self.evict_cv.wait_for(&mut kick, Duration::from_millis(1));
             if !*kick {
                 self.refill_pool();
@@ -559,7 +565,8 @@ impl Cache {
     /// policy's choice.
     pub(crate) fn victims(&self, batch: usize, now: u64) -> Vec<BlockId> {
         let mut blocks = std::mem::take(&mut *self.forced.lock());
-        let excess = self.above(self.low) as usize;
+        let leaving = self.in_flight.load(Ordering::SeqCst);
+        let excess = self.marks.to_evict(self.resident(), leaving, self.room()) as usize;
         if excess > 0 {
             let want = excess.min(batch);
             let mut p = self.lock_policy();
@@ -598,15 +605,16 @@ impl Cache {
     /// The cache's books, for diagnosing a stall.
     pub(crate) fn census(&self) -> String {
         format!(
-            "policy {} resident {} buffers {} in_flight {} forced {} limit {} high {} low {}",
+            "policy {} resident {} buffers {} in_flight {} forced {} limit {} room {} high {} low {}",
             self.lock_policy().len(),
             self.resident(),
             self.buffers(),
             self.in_flight.load(Ordering::SeqCst),
             self.forced.lock().len(),
             self.limit,
-            self.high,
-            self.low
+            self.room(),
+            self.marks.high_mark(self.room()),
+            self.marks.low_mark(self.room())
         )
     }
 }

@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 use farmem_policy::cache::PolicyConfig;
 use farmem_policy::diffbase::DiffBaseConfig;
 use farmem_policy::readahead::ReadaheadConfig;
+use farmem_policy::watermark::Watermarks;
 
 use crate::error::RuntimeError;
 use crate::page::MAX_FAULT_AROUND;
@@ -158,9 +159,11 @@ impl std::str::FromStr for WaitMode {
 pub struct Config {
     /// Local cache size in bytes: resident pages never exceed this.
     pub local_bytes: u64,
-    /// Eviction starts when resident pages exceed this fraction of the cache.
+    /// Eviction starts when resident pages exceed this share of the
+    /// cache's room ([`farmem_policy::watermark`]: the limit less what
+    /// else is charged against it)...
     pub high_watermark: f64,
-    /// ... and stops once they are at or below this fraction.
+    /// ... and stops once they are at or below this share.
     pub low_watermark: f64,
     /// Victim selection; every [`farmem_policy::cache::ReplacementPolicy`]
     /// plugs in here. Default: `workingset` (Linux's active/inactive lists
@@ -260,6 +263,14 @@ impl Default for Config {
 pub const MIN_LOCAL_PAGES: u64 = 32;
 
 impl Config {
+    /// The eviction rule's two marks.
+    pub fn watermarks(&self) -> Watermarks {
+        Watermarks {
+            high: self.high_watermark,
+            low: self.low_watermark,
+        }
+    }
+
     pub fn validate(&self) -> Result<(), RuntimeError> {
         let pages = self.local_bytes / farmem_core::PAGE_SIZE;
         let err = |m: String| Err(RuntimeError::Config(m));
@@ -273,15 +284,7 @@ impl Config {
         if self.handlers == 0 {
             return err("handlers must be at least 1".into());
         }
-        if !(0.0 < self.low_watermark
-            && self.low_watermark < self.high_watermark
-            && self.high_watermark <= 1.0)
-        {
-            return err(format!(
-                "watermarks must satisfy 0 < low ({}) < high ({}) <= 1",
-                self.low_watermark, self.high_watermark
-            ));
-        }
+        self.watermarks().validate().map_err(RuntimeError::Config)?;
         if self.log_lines < 64 {
             return err(format!(
                 "log_lines {} must hold at least one page (64 lines)",

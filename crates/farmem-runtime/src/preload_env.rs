@@ -390,12 +390,8 @@ impl PreloadEnv {
             fault_path: self.fault_path,
             wait: self.fault_wait,
             // --local-mem is what the process may hold, as the kernel's
-            // swap under a cgroup limit of the same size is held to it. Not
-            // on the signal path: there the I/O interposers touch a call's
-            // far buffers within a budget of the cache they assume stays
-            // theirs until the call, and a cache shrinking under them
-            // would evict a buffer first (EFAULT).
-            limit_counts_process: self.fault_path == FaultPath::Thread,
+            // swap under a cgroup limit of the same size is held to it.
+            limit_counts_process: true,
             ..Config::default()
         };
         cfg.fault_around.max_blocks = self.fault_around;

@@ -177,6 +177,15 @@ impl Runtime {
         self.sh.last_error.lock().clone()
     }
 
+    /// Local memory the cache has for the program's pages now: the limit
+    /// less what else it is charged (snapshot buffers, page tables, the
+    /// compressed pool and, when the limit counts the process, the rest
+    /// of its memory). A caller that needs touched pages to stay resident
+    /// until it uses them keeps within a share of this.
+    pub fn cache_room_bytes(&self) -> u64 {
+        self.sh.cache.room() * PAGE
+    }
+
     pub fn config(&self) -> &Config {
         &self.sh.cfg
     }

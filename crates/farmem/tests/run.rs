@@ -215,8 +215,9 @@ fn system_calls_and_masked_threads_work_on_the_signal_path() {
     let local = Command::new(&bin).arg("24").output().unwrap();
     assert!(local.status.success(), "local run failed: {local:?}");
     let stats = std::env::temp_dir().join(format!("farmem-run-io-{}.json", std::process::id()));
-    // Three 24 MiB buffers against 12 MiB local: the 3 MiB touch budget
-    // splits every flat call into pieces.
+    // Three 24 MiB buffers against 12 MiB local, of which the process's
+    // own memory takes a share: the touch budget (a quarter of what is left
+    // for pages) splits every flat call into pieces.
     let far = Command::new(farmem())
         .args(["run", "--fault-path", "signal", "--local-mem", "12MiB"])
         .arg("--stats-json")

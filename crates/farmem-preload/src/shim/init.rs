@@ -103,7 +103,7 @@ fn init() -> Result<(), String> {
     }
     // The kernel's own accesses to far pages fail on the signal path: the
     // I/O interposers touch them first.
-    let touch_for_io = (cfg.fault_path == FaultPath::Signal).then_some(cfg.local_bytes);
+    let touch_for_io = cfg.fault_path == FaultPath::Signal;
     let built = env
         .backend
         .build(
@@ -124,8 +124,8 @@ fn init() -> Result<(), String> {
         );
     }
     start_heap(Box::leak(Box::new(rt)), env.far_bytes)?;
-    if let Some(local) = touch_for_io {
-        super::touch::enable(local);
+    if touch_for_io {
+        super::touch::enable();
     }
     super::live::start();
     Ok(())

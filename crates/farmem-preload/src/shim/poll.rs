@@ -15,9 +15,13 @@ use crate::io::{Access, overlaps};
 /// `call` with `[start, start + len)` made local first, retried on EFAULT.
 fn filled(start: usize, len: usize, mut call: impl FnMut() -> c_int) -> c_int {
     match active().filter(|f| overlaps(start, len, f)) {
-        Some(far) => touched(&[(start, len)], Access::KernelWrites, &far, || {
-            call() as ssize_t
-        }) as c_int,
+        Some(far) => touched(
+            &[(start, len)],
+            budget(),
+            Access::KernelWrites,
+            &far,
+            || call() as ssize_t,
+        ) as c_int,
         None => call(),
     }
 }

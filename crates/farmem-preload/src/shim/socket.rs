@@ -143,9 +143,13 @@ fn sent_whole(
     mut call: impl FnMut(*const c_void, size_t) -> ssize_t,
 ) -> ssize_t {
     match active().filter(|f| overlaps(buf as usize, len, f)) {
-        Some(far) => touched(&[(buf as usize, len)], Access::KernelReads, &far, || {
-            call(buf, len)
-        }),
+        Some(far) => touched(
+            &[(buf as usize, len)],
+            budget(),
+            Access::KernelReads,
+            &far,
+            || call(buf, len),
+        ),
         None => call(buf, len),
     }
 }

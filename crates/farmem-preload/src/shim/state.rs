@@ -189,6 +189,3 @@ pub(super) fn set_errno(e: c_int) {
 
 /// Set once the runtime serves faults in signal handlers.
 pub(super) static ON: AtomicBool = AtomicBool::new(false);
-/// Most bytes of far buffers one call touches: a quarter of the local
-/// cache, so touching does not evict what it just touched.
-pub(super) static BUDGET: AtomicUsize = AtomicUsize::new(0);

@@ -1,11 +1,7 @@
 //! fread/fwrite/fputs and their `_unlocked` and `_FORTIFY_SOURCE` forms:
 //! far buffers touched first, in pieces of whole items, on the signal path.
 
-use std::sync::atomic::Ordering;
-
 use libc::{c_int, c_void, size_t};
-
-use super::state::BUDGET;
 
 use super::real::*;
 use super::touch::*;
@@ -25,7 +21,7 @@ fn stream(
     let Some(far) = active().filter(|f| size > 0 && overlaps(ptr as usize, len, f)) else {
         return call(ptr, n);
     };
-    let per_piece = (BUDGET.load(Ordering::Relaxed) / size).max(1);
+    let per_piece = (budget() / size).max(1);
     let mut done = 0;
     while done < n {
         let items = per_piece.min(n - done);

@@ -25,8 +25,8 @@
 //!   with no far byte, or on the runtime's own threads, a call goes
 //!   straight through.
 //!
-//! A flat buffer larger than a quarter of the local cache is moved piece
-//! by piece (its pages could not all be local at once): files, and every
+//! A flat buffer larger than the touch budget ([`budget`]: a quarter of
+//! the room the cache has for pages) is moved piece by piece (its pages could not all be local at once): files, and every
 //! write, go on to the next piece while each piece is whole; a read from a
 //! pipe, socket or terminal returns after its first piece, as a short read
 //! it could have been anyway, rather than block for more. Vectored calls
@@ -44,17 +44,30 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use libc::{c_int, c_void, iovec, off_t, ssize_t};
 
 use super::real::resolve;
-use super::state::{BUDGET, ON, far_range, forked, runtime_thread};
+use super::state::{ON, RUNTIME, far_range, forked, runtime_thread};
 use crate::io::{Access, MAX_TRIES, far_pages, overlaps, pieces};
 
-/// Turns the interposers on for a runtime with `local_bytes` of cache.
-pub(super) fn enable(local_bytes: u64) {
+/// Turns the interposers on (the runtime is up).
+pub(super) fn enable() {
     resolve();
-    // Whole pages, so pieces of an O_DIRECT transfer stay aligned.
-    let page = farmem_core::PAGE_SIZE as usize;
-    let budget = usize::try_from(local_bytes / 4).unwrap_or(usize::MAX) / page * page;
-    BUDGET.store(budget.max(page), Ordering::Relaxed);
     ON.store(true, Ordering::Release);
+}
+
+/// Most bytes of far buffers one call touches: a quarter of the room the
+/// cache has for pages now, so touching does not evict what it just
+/// touched, nor does the cache shrinking as the process's own memory
+/// grows (when the limit counts the process, up to half of it may go).
+/// Whole pages, so pieces of an O_DIRECT transfer stay aligned.
+pub(super) fn budget() -> usize {
+    let page = farmem_core::PAGE_SIZE as usize;
+    let rt = RUNTIME.load(Ordering::Acquire);
+    if rt.is_null() {
+        return page;
+    }
+    // SAFETY: the runtime is leaked at start and never freed.
+    let room = unsafe { &*rt }.cache_room_bytes();
+    let quarter = usize::try_from(room / 4).unwrap_or(usize::MAX) / page * page;
+    quarter.max(page)
 }
 
 /// The far heap, when this call's far buffers need touching.
@@ -94,15 +107,16 @@ pub(super) fn touch(start: usize, len: usize, access: Access, far: &Range<usize>
     }
 }
 
-/// Touches `bufs` (up to the budget in all) and calls `call`, again while
-/// it fails with `EFAULT`.
+/// Touches `bufs` (up to `budget` bytes in all: the caller's one reading
+/// of [`budget`], which its pieces were cut to) and calls `call`, again
+/// while it fails with `EFAULT`.
 pub(super) fn touched(
     bufs: &[(usize, usize)],
+    budget: usize,
     access: Access,
     far: &Range<usize>,
     mut call: impl FnMut() -> ssize_t,
 ) -> ssize_t {
-    let budget = BUDGET.load(Ordering::Relaxed);
     let mut r = -1;
     for _ in 0..MAX_TRIES {
         let mut left = budget;
@@ -133,7 +147,7 @@ pub(super) fn is_socket(fd: c_int) -> bool {
 /// Largest bounce buffer: the touch budget, but never less than any
 /// datagram (a smaller buffer would truncate it).
 fn bounce_cap() -> usize {
-    BUDGET.load(Ordering::Relaxed).max(1 << 20)
+    budget().max(1 << 20)
 }
 
 /// Reads from a socket into far memory through a local buffer: a socket
@@ -184,15 +198,18 @@ pub(super) fn flat(
     if access == Access::KernelWrites && is_socket(fd) {
         return bounced(buf, len, 0, |p, n| call(p as usize, n, 0));
     }
-    if len <= BUDGET.load(Ordering::Relaxed) {
-        return touched(&[(buf, len)], access, &far, || call(buf, len, 0));
+    let budget = budget();
+    if len <= budget {
+        return touched(&[(buf, len)], budget, access, &far, || call(buf, len, 0));
     }
     let go_on = access == Access::KernelReads
         || matches!(file_type(fd), Some(libc::S_IFREG | libc::S_IFBLK));
     let mut done = 0usize;
-    for piece in pieces(len, BUDGET.load(Ordering::Relaxed)) {
+    for piece in pieces(len, budget) {
         let (at, n) = (buf + piece.start, piece.len());
-        let r = touched(&[(at, n)], access, &far, || call(at, n, piece.start));
+        let r = touched(&[(at, n)], budget, access, &far, || {
+            call(at, n, piece.start)
+        });
         if r < 0 {
             return if done == 0 { r } else { done as ssize_t };
         }
@@ -228,7 +245,7 @@ pub(super) unsafe fn vectored(
     if bufs.is_empty() {
         return call();
     }
-    touched(&bufs, access, &far, call)
+    touched(&bufs, budget(), access, &far, call)
 }
 
 pub(super) fn to_off(o: usize) -> off_t {
