@@ -17,7 +17,8 @@
 //! them the pages an I/O call had just touched for the kernel.
 
 /// The two marks, as shares of the room (0 < low < high <= 1).
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Watermarks {
     /// Eviction starts past this share of the room (default 0.95).
     pub high: f64,

@@ -4,6 +4,7 @@
 
 use farmem_core::PAGE_SIZE;
 use farmem_policy::cache::{PolicyConfig, Probe, ReplacementPolicy, SetAssoc};
+use farmem_policy::watermark::Watermarks;
 use rustc_hash::FxHashMap;
 
 use crate::config::{CacheConfig, Config, LinkConfig};
@@ -554,13 +555,16 @@ fn splitmix(mut x: u64) -> u64 {
 pub struct LocalMemory {
     pub policy: Box<dyn ReplacementPolicy>,
     pub capacity_pages: usize,
+    /// Evict in rounds between two marks, as the runtime does; None: one
+    /// victim per install, when full.
+    pub watermarks: Option<Watermarks>,
     pub evictions: u64,
     pub dirty_evictions: u64,
 }
 
 impl LocalMemory {
     /// `bytes` of local memory, at least one page (a page must land somewhere).
-    pub fn new(policy: PolicyConfig, bytes: u64) -> Self {
+    pub fn new(policy: PolicyConfig, watermarks: Option<Watermarks>, bytes: u64) -> Self {
         let capacity_pages = (bytes / PAGE_SIZE).max(1) as usize;
         Self {
             // Capacity ≥ 1, so building cannot fail.
@@ -568,6 +572,7 @@ impl LocalMemory {
                 .build(capacity_pages)
                 .unwrap_or_else(|_| Box::new(farmem_policy::cache::Lru::new(capacity_pages))),
             capacity_pages,
+            watermarks,
             evictions: 0,
             dirty_evictions: 0,
         }

@@ -8,6 +8,7 @@ use farmem_core::{ByteSize, CACHE_LINE, PAGE_SIZE, Ratio};
 use farmem_policy::cache::{FilterConfig, SetRuleKind};
 use farmem_policy::daemon::EngineConfig;
 use farmem_policy::promote::PromotionConfig;
+use farmem_policy::watermark::Watermarks;
 use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::SimError;
@@ -203,11 +204,21 @@ fn factor<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
     }
 }
 
+/// Keys a preset may leave out (they have defaults) that `--set` may
+/// still set; any other key must be in the preset, so a misspelt one is
+/// an error rather than ignored.
+pub const OPTIONAL_KEYS: &[&str] = &["local.watermarks"];
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LocalConfig {
     pub size: SizeSpec,
     pub policy: String,
+    /// When and how far to evict, as `farmem run`'s runtime does
+    /// (`[local.watermarks] high = 0.95, low = 0.85`: its defaults); none,
+    /// one victim per page installed, as the papers' hardware caches do.
+    #[serde(default)]
+    pub watermarks: Option<Watermarks>,
     pub latency_ns: f64,
     pub bw_gbps: f64,
 }
@@ -313,7 +324,8 @@ impl ConfigBuilder {
         self.source = format!("{} + {}", self.source, other.source);
     }
 
-    /// Sets `key` (dotted, `link.bw_factor`) to `value`, read as a TOML
+    /// Sets `key` (dotted, `link.bw_factor`; a key the preset lacks only
+    /// if it is one of [`OPTIONAL_KEYS`]) to `value`, read as a TOML
     /// value when it is one (`0.25`, `true`, `"lru"`) and as a string otherwise.
     pub fn set(&mut self, key: &str, value: &str) -> Result<(), SimError> {
         let bad = |message: String| SimError::Config {
@@ -338,7 +350,10 @@ impl ConfigBuilder {
                 .ok_or_else(|| bad(format!("`{p}` is not a section")))?;
         }
         let last = parts[parts.len() - 1];
-        if !table.contains_key(last) && !matches!(last, "latency_ns" | "latency_cycles") {
+        if !table.contains_key(last)
+            && !matches!(last, "latency_ns" | "latency_cycles")
+            && !OPTIONAL_KEYS.contains(&key)
+        {
             return Err(bad(format!("no key `{key}`")));
         }
         if last == "latency_ns" {
@@ -444,6 +459,9 @@ impl Config {
         }
         farmem_policy::cache::PolicyConfig::from_name(&self.local.policy)
             .map_err(|e| format!("local.policy: {e}"))?;
+        if let Some(w) = &self.local.watermarks {
+            w.validate().map_err(|e| format!("local.watermarks: {e}"))?;
+        }
         match self.remote.placement.as_str() {
             "round-robin" | "random" => {}
             p => {

@@ -25,6 +25,34 @@ pub struct Counters {
     pub remote_writes: u64,
 }
 
+/// Pages an install evicted, each with whether it was dirty: one at most
+/// without watermarks, so that case allocates nothing.
+#[derive(Debug, Default)]
+pub struct Evicted {
+    first: Option<(u32, bool)>,
+    rest: Vec<(u32, bool)>,
+}
+
+impl Evicted {
+    fn push(&mut self, v: (u32, bool)) {
+        if self.first.is_none() {
+            self.first = Some(v);
+        } else {
+            self.rest.push(v);
+        }
+    }
+}
+
+impl IntoIterator for Evicted {
+    type Item = (u32, bool);
+    type IntoIter =
+        std::iter::Chain<std::option::IntoIter<(u32, bool)>, std::vec::IntoIter<(u32, bool)>>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.first.into_iter().chain(self.rest)
+    }
+}
+
 pub struct Machine {
     pub caches: Caches,
     pub local: LocalMemory,
@@ -46,7 +74,7 @@ impl Machine {
         let nodes = cfg.remote.nodes as usize;
         Self {
             caches: Caches::new(cfg),
-            local: LocalMemory::new(policy, local_bytes),
+            local: LocalMemory::new(policy, cfg.local.watermarks, local_bytes),
             local_dram: build_memory(cfg.local.latency_ns, cfg.local.bw_gbps),
             links: (0..nodes).map(|_| build_link(cfg)).collect(),
             nodes: (0..nodes)
@@ -62,7 +90,7 @@ impl Machine {
 
     /// Resizes local memory (before any access: the footprint is known late).
     pub fn resize_local(&mut self, bytes: u64) {
-        self.local = LocalMemory::new(self.policy, bytes);
+        self.local = LocalMemory::new(self.policy, self.local.watermarks, bytes);
     }
 
     /// Reads `bytes` from memory node `node` at `now`: a request up the
@@ -147,17 +175,42 @@ impl Machine {
         Some(ready)
     }
 
-    /// Makes page `id` resident, its data there at `ready`. Returns the page
-    /// the policy evicted for it and whether that page was dirty (its own
-    /// dirty bit or dirty lines back-invalidated from the CPU caches).
-    pub fn install_page(&mut self, id: u32, now: Time, ready: Time) -> Option<(u32, bool)> {
+    /// Makes page `id` resident, its data there at `ready`. Returns the
+    /// pages evicted for it, each with whether it was dirty (its own dirty
+    /// bit or dirty lines back-invalidated from the CPU caches): the one
+    /// the policy pushed out, or with watermarks a round down to the low
+    /// mark (the runtime's rule, [`farmem_policy::watermark`]).
+    pub fn install_page(&mut self, id: u32, now: Time, ready: Time) -> Evicted {
+        let mut out = Evicted::default();
+        if let Some(w) = self.local.watermarks {
+            let resident = self.local.policy.len() as u64 + 1;
+            let room = self.local.capacity_pages as u64;
+            let n = if w.should_evict(resident, 0, room) {
+                w.to_evict(resident, 0, room)
+            } else {
+                0
+            };
+            for _ in 0..n {
+                match self.local.policy.evict(now as u64) {
+                    Some(v) => out.push(self.evict_page(v as u32)),
+                    None => break,
+                }
+            }
+        }
         {
             let p = &mut self.pages.pages[id as usize];
             p.resident = true;
             p.dirty = false;
             p.ready_at = ready;
         }
-        let victim = self.local.policy.insert(id as u64, now as u64)? as u32;
+        if let Some(v) = self.local.policy.insert(id as u64, now as u64) {
+            out.push(self.evict_page(v as u32));
+        }
+        out
+    }
+
+    /// Takes page `victim` out of local memory: whether it was dirty.
+    fn evict_page(&mut self, victim: u32) -> (u32, bool) {
         let page = self.pages.pages[victim as usize].page;
         let lines_dirty = self.caches.invalidate_page(page) > 0;
         let v = &mut self.pages.pages[victim as usize];
@@ -165,7 +218,7 @@ impl Machine {
         let dirty = std::mem::replace(&mut v.dirty, false) || lines_dirty;
         self.local.evictions += 1;
         self.local.dirty_evictions += dirty as u64;
-        Some((victim, dirty))
+        (victim, dirty)
     }
 
     pub fn node_of(&self, id: u32) -> u16 {

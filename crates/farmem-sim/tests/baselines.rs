@@ -359,3 +359,36 @@ fn cpu_cache_replacement_is_chosen_by_name() {
         assert!(e.contains(bad), "{key}: {e}");
     }
 }
+
+#[test]
+fn watermarks_evict_in_rounds_as_the_runtime_does() {
+    // 100 pages of local memory, 200 pages scanned once. One victim per
+    // install: 100 evictions. The runtime's rule (farmem_policy::watermark,
+    // high 95, low 85 pages): the 96th install first evicts 11, and every
+    // 11th install after it another 11; 10 rounds, 110 pages, 90 left.
+    let n = 200;
+    let plain = run("remote", &[("local.size", "400KiB")], n * PAGE, &scan(n));
+    assert_eq!(stat(&plain, "local.evictions") as u64, 100);
+    let marks = [
+        ("local.size", "400KiB"),
+        ("local.watermarks", "{ high = 0.95, low = 0.85 }"),
+    ];
+    let r = run("remote", &marks, n * PAGE, &scan(n));
+    assert_eq!(stat(&r, "local.misses") as u64, n);
+    assert_eq!(stat(&r, "local.evictions") as u64, 110);
+    // Pages 110..200 are the ones left: scanning them again misses none,
+    // and page 109 then misses once.
+    let mut again = scan(n);
+    again.extend((110..n).map(|p| Access::load(BASE + p * PAGE, 8, 0)));
+    let r = run("remote", &marks, n * PAGE, &again);
+    assert_eq!(stat(&r, "local.misses") as u64, n);
+    again.push(Access::load(BASE + 109 * PAGE, 8, 0));
+    let r = run("remote", &marks, n * PAGE, &again);
+    assert_eq!(stat(&r, "local.misses") as u64, n + 1);
+    // Marks out of order are a configuration error.
+    let mut b = ConfigBuilder::preset("daemon").unwrap();
+    b.set("local.watermarks", "{ high = 0.8, low = 0.9 }")
+        .unwrap();
+    let e = b.build().unwrap_err().to_string();
+    assert!(e.contains("local.watermarks"), "{e}");
+}

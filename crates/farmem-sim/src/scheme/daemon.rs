@@ -158,7 +158,7 @@ impl Scheme for LinkCompression {
         let arrival = m.remote_read_encoded(node, now, PAGE_SIZE, bytes, self.codec_ns)
             + self.decode_ns(compressed);
         m.local_dram.occupy(arrival, PAGE_SIZE);
-        if let Some((v, true)) = m.install_page(id, now, arrival) {
+        for (v, _) in m.install_page(id, now, arrival).into_iter().filter(|e| e.1) {
             let vpage = m.pages.pages[v as usize].page;
             let (vbytes, _) = self.wire(vpage);
             // Compressed at the compute node before the link; nobody waits
@@ -485,10 +485,10 @@ impl Daemon {
         match self.engine.on_page_arrival(p) {
             PageArrival::Installed { merge, .. } => {
                 m.local_dram.occupy(t, PAGE_SIZE);
-                let victim = m.install_page(id, t, t);
+                let victims = m.install_page(id, t, t);
                 // Held dirty lines are merged into the page.
                 m.pages.pages[id as usize].dirty = !merge.is_empty();
-                if let Some((v, true)) = victim {
+                for (v, _) in victims.into_iter().filter(|e| e.1) {
                     let vpage = m.pages.pages[v as usize].page;
                     let (bytes, enc, _) = self.page_wire(vpage);
                     m.remote_write_encoded(m.node_of(v), t + enc, PAGE_SIZE, bytes);

@@ -9,7 +9,7 @@ pub mod unimem;
 use farmem_core::{CACHE_LINE, PAGE_SIZE};
 
 use crate::config::Config;
-use crate::machine::Machine;
+use crate::machine::{Evicted, Machine};
 use crate::stats::Stats;
 use crate::{LINES_PER_PAGE, SimError, Time};
 
@@ -163,8 +163,11 @@ impl PageMoves {
         }
     }
 
-    fn evict(&mut self, m: &mut Machine, now: Time, victim: Option<(u32, bool)>) {
-        if let Some((v, true)) = victim {
+    fn evict(&mut self, m: &mut Machine, now: Time, victims: Evicted) {
+        for (v, dirty) in victims {
+            if !dirty {
+                continue;
+            }
             if self.mode == PageMode::Free {
                 self.free_page_bytes += PAGE_SIZE;
             } else {
