@@ -27,7 +27,9 @@
 //! removed.
 //!
 //! Link compression (§4.4) is not here: it changes how many bytes a served
-//! page occupies the link, which is the caller's charge.
+//! page occupies the link, which is the caller's charge (the simulator's
+//! `LinkCompression`; on the real link, farmem-net's `compress` module and
+//! `farmem run --link-compression`).
 //!
 //! # Where the paper is ambiguous, and how we read it
 //! - **Idle slots (§4.1).** "We retain this alternate serving ... even if
