@@ -142,6 +142,17 @@ pub struct MemNodeStats {
     pub connections: u64,
     pub protocol_errors: u64,
     pub auth_failures: u64,
+    /// Page payloads of read replies and writes on the link (issue 23):
+    /// as stored, and as they crossed, compressed or not. Zero from a
+    /// node before link compression.
+    #[serde(default)]
+    pub link_read_raw_bytes: u64,
+    #[serde(default)]
+    pub link_read_wire_bytes: u64,
+    #[serde(default)]
+    pub link_write_raw_bytes: u64,
+    #[serde(default)]
+    pub link_write_wire_bytes: u64,
 }
 
 struct Shared {
@@ -274,6 +285,10 @@ impl Shared {
             connections: sv(|s| s.connections.get()),
             protocol_errors: sv(|s| s.protocol_errors.get()),
             auth_failures: sv(|s| s.auth_failures.get()),
+            link_read_raw_bytes: sv(|s| s.link.read_raw_bytes.get()),
+            link_read_wire_bytes: sv(|s| s.link.read_wire_bytes.get()),
+            link_write_raw_bytes: sv(|s| s.link.write_raw_bytes.get()),
+            link_write_wire_bytes: sv(|s| s.link.write_wire_bytes.get()),
         }
     }
 
@@ -496,6 +511,9 @@ impl MemNode {
                 .ingress_delay
                 .clone()
                 .map(|m| Arc::new(farmem_net::delay::EgressDelay::new(m, incarnation))),
+            // Pages move here: agree to whatever link compression a
+            // client asks for (docs/daemon.md, "Link compression").
+            link_compression: true,
             ..ServerConfig::default()
         };
         let server =

@@ -798,6 +798,12 @@ impl Cluster {
         gates
     }
 
+    /// Bytes on the link and what link compression did, over every
+    /// connection of this client (they share the config's counters).
+    pub fn link_stats(&self) -> crate::compress::LinkSnapshot {
+        self.node_cfg.link.stats.snapshot()
+    }
+
     /// Every delay gate this client's requests pass: the link's one, or
     /// each path's; none when no delay is injected.
     pub fn delay_gates(&self) -> Vec<Arc<crate::delay::EgressDelay>> {

@@ -18,9 +18,13 @@ use std::thread::{self, Thread};
 use std::time::{Duration, Instant};
 
 use farmem_policy::poll::AdaptivePoll;
-use farmem_wire::{Cap, HEADER_LEN, Msg, PROTOCOL_VERSION, auth};
+use farmem_wire::{
+    Cap, ErrorCode, HEADER_LEN, LinkMode, MIN_PROTOCOL_VERSION, Msg, Op, PROTOCOL_VERSION, Packed,
+    auth,
+};
 use parking_lot::{Mutex, RwLock};
 
+use crate::compress::{DecompressError, Packer, unpack};
 use crate::frame::{await_frame, read_frame, readable};
 use crate::{ClientConfig, NetError};
 
@@ -96,6 +100,13 @@ struct Inner {
     /// Capabilities the session holds, presented again on a reopened one
     /// (see [`Connection::present_on_reopen`]).
     resume: Mutex<Option<Arc<RwLock<Vec<Cap>>>>>,
+    /// Link compression, when the server agreed to it: packed read replies
+    /// are accepted only then, and writes packed by this packer.
+    packer: Option<Mutex<Packer>>,
+    link: LinkMode,
+    /// Requests the delay gate had made wait when the packer last looked:
+    /// a rise means the link has no headroom now.
+    gate_waits: AtomicU64,
 }
 
 /// A pipelined, authenticated connection to a farmem daemon. Cheap to clone;
@@ -123,6 +134,7 @@ impl Ticket {
     pub fn wait(self) -> Result<Reply, NetError> {
         let waited_from = Instant::now();
         let reply = self.conn.wait(self.id, self.deadline)?;
+        let reply = self.conn.unpack_reply(reply)?;
         if let Some(delay) = self
             .conn
             .inner
@@ -152,6 +164,8 @@ impl Connection {
             Welcomed {
                 max_frame,
                 incarnation,
+                link,
+                ..
             },
         ) = open(addr, cfg)?;
         Ok(Self {
@@ -174,8 +188,94 @@ impl Connection {
                 timeout: cfg.timeout,
                 delay: cfg.delay.clone(),
                 resume: Mutex::new(None),
+                packer: Packer::new(link, cfg.link.bytes_per_sec).map(Mutex::new),
+                link,
+                gate_waits: AtomicU64::new(0),
             }),
         })
+    }
+
+    /// The link compression the server agreed to (`Off` for a server
+    /// older than protocol version 4, or one that refused it).
+    pub fn link_mode(&self) -> LinkMode {
+        self.inner.link
+    }
+
+    /// Appends `msg` as frame `id`: a write packed when the session agreed
+    /// to link compression and the packer finds it worth it.
+    fn encode(&self, msg: &Msg<'_>, id: u64, buf: &mut Vec<u8>) {
+        let stats = &self.inner.cfg.link.stats;
+        let start = buf.len();
+        if let Msg::Write { addr, data } = msg {
+            stats.write_raw_bytes.add(data.len() as u64);
+            let mut wire = data.len() as u64;
+            if let Some(packer) = &self.inner.packer {
+                let saturated = self.inner.delay.as_ref().is_some_and(|d| {
+                    let now = d.waited_ns.get();
+                    self.inner.gate_waits.swap(now, Ordering::Relaxed) != now
+                });
+                let mut p = packer.lock();
+                if let Some(meta) = p.pack(data, saturated, stats) {
+                    let packed = Packed {
+                        codec: meta.codec,
+                        raw_len: meta.raw_len,
+                        crc: meta.crc,
+                        data: p.packed(),
+                    };
+                    wire = packed.data.len() as u64;
+                    Msg::WritePacked {
+                        addr: *addr,
+                        packed,
+                    }
+                    .encode(id, buf);
+                }
+            }
+            stats.write_wire_bytes.add(wire);
+        }
+        if buf.len() == start {
+            msg.encode(id, buf);
+        }
+        stats.frame_bytes_sent.add((buf.len() - start) as u64);
+    }
+
+    /// A packed read reply decoded into a plain `ReadOk`, so every reader
+    /// of replies sees the page; a payload that does not decode to what
+    /// was sent is [`NetError::Decompress`].
+    fn unpack_reply(&self, mut reply: Reply) -> Result<Reply, NetError> {
+        let stats = &self.inner.cfg.link.stats;
+        if reply.op == Op::ReadOk as u8 {
+            stats.read_raw_bytes.add(reply.body.len() as u64);
+            stats.read_wire_bytes.add(reply.body.len() as u64);
+            return Ok(reply);
+        }
+        if reply.op != Op::ReadOkPacked as u8 {
+            return Ok(reply);
+        }
+        let refused = |e: DecompressError| {
+            stats.decompress_errors.inc();
+            NetError::Decompress(e)
+        };
+        if self.inner.packer.is_none() {
+            return Err(refused(DecompressError::NotNegotiated {
+                what: "read reply",
+            }));
+        }
+        let Msg::ReadOkPacked { packed } = Msg::decode(reply.op, &reply.body)? else {
+            return Err(NetError::Unexpected {
+                request: "read",
+                got: Op::ReadOkPacked,
+            });
+        };
+        let start = Instant::now();
+        let mut raw = Vec::new();
+        unpack(&packed, self.max_payload(), &mut raw).map_err(refused)?;
+        stats.codec_ns.add(start.elapsed().as_nanos() as u64);
+        stats.unpacked.inc();
+        stats.read_raw_bytes.add(raw.len() as u64);
+        stats.read_wire_bytes.add(packed.data.len() as u64);
+        reply.op = Op::ReadOk as u8;
+        reply.body = raw;
+        Ok(reply)
     }
 
     /// Has a session reopened after the server closed it while idle present
@@ -236,7 +336,7 @@ impl Connection {
         let mut w = self.inner.writer.lock();
         let (stream, buf) = &mut *w;
         buf.clear();
-        msg.encode(id, buf);
+        self.encode(msg, id, buf);
         if let Err(e) = stream.write_all(buf) {
             drop(w);
             self.inner.slots.lock().remove(&id);
@@ -278,7 +378,7 @@ impl Connection {
         let (stream, buf) = &mut *w;
         buf.clear();
         for (msg, &id) in msgs.iter().zip(&ids) {
-            msg.encode(id, buf);
+            self.encode(msg, id, buf);
         }
         if let Err(e) = stream.write_all(buf) {
             drop(w);
@@ -354,7 +454,11 @@ impl Connection {
         match open(&inner.peer, &inner.cfg) {
             // Only to the same incarnation: a restarted server is the
             // caller's to notice (its memory is not what it was).
-            Ok((mut reader, mut writer, welcomed)) if welcomed.incarnation == inner.incarnation => {
+            // And with the same link compression: the packer sends packed
+            // writes only to a session that agreed to them.
+            Ok((mut reader, mut writer, welcomed))
+                if welcomed.incarnation == inner.incarnation && welcomed.link == inner.link =>
+            {
                 let caps = inner.resume.lock().clone();
                 let caps = caps.map(|c| c.read().clone()).unwrap_or_default();
                 if let Err(e) = present(&mut reader, &mut writer, &caps, &mut rd.body) {
@@ -473,6 +577,12 @@ impl Connection {
                 return Err(e);
             }
         };
+        self.inner
+            .cfg
+            .link
+            .stats
+            .frame_bytes_received
+            .add((HEADER_LEN + rd.body.len()) as u64);
         let reply = Reply {
             op: header.op,
             body: std::mem::take(&mut rd.body),
@@ -553,11 +663,74 @@ fn open(
     addr: &str,
     cfg: &ClientConfig,
 ) -> Result<(BufReader<TcpStream>, TcpStream, Welcomed), NetError> {
-    let stream = dial(addr, cfg)?;
-    let mut reader = BufReader::with_capacity(256 << 10, stream.try_clone()?);
-    let mut writer = stream;
-    let welcomed = handshake(&mut reader, &mut writer, cfg, addr)?;
+    let (mut reader, mut writer, mut welcomed) = session(addr, cfg, 256 << 10)?;
+    if welcomed.version >= 4 && cfg.link.mode != LinkMode::Off {
+        welcomed.link = agree_link(&mut reader, &mut writer, cfg)?;
+    }
     Ok((reader, writer, welcomed))
+}
+
+/// Dials and authenticates at our protocol version, and again at the
+/// oldest we speak if the server refuses it (a memory node from before
+/// link compression): the read side, the write side and the welcome.
+pub(crate) fn session(
+    addr: &str,
+    cfg: &ClientConfig,
+    read_buffer: usize,
+) -> Result<(BufReader<TcpStream>, TcpStream, Welcomed), NetError> {
+    let mut version = PROTOCOL_VERSION;
+    loop {
+        let stream = dial(addr, cfg)?;
+        let mut reader = BufReader::with_capacity(read_buffer, stream.try_clone()?);
+        let mut writer = stream;
+        match handshake(&mut reader, &mut writer, cfg, addr, version) {
+            Err(NetError::Remote {
+                code: ErrorCode::VersionMismatch,
+                ..
+            }) if version > MIN_PROTOCOL_VERSION => {
+                tracing::debug!(
+                    "{addr} refused protocol version {version}; trying {MIN_PROTOCOL_VERSION}"
+                );
+                version = MIN_PROTOCOL_VERSION;
+            }
+            result => return result.map(|w| (reader, writer, w)),
+        }
+    }
+}
+
+/// Asks the server for `cfg.link`'s compression (the session's first
+/// request); the mode it agreed to.
+fn agree_link(
+    reader: &mut BufReader<TcpStream>,
+    writer: &mut TcpStream,
+    cfg: &ClientConfig,
+) -> Result<LinkMode, NetError> {
+    let mut out = Vec::new();
+    Msg::Link {
+        mode: cfg.link.mode,
+        bytes_per_sec: cfg.link.bytes_per_sec,
+    }
+    .encode(0, &mut out);
+    writer.write_all(&out)?;
+    let mut body = Vec::new();
+    let h = read_frame(reader, &mut body, HANDSHAKE_MAX_FRAME)?;
+    // Counted as the server counts them: every frame after the handshake.
+    let stats = &cfg.link.stats;
+    stats.frame_bytes_sent.add(out.len() as u64);
+    stats
+        .frame_bytes_received
+        .add((HEADER_LEN + body.len()) as u64);
+    match Msg::decode(h.op, &body)? {
+        Msg::Link { mode, .. } => Ok(mode),
+        Msg::Error { code, message } => Err(NetError::Remote {
+            code,
+            message: message.to_string(),
+        }),
+        other => Err(NetError::Unexpected {
+            request: "link",
+            got: other.op(),
+        }),
+    }
 }
 
 /// Presents `caps` on a session just opened, before any other request.
@@ -612,6 +785,10 @@ pub(crate) fn dial(addr: &str, cfg: &ClientConfig) -> Result<TcpStream, NetError
 pub(crate) struct Welcomed {
     pub max_frame: u32,
     pub incarnation: u64,
+    /// The protocol version of the session.
+    pub version: u16,
+    /// The link compression the server agreed to (`Off` until asked).
+    pub link: LinkMode,
 }
 
 pub(crate) fn handshake(
@@ -619,13 +796,14 @@ pub(crate) fn handshake(
     writer: &mut TcpStream,
     cfg: &ClientConfig,
     addr: &str,
+    version: u16,
 ) -> Result<Welcomed, NetError> {
     let key = auth::client_key(&cfg.token, cfg.role)
         .map_err(|e| NetError::Auth(format!("cannot connect to {addr}: {e}")))?;
     let client_nonce: [u8; 16] = rand::random();
     let mut out = Vec::new();
     Msg::Hello {
-        version: PROTOCOL_VERSION,
+        version,
         role: cfg.role,
         name: &cfg.name,
         nonce: client_nonce,
@@ -636,14 +814,14 @@ pub(crate) fn handshake(
     let h = read_frame(reader, &mut body, HANDSHAKE_MAX_FRAME)?;
     let (server_nonce, max_frame) = match Msg::decode(h.op, &body)? {
         Msg::Challenge {
-            version,
+            version: theirs,
             nonce,
             proof,
             max_frame,
         } => {
-            if version != PROTOCOL_VERSION {
+            if theirs != version {
                 return Err(NetError::Auth(format!(
-                    "{addr} speaks protocol version {version}, we speak {PROTOCOL_VERSION}"
+                    "{addr} answered protocol version {theirs} to our {version}"
                 )));
             }
             let expected = auth::server_proof(&key, &client_nonce, &nonce, &cfg.name);
@@ -677,6 +855,8 @@ pub(crate) fn handshake(
         Msg::Welcome { incarnation, .. } => Ok(Welcomed {
             max_frame,
             incarnation,
+            version,
+            link: LinkMode::Off,
         }),
         Msg::Error { code, message } => Err(NetError::Auth(format!(
             "{addr} refused us ({code:?}): {message}"

@@ -11,8 +11,10 @@
 //!   a pool of connections to memory nodes, routing by global address.
 //! - [`Lane`]: reads and write-backs on connections of their own.
 //! - [`link`]: a delay gate shared by several processes, set live.
+//! - [`compress`]: link compression of pages and clusters (DaeMon §4.4).
 
 pub mod cluster;
+pub mod compress;
 mod conn;
 pub mod delay;
 mod frame;
@@ -91,6 +93,9 @@ pub struct ClientConfig {
     /// How long a thread waiting for a reply spins before it sleeps
     /// ([`farmem_policy::poll`]).
     pub poll: farmem_policy::poll::PollConfig,
+    /// Link compression this client asks memory nodes for, and the
+    /// counters of bytes on the link its connections share.
+    pub link: compress::LinkConfig,
 }
 
 impl ClientConfig {
@@ -104,6 +109,7 @@ impl ClientConfig {
             path_delays: Vec::new(),
             fail_after: DEFAULT_FAIL_AFTER,
             poll: Default::default(),
+            link: Default::default(),
         }
     }
 
@@ -137,6 +143,9 @@ pub enum NetError {
     Io(#[from] std::io::Error),
     #[error("protocol error: {0}")]
     Wire(#[from] WireError),
+    /// A compressed page or cluster did not decode to what was sent.
+    #[error("link compression: {0}")]
+    Decompress(#[from] compress::DecompressError),
     #[error("authentication failed: {0}")]
     Auth(String),
     #[error("peer refused the request ({code:?}): {message}")]

@@ -56,12 +56,14 @@ const READ_REQUEST_LEN: usize = HEADER_LEN + 12;
 impl PageReader {
     /// Connects and authenticates (this part allocates, as any connect).
     pub fn connect(addr: &str, cfg: &ClientConfig, max_len: usize) -> Result<Self, NetError> {
-        let mut stream = crate::conn::dial(addr, cfg)?;
-        let mut reader = std::io::BufReader::new(stream.try_clone()?);
+        // No link compression: decoding a packed reply would allocate,
+        // which a fault served in a signal handler must not.
+        let (reader, stream, welcomed) = crate::conn::session(addr, cfg, 8 << 10)?;
         let crate::conn::Welcomed {
             max_frame,
             incarnation,
-        } = crate::conn::handshake(&mut reader, &mut stream, cfg, addr)?;
+            ..
+        } = welcomed;
         if !reader.buffer().is_empty() {
             return Err(NetError::Auth(format!(
                 "{addr} sent bytes after its welcome"

@@ -19,9 +19,13 @@ use std::time::{Duration, Instant};
 
 use farmem_core::Counter;
 use farmem_policy::poll::{AdaptivePoll, PollConfig};
-use farmem_wire::{ErrorCode, Msg, PROTOCOL_VERSION, Role, auth};
+use farmem_wire::{
+    ErrorCode, HEADER_LEN, LinkMode, MIN_PROTOCOL_VERSION, Msg, Op, PROTOCOL_VERSION, Packed, Role,
+    auth,
+};
 
 use crate::NetError;
+use crate::compress::{LinkStats, Packer, unpack};
 use crate::delay::{EgressDelay, wait_until};
 use crate::frame::{await_frame, read_frame};
 
@@ -100,6 +104,14 @@ pub struct ServerConfig {
     /// client that sends one request at a time on a connection gets a
     /// reply per gap and hold, not per gap.
     pub ingress_delay: Option<Arc<EgressDelay>>,
+    /// Agree to link compression when a client asks for it (`Msg::Link`):
+    /// read replies packed as the client's mode says, packed writes
+    /// accepted. A memory node's; off for servers that move no pages.
+    pub link_compression: bool,
+    /// The newest protocol version served; a client asking for a newer
+    /// one is refused with `VersionMismatch`. [`PROTOCOL_VERSION`] but in
+    /// tests that stand in for an older server.
+    pub max_version: u16,
 }
 
 /// Default idle timeout after login: long enough that no farmem client's
@@ -134,6 +146,8 @@ impl Default for ServerConfig {
             incarnation: 0,
             poll: DEFAULT_SERVER_POLL,
             ingress_delay: None,
+            link_compression: false,
+            max_version: PROTOCOL_VERSION,
         }
     }
 }
@@ -164,6 +178,8 @@ pub struct ServerStats {
     /// From a request's frame read to its reply encoded (not sent: a
     /// reply may wait for the next ones to leave in one write).
     pub request_latency: farmem_core::LatencyHistogram,
+    /// Bytes of pages on the link and what compression did, every session.
+    pub link: LinkStats,
 }
 
 impl ServerStats {
@@ -379,6 +395,9 @@ fn request_loop(
     let mut poll = AdaptivePoll::new(cfg.poll);
     // When the replies in `out` may leave, behind an ingress delay.
     let mut release: Option<Instant> = None;
+    // Link compression, once the client asked for it and we agreed.
+    let mut packer: Option<Packer> = None;
+    let mut unpacked = Vec::new();
     loop {
         await_frame(reader, &mut poll);
         let header = match read_frame(reader, &mut body, cfg.max_frame) {
@@ -408,6 +427,10 @@ fn request_loop(
                 return Err(NetError::Wire(e));
             }
         };
+        stats
+            .link
+            .frame_bytes_received
+            .add((HEADER_LEN + body.len()) as u64);
         if let Some(delay) = &cfg.ingress_delay {
             let hold = delay.pass(msg.data_bytes(), crate::delay::traffic(&msg));
             let at = Instant::now() + hold;
@@ -415,7 +438,46 @@ fn request_loop(
         }
         let mark = out.len();
         let started = Instant::now();
-        let handled = service.handle(peer, header.id, msg, &mut out);
+        let handled = match msg {
+            Msg::Link {
+                mode,
+                bytes_per_sec,
+            } => {
+                let agreed = if cfg.link_compression {
+                    mode
+                } else {
+                    LinkMode::Off
+                };
+                packer = Packer::new(agreed, bytes_per_sec);
+                Msg::Link {
+                    mode: agreed,
+                    bytes_per_sec: 0,
+                }
+                .encode(header.id, &mut out);
+                Ok(())
+            }
+            Msg::WritePacked { addr, packed } => {
+                match unpack_write(packer.is_some(), &packed, cfg, stats, &mut unpacked) {
+                    Ok(()) => {
+                        let write = Msg::Write {
+                            addr,
+                            data: &unpacked,
+                        };
+                        service.handle(peer, header.id, write, &mut out)
+                    }
+                    Err(refusal) => Err(refusal),
+                }
+            }
+            Msg::Write { data, .. } => {
+                stats.link.write_raw_bytes.add(data.len() as u64);
+                stats.link.write_wire_bytes.add(data.len() as u64);
+                service.handle(peer, header.id, msg, &mut out)
+            }
+            msg => service.handle(peer, header.id, msg, &mut out),
+        };
+        if handled.is_ok() {
+            pack_read_reply(packer.as_mut(), &mut out, mark, header.id, &stats.link);
+        }
         stats.request_latency.record(started.elapsed());
         if let Err(refusal) = handled {
             stats.refused.inc();
@@ -430,11 +492,75 @@ fn request_loop(
             if let Some(at) = release.take() {
                 wait_until(at);
             }
+            // Counted first, so a client that has its reply sees it counted.
+            stats.link.frame_bytes_sent.add(out.len() as u64);
             // Straight to the socket: BufWriter passes writes this large through.
             writer.get_mut().write_all(&out)?;
             out.clear();
         }
     }
+}
+
+/// Decodes a packed write into `raw`; a payload that does not decode to
+/// what was sent is refused with `BadPayload`, and nothing is written.
+fn unpack_write(
+    agreed: bool,
+    packed: &Packed<'_>,
+    cfg: &ServerConfig,
+    stats: &ServerStats,
+    raw: &mut Vec<u8>,
+) -> Result<(), Refusal> {
+    let refuse = |why: String| {
+        stats.link.decompress_errors.inc();
+        Refusal::new(ErrorCode::BadPayload, why)
+    };
+    if !agreed {
+        return Err(refuse(
+            "a packed write on a session that did not agree to link compression".into(),
+        ));
+    }
+    let start = Instant::now();
+    unpack(packed, cfg.max_frame as usize, raw).map_err(|e| refuse(e.to_string()))?;
+    stats.link.codec_ns.add(start.elapsed().as_nanos() as u64);
+    stats.link.unpacked.inc();
+    stats.link.write_raw_bytes.add(raw.len() as u64);
+    stats.link.write_wire_bytes.add(packed.data.len() as u64);
+    Ok(())
+}
+
+/// Rewrites the reply frame at `out[mark..]` as a packed one when it is a
+/// read's and the session's packer finds it worth it: the service writes
+/// pages straight from its store, and this stays its only copy when the
+/// page goes raw.
+fn pack_read_reply(
+    packer: Option<&mut Packer>,
+    out: &mut Vec<u8>,
+    mark: usize,
+    id: u64,
+    stats: &LinkStats,
+) {
+    if out.len() < mark + HEADER_LEN || out[mark + 4] != Op::ReadOk as u8 {
+        return;
+    }
+    let raw = &out[mark + HEADER_LEN..];
+    stats.read_raw_bytes.add(raw.len() as u64);
+    let Some(packer) = packer else {
+        stats.read_wire_bytes.add(raw.len() as u64);
+        return;
+    };
+    let Some(meta) = packer.pack(raw, false, stats) else {
+        stats.read_wire_bytes.add(raw.len() as u64);
+        return;
+    };
+    out.truncate(mark);
+    let packed = Packed {
+        codec: meta.codec,
+        raw_len: meta.raw_len,
+        crc: meta.crc,
+        data: packer.packed(),
+    };
+    stats.read_wire_bytes.add(packed.data.len() as u64);
+    Msg::ReadOkPacked { packed }.encode(id, out);
 }
 
 fn reply_error(writer: &mut BufWriter<TcpStream>, id: u64, code: ErrorCode, message: &str) {
@@ -454,21 +580,22 @@ fn handshake(
     const HANDSHAKE_MAX_FRAME: u32 = 4096;
     let mut body = Vec::new();
     let h = read_frame(reader, &mut body, HANDSHAKE_MAX_FRAME)?;
-    let (role, name, client_nonce) = match Msg::decode(h.op, &body)? {
+    let (role, name, client_nonce, version) = match Msg::decode(h.op, &body)? {
         Msg::Hello {
             version,
             role,
             name,
             nonce,
         } => {
-            if version != PROTOCOL_VERSION {
+            if !(MIN_PROTOCOL_VERSION..=cfg.max_version).contains(&version) {
                 let msg = format!(
-                    "protocol version {version} not supported; this server speaks {PROTOCOL_VERSION}"
+                    "protocol version {version} not supported; this server speaks {MIN_PROTOCOL_VERSION} to {}",
+                    cfg.max_version
                 );
                 reply_error(writer, h.id, ErrorCode::VersionMismatch, &msg);
                 return Err(NetError::Auth(msg));
             }
-            (role, name.to_string(), nonce)
+            (role, name.to_string(), nonce, version)
         }
         other => {
             let msg = format!("expected hello, got {:?}", other.op());
@@ -481,8 +608,10 @@ fn handshake(
     let key = auth::role_key(&cfg.token, role);
     let proof = auth::server_proof(&key, &client_nonce, &server_nonce, &name);
     let mut out = Vec::new();
+    // The client's own version: a version-3 client knows no other, and
+    // gets a version-3 session (no `Link`, no packed frames).
     Msg::Challenge {
-        version: PROTOCOL_VERSION,
+        version,
         nonce: server_nonce,
         proof,
         max_frame: cfg.max_frame,

@@ -44,6 +44,8 @@ pub fn connect(env: &PreloadEnv, controller: &str) -> Result<Arc<RackStore>, Str
         cfg = cfg.with_delay(Arc::new(gate));
     }
     cfg = cfg.with_path_delays(env.path_delays.clone());
+    cfg.link.mode = env.link_compression;
+    cfg.link.bytes_per_sec = link_rate(env);
     let store = match farmem_net::Cluster::connect(controller, cfg, 2) {
         Ok(cluster) => Arc::new(RackStore::new(cluster)),
         Err(e @ farmem_net::NetError::Auth(_)) if anonymous => {
@@ -89,6 +91,22 @@ fn demand_share(ratio: farmem_core::Ratio) -> Result<farmem_policy::daemon::Shar
     let partitioner = BandwidthPartitioner::from_config(&config)
         .map_err(|e| format!("FARMEM_DELAY_PARTITION {ratio}: {e}"))?;
     Ok(ShareServer::new(&partitioner, true))
+}
+
+/// The link's bytes per second when a `rate:` delay throttles it (the
+/// slowest path's with one gate per path), for link compression's `auto`:
+/// 0 when nothing does.
+fn link_rate(env: &PreloadEnv) -> u64 {
+    use farmem_policy::delay::DelayModel;
+    env.delay
+        .iter()
+        .chain(&env.path_delays)
+        .filter_map(|m| match m {
+            DelayModel::Rate { bytes_per_sec } => Some(*bytes_per_sec),
+            _ => None,
+        })
+        .min()
+        .unwrap_or(0)
 }
 
 /// The cluster token in FARMEM_TOKEN_FILE, or none.

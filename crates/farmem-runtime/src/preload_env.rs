@@ -67,6 +67,9 @@ pub const PATH_DELAY: &CStr = c"FARMEM_PATH_DELAY";
 /// run --link`): its gate, shared with every process on it, is the
 /// program's link to the rack; its delay is the link's, set live.
 pub const LINK: &CStr = c"FARMEM_LINK";
+/// Link compression of pages and clusters to and from memory nodes
+/// (DaeMon §4.4): `off`, `auto`, `lz`, `fpc-bdi` or `fve`; unset: off.
+pub const LINK_COMPRESSION: &CStr = c"FARMEM_LINK_COMPRESSION";
 /// How long the controller keeps a silent process's remote memory, in ms.
 pub const LEASE_MS: &CStr = c"FARMEM_LEASE_MS";
 /// A `tracing` filter for what the runtime reports on stderr (default
@@ -157,6 +160,8 @@ pub struct PreloadEnv {
     pub path_delays: Vec<DelayModel>,
     /// A shared link instead of `delay` (see [`LINK`]).
     pub link: Option<String>,
+    /// See [`LINK_COMPRESSION`].
+    pub link_compression: farmem_wire::LinkMode,
     /// 0: no lease.
     pub lease_ms: u64,
 }
@@ -293,6 +298,12 @@ impl PreloadEnv {
             Some(r) => Some(r.trim().parse().map_err(|e| parsed(DELAY_PARTITION, &e))?),
         };
         let link = non_empty(get, LINK);
+        let link_compression = match non_empty(get, LINK_COMPRESSION) {
+            None => farmem_wire::LinkMode::Off,
+            Some(m) => m
+                .parse()
+                .map_err(|e: String| format!("{}: {e}", key(LINK_COMPRESSION)))?,
+        };
         let path_delays = match non_empty(get, PATH_DELAY) {
             None => Vec::new(),
             Some(list) => list
@@ -324,6 +335,7 @@ impl PreloadEnv {
             delay_partition,
             path_delays,
             link,
+            link_compression,
             lease_ms,
         })
     }
@@ -373,6 +385,10 @@ impl PreloadEnv {
                 }),
             ),
             (key(LINK), self.link.clone().map(Into::into)),
+            (
+                key(LINK_COMPRESSION),
+                Some(self.link_compression.to_string().into()),
+            ),
             (key(TOKEN_FILE), path(&self.token_file)),
             (key(POLICY), self.policy.clone().map(Into::into)),
         ];
@@ -451,6 +467,7 @@ mod tests {
                 "steps:0=0,1s=50us".parse().unwrap(),
             ],
             link: Some("lab-1".into()),
+            link_compression: farmem_wire::LinkMode::Auto,
             lease_ms: 0,
         };
         let vars: HashMap<String, String> = written

@@ -19,16 +19,23 @@
 
 pub mod auth;
 mod codec;
+pub mod link;
 mod msg;
 
 pub use codec::{FrameHeader, Reader, decode_header, encode_frame};
+pub use link::{LinkMode, PACKED_HEADER_LEN, PackCodec, Packed};
 pub use msg::{
     Cap, ErrorCode, Extent, GrantKind, LogRecord, LogRecords, Mirror, Msg, NodeInfo, Op, Placement,
     Role,
 };
 
-/// Protocol version spoken by this build; peers with another version are refused.
-pub const PROTOCOL_VERSION: u16 = 3;
+/// Protocol version spoken by this build. Version 4 added link
+/// compression ([`Msg::Link`] and the packed read and write frames), which
+/// a session uses only once both ends agreed to it.
+pub const PROTOCOL_VERSION: u16 = 4;
+/// The oldest version a server still serves (as that version: no packed
+/// frames); clients fall back to it when a server refuses theirs.
+pub const MIN_PROTOCOL_VERSION: u16 = 3;
 /// Bytes of frame header, including the length field.
 pub const HEADER_LEN: usize = 16;
 /// Bytes of one cache-line log record: an address and one 64 B line.

@@ -1,6 +1,7 @@
 //! Every message of the protocol, its opcode and its body layout.
 
 use crate::codec::{Reader, encode_frame, put_str};
+use crate::link::{LinkMode, Packed};
 use crate::{LINE_LEN, LOG_RECORD_LEN, WireError};
 
 /// Who is speaking: decides what a peer may ask for.
@@ -115,6 +116,9 @@ pub enum ErrorCode {
     NodeUp = 12,
     /// `RemoveNode` of a node that still holds clients' grants.
     NodeBusy = 13,
+    /// A packed write whose payload does not decode to the bytes it
+    /// claims (codec error, wrong length or checksum): nothing was written.
+    BadPayload = 14,
 }
 
 impl ErrorCode {
@@ -132,6 +136,7 @@ impl ErrorCode {
             11 => Self::NotLeader,
             12 => Self::NodeUp,
             13 => Self::NodeBusy,
+            14 => Self::BadPayload,
             _ => Self::Internal,
         }
     }
@@ -319,9 +324,10 @@ macro_rules! ops {
 }
 
 ops! {
-    Hello = 0x01, Challenge = 0x02, Auth = 0x03, Welcome = 0x04,
+    Hello = 0x01, Challenge = 0x02, Auth = 0x03, Welcome = 0x04, Link = 0x05,
     Done = 0x0f,
-    Read = 0x10, ReadOk = 0x11, Write = 0x12, LogBatch = 0x14, LogAck = 0x15,
+    Read = 0x10, ReadOk = 0x11, Write = 0x12, ReadOkPacked = 0x13, LogBatch = 0x14, LogAck = 0x15,
+    WritePacked = 0x16,
     Alloc = 0x20, AllocOk = 0x21, Release = 0x22, Lease = 0x23, Register = 0x24, Registered = 0x25,
     Heartbeat = 0x26, Leave = 0x27, Grant = 0x28, Revoke = 0x29, ListNodes = 0x2a, NodesOk = 0x2b,
     Present = 0x2c, Remirror = 0x2d, RemoveNode = 0x2e,
@@ -359,6 +365,15 @@ pub enum Msg<'a> {
         session: u64,
         incarnation: u64,
     },
+    /// Compute → memory node, first request of a version-4 session: the
+    /// link compression the client wants (its own sends follow `mode`;
+    /// `bytes_per_sec` is its link's rate, 0 when unthrottled, which the
+    /// server's `Auto` weighs). The answer is a `Link` with the mode the
+    /// server agrees to (`Off`: no packed frames either way).
+    Link {
+        mode: LinkMode,
+        bytes_per_sec: u64,
+    },
     /// Generic success for requests with nothing to return.
     Done,
     /// Read `len` bytes at global address `addr`.
@@ -373,6 +388,17 @@ pub enum Msg<'a> {
     Write {
         addr: u64,
         data: &'a [u8],
+    },
+    /// A `ReadOk` whose data is compressed; only on a session that agreed
+    /// to it with `Link`.
+    ReadOkPacked {
+        packed: Packed<'a>,
+    },
+    /// A `Write` whose data is compressed; only on a session that agreed
+    /// to it with `Link`. Answered with `Done`.
+    WritePacked {
+        addr: u64,
+        packed: Packed<'a>,
     },
     /// Apply many cache lines in one message; acknowledged once.
     LogBatch {
@@ -499,6 +525,9 @@ impl<'a> Msg<'a> {
         match self {
             Msg::Read { len, .. } => u64::from(*len),
             Msg::ReadOk { data } | Msg::Write { data, .. } => data.len() as u64,
+            Msg::ReadOkPacked { packed } | Msg::WritePacked { packed, .. } => {
+                packed.data.len() as u64
+            }
             Msg::LogBatch { records } => (records.len() * LOG_RECORD_LEN) as u64,
             _ => 0,
         }
@@ -510,10 +539,13 @@ impl<'a> Msg<'a> {
             Msg::Challenge { .. } => Op::Challenge,
             Msg::Auth { .. } => Op::Auth,
             Msg::Welcome { .. } => Op::Welcome,
+            Msg::Link { .. } => Op::Link,
             Msg::Done => Op::Done,
             Msg::Read { .. } => Op::Read,
             Msg::ReadOk { .. } => Op::ReadOk,
             Msg::Write { .. } => Op::Write,
+            Msg::ReadOkPacked { .. } => Op::ReadOkPacked,
+            Msg::WritePacked { .. } => Op::WritePacked,
             Msg::LogBatch { .. } => Op::LogBatch,
             Msg::LogAck { .. } => Op::LogAck,
             Msg::Alloc { .. } => Op::Alloc,
@@ -574,12 +606,24 @@ impl<'a> Msg<'a> {
                 b.extend_from_slice(&session.to_le_bytes());
                 b.extend_from_slice(&incarnation.to_le_bytes());
             }
+            Msg::Link {
+                mode,
+                bytes_per_sec,
+            } => {
+                b.push(*mode as u8);
+                b.extend_from_slice(&bytes_per_sec.to_le_bytes());
+            }
             Msg::Done | Msg::ListNodes | Msg::Stats => {}
             Msg::Read { addr, len } => {
                 b.extend_from_slice(&addr.to_le_bytes());
                 b.extend_from_slice(&len.to_le_bytes());
             }
             Msg::ReadOk { data } => b.extend_from_slice(data),
+            Msg::ReadOkPacked { packed } => packed.encode(b),
+            Msg::WritePacked { addr, packed } => {
+                b.extend_from_slice(&addr.to_le_bytes());
+                packed.encode(b);
+            }
             Msg::Write { addr, data } => {
                 b.extend_from_slice(&addr.to_le_bytes());
                 b.extend_from_slice(data);
@@ -715,12 +759,23 @@ impl<'a> Msg<'a> {
                 session: r.u64()?,
                 incarnation: r.u64()?,
             },
+            Op::Link => Msg::Link {
+                mode: LinkMode::from_u8(r.u8()?)?,
+                bytes_per_sec: r.u64()?,
+            },
             Op::Done => Msg::Done,
             Op::Read => Msg::Read {
                 addr: r.u64()?,
                 len: r.u32()?,
             },
             Op::ReadOk => Msg::ReadOk { data: r.rest() },
+            Op::ReadOkPacked => Msg::ReadOkPacked {
+                packed: Packed::decode(&mut r)?,
+            },
+            Op::WritePacked => Msg::WritePacked {
+                addr: r.u64()?,
+                packed: Packed::decode(&mut r)?,
+            },
             Op::Write => Msg::Write {
                 addr: r.u64()?,
                 data: r.rest(),
@@ -882,10 +937,13 @@ fn op_name(op: Op) -> &'static str {
         Op::Challenge => "challenge",
         Op::Auth => "auth",
         Op::Welcome => "welcome",
+        Op::Link => "link",
         Op::Done => "done",
         Op::Read => "read",
         Op::ReadOk => "read reply",
         Op::Write => "write",
+        Op::ReadOkPacked => "packed read reply",
+        Op::WritePacked => "packed write",
         Op::LogBatch => "log batch",
         Op::LogAck => "log ack",
         Op::Alloc => "alloc",

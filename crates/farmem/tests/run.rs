@@ -135,6 +135,78 @@ fn c_program_on_far_memory_matches_a_local_run() {
     );
 }
 
+/// Link compression end to end (issue 23, point 3): a program whose far
+/// data is compressible, under eviction, prints the same checksum with
+/// pages packed both ways as without, and --stats-json counts the bytes.
+#[test]
+fn link_compression_keeps_the_programs_data_and_reports_the_link() {
+    const WALK: &str = r#"
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+int main(void) {
+    size_t n = (size_t)64 << 17; /* 64 MiB of 8-byte words */
+    uint64_t *a = malloc(n * 8), sum = 0;
+    for (size_t i = 0; i < n; i++) a[i] = i % 977;
+    for (int p = 0; p < 2; p++)
+        for (size_t i = 0; i < n; i += 8) { sum = sum * 31 + a[i]; a[i] += p; }
+    printf("%llu\n", (unsigned long long)sum);
+    return 0;
+}
+"#;
+    let Some(bin) = c_program_or_skip("link-walk", WALK) else {
+        return;
+    };
+    let local = Command::new(&bin).output().unwrap();
+    assert!(local.status.success());
+    for mode in ["lz", "off"] {
+        let stats = std::env::temp_dir().join(format!(
+            "farmem-link-test-{mode}-{}.json",
+            std::process::id()
+        ));
+        let far = Command::new(farmem())
+            .args(["run", "--local-mem", "16MiB", "--link-compression", mode])
+            .arg("--stats-json")
+            .arg(&stats)
+            .arg("--")
+            .arg(&bin)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&far.stderr);
+        assert_eq!(far.stdout, local.stdout, "{mode}: {stderr}");
+        let report: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
+        let _ = std::fs::remove_file(&stats);
+        assert_eq!(report["link_compression"], mode);
+        let link = &report["link"];
+        let n = |k: &str| link[k].as_u64().unwrap_or(0);
+        // The program's 64 MiB went out and came back under eviction.
+        assert!(n("write_raw_bytes") >= 48 << 20, "{mode}: {link}");
+        assert!(n("read_raw_bytes") >= 48 << 20, "{mode}: {link}");
+        assert!(n("frame_bytes_sent") >= n("write_wire_bytes"), "{link}");
+        assert_eq!(n("decompress_errors"), 0);
+        let ratio = link["compression_ratio"].as_f64().unwrap();
+        if mode == "off" {
+            assert_eq!(n("read_wire_bytes"), n("read_raw_bytes"));
+            assert_eq!(n("write_wire_bytes"), n("write_raw_bytes"));
+            assert_eq!(ratio, 1.0);
+        } else {
+            // Small integers in 8-byte words: LZ4 halves them both ways.
+            assert!(
+                n("read_wire_bytes") * 10 < n("read_raw_bytes") * 6,
+                "{link}"
+            );
+            assert!(
+                n("write_wire_bytes") * 10 < n("write_raw_bytes") * 6,
+                "{link}"
+            );
+            assert!(n("unpacked") > 0 && n("packed_lz") > 0, "{link}");
+            assert!(ratio > 1.7, "{link}");
+        }
+    }
+    let _ = std::fs::remove_file(&bin);
+}
+
 /// The names the UniMem issue uses pick the same policy objects the simulator
 /// runs (2q is kona-pc, set-assoc is Kona's 4-way), and each keeps every byte.
 #[test]

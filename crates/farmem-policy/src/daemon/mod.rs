@@ -4,19 +4,32 @@
 //! paper's line/page pair becomes demand page / bulk cluster, §4.7) moves the
 //! bytes and charges the time.
 //!
-//! | type | paper |
-//! |---|---|
-//! | [`BandwidthPartitioner`], [`PartitionConfig`], [`Slot`] | §4.1 approximate bandwidth partitioning (queue controller ⑦) |
-//! | [`ShareServer`] | the same partitioning in continuous time: each class a FIFO server at its share (the simulator's bus and link; the real link's delay gate under `farmem run --delay-partition`, `DelayGate::partitioned` in `delay.rs`) |
-//! | [`ComputeEngine`], [`EngineConfig`] | §4.1 queues ①②, §4.2 inflight buffers ③④ and selection unit ⑤, §4.3 dirty unit ⑧, sizes of §4.5 Table 1 |
-//! | [`ComputeEngine::on_miss`] → [`MissAction`] | §4.2 "Scheduling Page / Cache Line Granularity Data Movements" |
-//! | [`ComputeEngine::on_line_arrival`], [`ComputeEngine::on_page_arrival`] | §4.2 (release entries, ignore late lines), §4.3 scenario (i) and the dirty flush |
-//! | [`ComputeEngine::on_dirty_line_evicted`] → [`DirtyAction`] | §4.3 scenario (ii), the 8-line throttle |
-//! | [`Selection`] | §6 schemes: `Selective` is PQ/DaeMon, `Both` is BP, `PageOnly` is Remote/LC, `LineOnly` is cache-line only |
-//! | [`MemoryEngine`], [`MemoryEngineConfig`] | §4.1/§4.5 memory engine: queues 512/1024, partitioned bus |
+//! | type | paper | callers outside this crate |
+//! |---|---|---|
+//! | [`BandwidthPartitioner`], [`PartitionConfig`] | §4.1 approximate bandwidth partitioning (queue controller ⑦) | farmem-sim `scheme/daemon.rs` (its shares, via `ComputeEngine::partitioner`); farmem-runtime `join.rs` `demand_share` (4 KiB demand / 64 KiB bulk) |
+//! | [`Slot`] | §4.1 one slot of the alternation | none: [`BandwidthPartitioner::next`] and [`ComputeEngine::issue`], the slot-by-slot controller, are driven only by this crate's tests; both bodies use [`ShareServer`], its continuous-time form |
+//! | [`ShareServer`], [`Class`] | the same partitioning in continuous time: each class a FIFO server at its share | farmem-sim `scheme/daemon.rs` (the memory node's bus and the link's data direction, i.e. the memory engine's and compute engine's partitioned paths); farmem-net `delay.rs` `DelayGate::partitioned` under `farmem run --delay-partition` |
+//! | [`ComputeEngine`], [`EngineConfig`], [`Selection`] | §4.1 queues ①②, §4.2 inflight buffers ③④ and selection unit ⑤, §4.3 dirty unit ⑧, sizes of §4.5 Table 1; §6 schemes (`Selective` is PQ/DaeMon, `Both` is BP, `PageOnly` is Remote/LC, `LineOnly` is cache-line only) | farmem-sim `scheme/daemon.rs` `Daemon`, `config.rs` (`daemon.compute`) |
+//! | [`ComputeEngine::on_miss`] → [`MissAction`] ([`PageDecision`], [`LineDecision`]) | §4.2 "Scheduling Page / Cache Line Granularity Data Movements" | farmem-sim `Daemon::read_line` |
+//! | [`ComputeEngine::on_line_arrival`] → [`LineArrival`], [`ComputeEngine::on_page_arrival`] → [`PageArrival`] ([`LineMask`]) | §4.2 (release entries, ignore late lines), §4.3 scenario (i) and the dirty flush | farmem-sim `Daemon::arrive` |
+//! | [`ComputeEngine::on_dirty_line_evicted`] → [`DirtyAction`] | §4.3 scenario (ii), the 8-line throttle | farmem-sim `Daemon::write_back` |
+//! | [`EngineStats`] | the engine's event counters | farmem-sim `Daemon::report` (`farmem sim --json`) |
+//! | [`DaemonError`] | refused configs and offsets | farmem-sim `Config::validate`, `Daemon::read_line` |
+//! | [`Issue`], [`PageState`] | §4.1 the controller's slot, §4.5 Fig. 7b entry states | none: returned by [`ComputeEngine::issue`] and [`ComputeEngine::page_state`], which this crate's tests and proptests drive |
+//!
+//! The memory engine (§4.1/§4.5: queues 512/1024 served on a partitioned
+//! bus) has no type of its own. The simulator charges its partitioned bus
+//! with [`ShareServer`] (farmem-sim `scheme/daemon.rs`, `Path::bus`); the
+//! real memory node serves demand apart from bulk on two lanes
+//! (farmem-net `lane.rs`), each connection on its own thread, so demand
+//! never waits behind a bulk transfer and there is no shared bus to split.
+//! A slot-by-slot memory engine had no caller in either body and was
+//! removed.
 //!
 //! Link compression (§4.4) is not here: it changes how many bytes a served
-//! page occupies the link, which is the caller's charge.
+//! page occupies the link, which is the caller's charge (the simulator's
+//! `LinkCompression`; on the real link, farmem-net's `compress` module and
+//! `farmem run --link-compression`).
 //!
 //! # Where the paper is ambiguous, and how we read it
 //! - **Idle slots (§4.1).** "We retain this alternate serving ... even if
@@ -67,8 +80,7 @@
 //! - **Single-granularity schemes (§6).** Remote and LC move only pages and
 //!   are described without partitioning, so [`Selection::PageOnly`] and
 //!   [`Selection::LineOnly`] give their one class every slot
-//!   ([`Selection::effective_partition`]); build memory engines for them
-//!   with [`MemoryEngine::with_selection`].
+//!   ([`Selection::effective_partition`]).
 //! - **Masks are 64 bits (§4.5)**, so a page holds at most 64 sub-blocks: 64 B
 //!   lines in 4 KB pages, or e.g. 4 KB demand pages in a 64 KB cluster.
 //!
@@ -85,8 +97,11 @@
 //!    `partitioner().slot_bytes(class)` at the link's bandwidth, then call
 //!    again. With no work, park; on waking after `d` ns, optionally call
 //!    [`ComputeEngine::elapse_idle`] with `d × bandwidth` and wait the bytes
-//!    it returns. The memory node does the same with
-//!    [`MemoryEngine::serve`] on its bus, fed by `push_line`/`push_page`.
+//!    it returns. The simulator does not step slots: it charges each
+//!    request's wait in its class's [`ShareServer`] share of the memory
+//!    node's bus and of the link, and tells the engine when the request
+//!    leaves its queue ([`ComputeEngine::issue_line`] /
+//!    [`ComputeEngine::issue_page`]).
 //! 3. A line reply: [`ComputeEngine::on_line_arrival`]; on `Deliver`, fill
 //!    the LLC and wake the accesses parked on that line.
 //! 4. A page reply: [`ComputeEngine::on_page_arrival`]. `Installed`: write
@@ -103,20 +118,16 @@
 //!    them in either queue, so the caller charges them as it models writes.
 
 pub mod engine;
-pub mod memory;
 pub mod partition;
 pub mod share;
 
 #[cfg(test)]
 mod proptests;
 
-use serde::{Deserialize, Serialize};
-
 pub use engine::{
     ComputeEngine, DirtyAction, EngineConfig, EngineStats, Issue, LineArrival, LineDecision,
     LineMask, MissAction, PageArrival, PageDecision, PageState, Selection,
 };
-pub use memory::{MemoryEngine, MemoryEngineConfig, MemoryStats, QueueFull, Served};
 pub use partition::{BandwidthPartitioner, Class, PartitionConfig, Slot};
 pub use share::ShareServer;
 
@@ -135,19 +146,4 @@ pub enum DaemonError {
         offset: LineOffset,
         lines_per_page: u32,
     },
-}
-
-/// Both engines' settings, for one `--set daemon.…` namespace.
-#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct DaemonConfig {
-    pub compute: EngineConfig,
-    pub memory: MemoryEngineConfig,
-}
-
-impl DaemonConfig {
-    pub fn validate(&self) -> Result<(), DaemonError> {
-        self.compute.validate()?;
-        self.memory.validate()
-    }
 }

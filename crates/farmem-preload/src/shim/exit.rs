@@ -132,10 +132,13 @@ fn write_stats() {
         .then(|| unsafe { &*store }.cluster().delay_gates())
         .filter(|g| !g.is_empty());
     let delay_gate = gates.map(|g| farmem_net::delay::GateStats::of(&g));
+    // SAFETY: as above.
+    let link = (!store.is_null()).then(|| unsafe { &*store }.cluster().link_stats());
     let line = serde_json::json!({
         "pid": pid,
         "compressed": compressed,
         "delay_gate": delay_gate,
+        "link": link,
         "far_bytes_in_use": in_use,
         "far_bytes_peak": peak,
         "local_bytes": rt.config().local_bytes,

@@ -220,6 +220,19 @@ pub struct Args {
     /// `steps:` models cannot be shared: step the delay with `link set`.
     #[arg(long, value_name = "NAME", conflicts_with = "path_delay")]
     link: Option<String>,
+    /// Link compression of pages and clusters between the program and its
+    /// memory nodes, both ways, each message's codec chosen on its own
+    /// (DaeMon §4.4): `auto` packs a page only when its measured ratio and
+    /// the link's speed say the bytes saved outweigh the codec's time at
+    /// both ends (a `rate:` --delay or --path-delay is the link's speed;
+    /// unthrottled loopback is too fast for it to pay), checking a 1 KiB
+    /// sample first and backing off on data that does not shrink; `lz`,
+    /// `fpc-bdi`, `fve` pack every page with that codec unless it does not
+    /// shrink; `off` packs nothing. Memory nodes older than protocol 4
+    /// get no packed frames. Bytes on the link and the ratio are in
+    /// --stats-json (`link`). See docs/daemon.md.
+    #[arg(long, value_name = "MODE", default_value = "auto")]
+    link_compression: farmem_wire::LinkMode,
     /// The program and its arguments (after `--`).
     #[arg(last = true, required = true, value_name = "CMD")]
     command: Vec<OsString>,
@@ -277,6 +290,7 @@ pub fn run(args: Args) -> Outcome {
     let (processes, fallbacks): (Vec<Value>, Vec<Value>) =
         lines.into_iter().partition(|l| l.get("fallback").is_none());
     let total = sum_stats(&processes, "stats");
+    let link = link_totals(&processes);
     let compressed = sum_stats(&processes, "compressed");
     let run = Summary {
         shown: &shown,
@@ -309,6 +323,8 @@ pub fn run(args: Args) -> Outcome {
             "fault_path": args.fault_path.to_string(),
             "fault_wait": args.fault_wait.to_string(),
             "fault_around": args.fault_around,
+            "link_compression": args.link_compression.to_string(),
+            "link": link,
             "controller": target.as_ref().ok(),
             "fallback_reason": target.as_ref().err(),
             "peak_resident_bytes": resident,
@@ -543,6 +559,7 @@ fn shim_env(
         delay_partition: args.delay_partition,
         path_delays: args.path_delay.clone(),
         link: args.link.clone(),
+        link_compression: args.link_compression,
         lease_ms,
     };
     for (var, value) in env.vars() {
@@ -811,6 +828,22 @@ fn dirty(args: &Args) -> farmem_runtime::DirtyMode {
 }
 
 /// Integer counters of the processes' `key` object, summed.
+/// Every process's bytes on the link summed, with the compression ratio
+/// of all their page payloads (raw over wire bytes, both ways).
+fn link_totals(processes: &[Value]) -> Map<String, Value> {
+    let mut link = sum_stats(processes, "link");
+    let get = |k: &str| link.get(k).and_then(Value::as_u64).unwrap_or(0);
+    let raw = get("read_raw_bytes") + get("write_raw_bytes");
+    let wire = get("read_wire_bytes") + get("write_wire_bytes");
+    let ratio = if wire == 0 {
+        1.0
+    } else {
+        raw as f64 / wire as f64
+    };
+    link.insert("compression_ratio".into(), json!(ratio));
+    link
+}
+
 fn sum_stats(processes: &[Value], key: &str) -> Map<String, Value> {
     let mut total = Map::new();
     for p in processes {

@@ -150,7 +150,7 @@ fn log_records(rng: &mut SmallRng, ctx: &Context) -> Vec<u8> {
 }
 
 /// Message kinds [`valid_frame`] makes, in opcode order; a few by name.
-pub const KINDS: usize = 26;
+pub const KINDS: usize = 29;
 pub const READ: usize = 5;
 pub const WRITE: usize = 7;
 pub const LOG_BATCH: usize = 8;
@@ -304,6 +304,25 @@ pub fn valid_frame(rng: &mut SmallRng, ctx: &Context, kind: usize, out: &mut Vec
             node: c,
             force: false,
         },
+        // Link compression: agreed to, then packed payloads whose bytes,
+        // codec, length and checksum are random (refused by name).
+        25 => Msg::Link {
+            mode: farmem_wire::LinkMode::from_u8(rng.gen_range(0..5)).expect("a mode"),
+            bytes_per_sec: b,
+        },
+        26 | 27 => {
+            let packed = farmem_wire::Packed {
+                codec: farmem_wire::PackCodec::from_u8(rng.gen_range(1..4)).expect("a codec"),
+                raw_len: if rng.gen_bool(0.5) { 4096 } else { c },
+                crc: rng.r#gen(),
+                data: &data,
+            };
+            if kind == 26 {
+                Msg::WritePacked { addr: a, packed }
+            } else {
+                Msg::ReadOkPacked { packed }
+            }
+        }
         _ => Msg::Error {
             code: ErrorCode::from_u16(rng.gen_range(0..10)),
             message: &name,
