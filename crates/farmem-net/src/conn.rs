@@ -17,6 +17,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread::{self, Thread};
 use std::time::{Duration, Instant};
 
+use farmem_policy::delay::Traffic;
 use farmem_policy::poll::AdaptivePoll;
 use farmem_wire::{
     Cap, ErrorCode, HEADER_LEN, LinkMode, MIN_PROTOCOL_VERSION, Msg, Op, PROTOCOL_VERSION, Packed,
@@ -128,6 +129,9 @@ pub struct Ticket {
     /// holds its reply once it lands.
     passed: Instant,
     hold: Duration,
+    /// What the request is for: a demand read's hold is spun out to the
+    /// microsecond, a bulk one's is slept (see [`EgressDelay::hold`]).
+    traffic: Traffic,
 }
 
 impl Ticket {
@@ -147,6 +151,7 @@ impl Ticket {
                 reply.arrived,
                 self.hold,
                 self.deadline,
+                self.traffic,
             )
         {
             return Err(NetError::Timeout(self.conn.inner.timeout));
@@ -312,21 +317,20 @@ impl Connection {
     /// [`NetError::Timeout`] at the deadline.
     pub fn submit(&self, msg: &Msg<'_>) -> Result<Ticket, NetError> {
         let deadline = Instant::now() + self.inner.timeout;
+        let traffic = crate::delay::traffic(msg);
         let hold = match &self.inner.delay {
             None => Duration::ZERO,
-            Some(delay) => {
-                match delay.pass_by(deadline, msg.data_bytes(), crate::delay::traffic(msg)) {
-                    Some(hold) => hold,
-                    None => {
-                        tracing::debug!(
-                            "a request to {} waited its whole {:?} at the delay gate",
-                            self.inner.peer,
-                            self.inner.timeout
-                        );
-                        return Err(NetError::Timeout(self.inner.timeout));
-                    }
+            Some(delay) => match delay.pass_by(deadline, msg.data_bytes(), traffic) {
+                Some(hold) => hold,
+                None => {
+                    tracing::debug!(
+                        "a request to {} waited its whole {:?} at the delay gate",
+                        self.inner.peer,
+                        self.inner.timeout
+                    );
+                    return Err(NetError::Timeout(self.inner.timeout));
                 }
-            }
+            },
         };
         let passed = Instant::now();
         self.reopen_if_closed_while_idle();
@@ -350,6 +354,7 @@ impl Connection {
             deadline,
             passed,
             hold,
+            traffic,
         })
     }
 
@@ -399,6 +404,7 @@ impl Connection {
                 deadline,
                 passed: deadline,
                 hold: Duration::ZERO,
+                traffic: Traffic::Bulk,
             })
             .collect())
     }

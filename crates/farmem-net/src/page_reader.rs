@@ -9,6 +9,7 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::sync::Arc;
 
+use farmem_policy::delay::Traffic;
 use farmem_wire::{HEADER_LEN, Msg, decode_header};
 
 use crate::delay::EgressDelay;
@@ -190,7 +191,14 @@ impl PageReader {
         if let (Some(delay), Some(hold)) = (&self.delay, hold) {
             // The link's latency; this reader's caller waited all along.
             let arrived = std::time::Instant::now();
-            delay.hold(passed, passed, arrived, hold, arrived + hold);
+            delay.hold(
+                passed,
+                passed,
+                arrived,
+                hold,
+                arrived + hold,
+                Traffic::Demand,
+            );
         }
         match Msg::decode(h.op, &self.frame[HEADER_LEN..end]) {
             Ok(Msg::ReadOk { data }) if data.len() == out.len() => {
