@@ -41,22 +41,20 @@ pub fn rmat(scale: u32, edge_factor: u32, seed: u64) -> Csr {
     for i in (1..n).rev() {
         perm.swap(i, rng.gen_range(0..=i));
     }
+    // The quadrant draws compare integer bits, branch-free, as in
+    // `rmat_ligra`: the same draws and the same edges as the float
+    // comparisons.
+    let (t_a, t_ab, t_abc) = (below(A), below(A + B), below(A + B + C));
     let mut edges: Vec<(u32, u32)> = Vec::with_capacity(m);
     for _ in 0..m {
         let (mut u, mut v) = (0usize, 0usize);
         for bit in (0..scale).rev() {
-            let r: f64 = rng.r#gen();
-            let (du, dv) = if r < A {
-                (0, 0)
-            } else if r < A + B {
-                (0, 1)
-            } else if r < A + B + C {
-                (1, 0)
-            } else {
-                (1, 1)
-            };
-            u |= du << bit;
-            v |= dv << bit;
+            let k = unit_bits(&mut rng);
+            // [A: none) [B: v) [C: u) [D: both)
+            let ub = k >= t_ab;
+            let vb = (k >= t_a && k < t_ab) | (k >= t_abc);
+            u |= usize::from(ub) << bit;
+            v |= usize::from(vb) << bit;
         }
         if u != v {
             edges.push((perm[u], perm[v]));
@@ -202,6 +200,47 @@ mod tests {
             }
         }
         from_edges(n, &edges)
+    }
+
+    /// The float comparisons `rmat` replaced, as the reference.
+    fn rmat_floats(scale: u32, edge_factor: u32, seed: u64) -> Csr {
+        let n = 1usize << scale;
+        let mut rng = SmallRng::seed_from_u64(seed);
+        let mut perm: Vec<u32> = (0..n as u32).collect();
+        for i in (1..n).rev() {
+            perm.swap(i, rng.gen_range(0..=i));
+        }
+        let mut edges = Vec::new();
+        for _ in 0..n * edge_factor as usize {
+            let (mut u, mut v) = (0usize, 0usize);
+            for bit in (0..scale).rev() {
+                let r: f64 = rng.r#gen();
+                let (du, dv) = if r < A {
+                    (0, 0)
+                } else if r < A + B {
+                    (0, 1)
+                } else if r < A + B + C {
+                    (1, 0)
+                } else {
+                    (1, 1)
+                };
+                u |= du << bit;
+                v |= dv << bit;
+            }
+            if u != v {
+                edges.push((perm[u], perm[v]));
+            }
+        }
+        from_edges(n, &edges)
+    }
+
+    #[test]
+    fn rmat_draws_the_same_graph_as_float_comparisons() {
+        for (scale, ef, seed) in [(4, 8, 1), (10, 8, 1), (12, 16, 7)] {
+            let (a, b) = (rmat(scale, ef, seed), rmat_floats(scale, ef, seed));
+            assert_eq!(a.offsets, b.offsets, "scale {scale} seed {seed}");
+            assert_eq!(a.neigh, b.neigh, "scale {scale} seed {seed}");
+        }
     }
 
     #[test]
