@@ -5,6 +5,7 @@
 //! metrics primitives (counters and latency histograms) both bodies report.
 
 pub mod metrics;
+pub mod noise;
 pub mod sync;
 pub mod units;
 

@@ -392,15 +392,7 @@ mod tests {
     }
 
     fn random(len: usize, seed: u64) -> Vec<u8> {
-        let mut x = seed | 1;
-        (0..len)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x as u8
-            })
-            .collect()
+        farmem_core::noise::noise_bytes(len, seed)
     }
 
     fn pack_one(mode: LinkMode, raw: &[u8]) -> Option<(PackedMeta, Vec<u8>)> {

@@ -40,12 +40,7 @@ fn pool(below: &Arc<MemStore>) -> Arc<CompressedStore> {
 /// half noise, half zeros (about 2 KiB compressed: a few fill the pool).
 fn page(p: usize) -> Vec<u8> {
     let mut x = (p as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    let mut noise = || {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        x as u8
-    };
+    let mut noise = || farmem_core::noise::xorshift64(&mut x) as u8;
     let n = PAGE as usize;
     match p {
         _ if p.is_multiple_of(7) => vec![0; n],

@@ -56,17 +56,9 @@ fn stat(r: &SimResult, key: &str) -> f64 {
     r.stats.get(key).unwrap_or_else(|| panic!("no stat {key}"))
 }
 
-/// Deterministic incompressible bytes (xorshift).
+/// Deterministic incompressible bytes.
 fn noise(seed: u64) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..PAGE)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
+    farmem_core::noise::noise_bytes(PAGE as usize, seed)
 }
 
 #[test]

@@ -688,9 +688,7 @@ fn redis_value(i: u64, out: &mut Vec<u8>) {
     out.clear();
     let mut x = i.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
     while out.len() < 1000 {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
+        farmem_core::noise::xorshift64(&mut x);
         // Printable, so a failing comparison prints readably.
         out.extend(x.to_le_bytes().iter().map(|b| b'a' + b % 26));
     }

@@ -48,15 +48,7 @@ fn compressible(seed: u8) -> Vec<u8> {
 }
 
 fn random(seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..PAGE)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
+    farmem_core::noise::noise_bytes(PAGE, seed.wrapping_mul(0x9E37_79B9_7F4A_7C15))
 }
 
 fn read(s: &CompressedStore, addr: u64, len: usize) -> Vec<u8> {
