@@ -8,6 +8,7 @@ use farmem_core::{ByteSize, CACHE_LINE, PAGE_SIZE, Ratio};
 use farmem_policy::cache::{FilterConfig, SetRuleKind};
 use farmem_policy::daemon::EngineConfig;
 use farmem_policy::promote::PromotionConfig;
+use farmem_policy::readahead::ReadaheadConfig;
 use farmem_policy::watermark::Watermarks;
 use serde::{Deserialize, Deserializer, Serialize};
 
@@ -36,6 +37,9 @@ pub struct Config {
     /// UniMem's and Kona's local caches (schemes `kona` … `unimem`).
     #[serde(default)]
     pub unimem: UniMemConfig,
+    /// farmem's runtime (scheme `farmem`); defaulted likewise.
+    #[serde(default)]
+    pub runtime: RuntimeSimConfig,
 }
 
 /// Settings of the DaeMon schemes (seed 000).
@@ -67,6 +71,42 @@ pub struct DaemonSimConfig {
     /// show what its graph data's compressibility is worth.
     #[serde(default)]
     pub assume_ratio: f64,
+}
+
+/// How dirty data leaves, as `farmem run --dirty`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DirtyUnit {
+    /// The lines written (Kona's cache-line log).
+    #[default]
+    Line,
+    /// The whole page once any of it was written (Kona-VM).
+    Page,
+}
+
+/// The settings of scheme `farmem`, the runtime's own (`[runtime]`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RuntimeSimConfig {
+    /// Fault-around's largest window in pages (`farmem run
+    /// --fault-around`); 0 or 1 turns it off.
+    #[serde(default = "default_fault_around")]
+    pub fault_around: u32,
+    #[serde(default)]
+    pub dirty: DirtyUnit,
+}
+
+fn default_fault_around() -> u32 {
+    ReadaheadConfig::default().max_blocks
+}
+
+impl Default for RuntimeSimConfig {
+    fn default() -> Self {
+        Self {
+            fault_around: default_fault_around(),
+            dirty: DirtyUnit::Line,
+        }
+    }
 }
 
 fn yes() -> bool {
@@ -207,7 +247,7 @@ fn factor<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
 /// Keys a preset may leave out (they have defaults) that `--set` may
 /// still set; any other key must be in the preset, so a misspelt one is
 /// an error rather than ignored.
-pub const OPTIONAL_KEYS: &[&str] = &["local.watermarks"];
+pub const OPTIONAL_KEYS: &[&str] = &["local.watermarks", "runtime.fault_around", "runtime.dirty"];
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -340,8 +380,13 @@ impl ConfigBuilder {
         if parts.iter().any(|p| p.is_empty()) {
             return Err(bad("empty key segment".into()));
         }
+        let optional = OPTIONAL_KEYS.contains(&key);
         let mut table = &mut self.tree;
         for p in &parts[..parts.len() - 1] {
+            if optional && !table.contains_key(*p) {
+                // A section of defaults the preset leaves out.
+                table.insert(p.to_string(), toml::Value::Table(toml::Table::new()));
+            }
             let entry = table
                 .get_mut(*p)
                 .ok_or_else(|| bad(format!("no section `{p}`")))?;
@@ -352,7 +397,7 @@ impl ConfigBuilder {
         let last = parts[parts.len() - 1];
         if !table.contains_key(last)
             && !matches!(last, "latency_ns" | "latency_cycles")
-            && !OPTIONAL_KEYS.contains(&key)
+            && !optional
         {
             return Err(bad(format!("no key `{key}`")));
         }

@@ -45,6 +45,8 @@ pub struct Engine<C: CoreModel = OooCore> {
     miss_accesses: u64,
     declared_footprint: u64,
     wants_contents: bool,
+    /// The scheme sees every access ([`Scheme::observes_accesses`]).
+    observes: bool,
 }
 
 impl<C: CoreModel> Engine<C> {
@@ -53,6 +55,7 @@ impl<C: CoreModel> Engine<C> {
     pub fn new(cfg: &Config, mut scheme: Box<dyn Scheme>) -> Self {
         scheme.configure(cfg);
         let wants_contents = scheme.wants_contents();
+        let observes = scheme.observes_accesses();
         let f = cfg.core.freq_ghz;
         let n = cfg.core.count as usize;
         Self {
@@ -74,6 +77,7 @@ impl<C: CoreModel> Engine<C> {
             miss_accesses: 0,
             declared_footprint: 0,
             wants_contents,
+            observes,
         }
     }
 
@@ -148,7 +152,13 @@ impl<C: CoreModel> Engine<C> {
             c.records += 1;
             (c.model.issue(n, c.instructions, a.write), c.instructions)
         };
-        let (done, level) = self.hierarchy(ci, a.addr >> LINE_SHIFT, a.write, t);
+        let line = a.addr >> LINE_SHIFT;
+        let go = if self.observes {
+            self.scheme.access(&mut self.machine, t, line, a.write)
+        } else {
+            t
+        };
+        let (done, level) = self.hierarchy(ci, line, a.write, go);
         let lat = done - t;
         self.latency_sum += lat;
         if level == 3 {
@@ -207,6 +217,7 @@ impl<C: CoreModel> Sink for Engine<C> {
             0
         };
         self.machine.resize_local(bytes);
+        self.scheme.begin(footprint);
     }
 
     #[inline]

@@ -4,6 +4,7 @@
 //! entry in its module's `SCHEMES`.
 
 pub mod daemon;
+pub mod farmem;
 pub mod unimem;
 
 use farmem_core::{CACHE_LINE, PAGE_SIZE};
@@ -21,6 +22,19 @@ pub trait Scheme: Send {
     fn uses_local_memory(&self) -> bool {
         true
     }
+    /// Whether the scheme sees every access before the CPU caches, as a
+    /// runtime serving page faults does ([`Scheme::access`]).
+    fn observes_accesses(&self) -> bool {
+        false
+    }
+    /// An access to `line` at `now`, before the CPU caches (only if
+    /// [`Scheme::observes_accesses`]): returns when it may proceed (a page
+    /// fault delays it).
+    fn access(&mut self, _m: &mut Machine, now: Time, _line: u64, _write: bool) -> Time {
+        now
+    }
+    /// The workload's footprint in bytes, before its first access.
+    fn begin(&mut self, _footprint: u64) {}
     /// A demand miss for `line` leaving the LLC at `now` (`write`: a store,
     /// write-allocate). Returns when the line reaches the LLC.
     fn read_line(&mut self, m: &mut Machine, now: Time, line: u64, write: bool) -> Time;
@@ -53,6 +67,7 @@ pub fn all() -> impl Iterator<Item = &'static SchemeEntry> {
         .iter()
         .chain(daemon::SCHEMES)
         .chain(unimem::SCHEMES)
+        .chain(farmem::SCHEMES)
 }
 
 /// DaeMon §2.2's baselines.
