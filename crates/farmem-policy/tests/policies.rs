@@ -322,6 +322,7 @@ fn names_round_trip_through_config_and_serde() {
         assert_eq!(json, format!("\"{name}\""));
         assert_eq!(serde_json::from_str::<PolicyConfig>(&json).unwrap(), cfg);
         assert_eq!(name.parse::<PolicyConfig>().unwrap(), cfg);
+        assert_eq!(cfg.name(), name);
     }
     for (alias, name) in [("2q", "kona-pc"), ("set-assoc", "4-way")] {
         let want = PolicyConfig::from_name(name).unwrap();

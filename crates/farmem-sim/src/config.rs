@@ -94,6 +94,11 @@ pub struct RuntimeSimConfig {
     pub fault_around: u32,
     #[serde(default)]
     pub dirty: DirtyUnit,
+    /// The run's whole local memory (`farmem run --local-mem`) when it is
+    /// more than `local.size`, the cache's room: diff bases are capped at
+    /// a share of it. 0: `local.size`.
+    #[serde(default)]
+    pub limit: ByteSize,
 }
 
 fn default_fault_around() -> u32 {
@@ -105,6 +110,7 @@ impl Default for RuntimeSimConfig {
         Self {
             fault_around: default_fault_around(),
             dirty: DirtyUnit::Line,
+            limit: ByteSize(0),
         }
     }
 }
@@ -247,7 +253,12 @@ fn factor<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
 /// Keys a preset may leave out (they have defaults) that `--set` may
 /// still set; any other key must be in the preset, so a misspelt one is
 /// an error rather than ignored.
-pub const OPTIONAL_KEYS: &[&str] = &["local.watermarks", "runtime.fault_around", "runtime.dirty"];
+pub const OPTIONAL_KEYS: &[&str] = &[
+    "local.watermarks",
+    "runtime.fault_around",
+    "runtime.dirty",
+    "runtime.limit",
+];
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -34,7 +34,8 @@ pub struct Evicted {
 }
 
 impl Evicted {
-    fn push(&mut self, v: (u32, bool)) {
+    /// Adds one evicted page.
+    pub fn push(&mut self, v: (u32, bool)) {
         if self.first.is_none() {
             self.first = Some(v);
         } else {
@@ -181,36 +182,53 @@ impl Machine {
     /// the policy pushed out, or with watermarks a round down to the low
     /// mark (the runtime's rule, [`farmem_policy::watermark`]).
     pub fn install_page(&mut self, id: u32, now: Time, ready: Time) -> Evicted {
-        let mut out = Evicted::default();
-        if let Some(w) = self.local.watermarks {
-            let resident = self.local.policy.len() as u64 + 1;
-            let room = self.local.capacity_pages as u64;
-            let n = if w.should_evict(resident, 0, room) {
-                w.to_evict(resident, 0, room)
-            } else {
-                0
-            };
-            for _ in 0..n {
-                match self.local.policy.evict(now as u64) {
-                    Some(v) => out.push(self.evict_page(v as u32)),
-                    None => break,
-                }
+        let mut out = match self.local.watermarks {
+            Some(w) => {
+                let resident = self.local.policy.len() as u64 + 1;
+                let room = self.local.capacity_pages as u64;
+                let n = if w.should_evict(resident, 0, room) {
+                    w.to_evict(resident, 0, room)
+                } else {
+                    0
+                };
+                self.evict_pages(n, now)
             }
+            None => Evicted::default(),
+        };
+        if let Some(v) = self.insert_page(id, now, ready) {
+            out.push(self.evict_page(v));
         }
-        {
-            let p = &mut self.pages.pages[id as usize];
-            p.resident = true;
-            p.dirty = false;
-            p.ready_at = ready;
-        }
-        if let Some(v) = self.local.policy.insert(id as u64, now as u64) {
-            out.push(self.evict_page(v as u32));
+        out
+    }
+
+    /// Makes page `id` resident, its data there at `ready`, with no
+    /// eviction round: the victim a full policy pushed out, if any (still
+    /// resident; [`Machine::evict_page`] takes it out).
+    pub fn insert_page(&mut self, id: u32, now: Time, ready: Time) -> Option<u32> {
+        let p = &mut self.pages.pages[id as usize];
+        p.resident = true;
+        p.dirty = false;
+        p.ready_at = ready;
+        self.local
+            .policy
+            .insert(id as u64, now as u64)
+            .map(|v| v as u32)
+    }
+
+    /// Evicts up to `n` pages in the policy's order.
+    pub fn evict_pages(&mut self, n: u64, now: Time) -> Evicted {
+        let mut out = Evicted::default();
+        for _ in 0..n {
+            match self.local.policy.evict(now as u64) {
+                Some(v) => out.push(self.evict_page(v as u32)),
+                None => break,
+            }
         }
         out
     }
 
     /// Takes page `victim` out of local memory: whether it was dirty.
-    fn evict_page(&mut self, victim: u32) -> (u32, bool) {
+    pub fn evict_page(&mut self, victim: u32) -> (u32, bool) {
         let page = self.pages.pages[victim as usize].page;
         let lines_dirty = self.caches.invalidate_page(page) > 0;
         let v = &mut self.pages.pages[victim as usize];

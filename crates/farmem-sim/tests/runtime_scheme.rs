@@ -34,42 +34,66 @@ fn write_three_lines_then_read(pages: u64) -> Vec<Access> {
 
 #[test]
 fn fresh_pages_fill_with_zeros_and_stored_ones_are_fetched() {
-    // 100 pages local (LRU, one victim per install), fault-around off.
+    // 100 pages local, evicted between the runtime's marks (95 and 85
+    // pages: a round of 11 after the install that passes 95), LRU,
+    // fault-around off, diff bases uncapped (a 100 MiB limit).
     // Writing 200 pages: 200 faults on never-written pages, zeros, no
-    // fetch; pages 0..100 leave with their 3 written lines each. Reading
-    // them again: pages 0..100 are stored (fetched), each pushing out one
-    // of 100..200 (3 lines each), which are then fetched in turn, pushing
-    // out the clean 0..100. A write fault installs its page writable, so
-    // no write-protect fault is taken.
+    // fetch; 10 rounds take pages 0..110 out, 3 written lines each.
+    // Reading all 200 again: 0..110 are stored, so fetched; a page
+    // written in its last residency is predicted to be written again
+    // (farmem_policy::write_streak), so it comes in writable, unwatched,
+    // over a snapshot. 10 rounds take out 110..200 (3 lines each) and
+    // 0..20 (nothing written: nothing ships); then 110..200 are fetched
+    // back, and 8 rounds take out 20..108. No write-protect fault.
     let n = 200;
-    let sets = [("local.size", "400KiB"), ("runtime.fault_around", "1")];
+    let sets = [
+        ("local.size", "400KiB"),
+        ("runtime.fault_around", "1"),
+        ("runtime.limit", "\"100MiB\""),
+    ];
     let r = run(&sets, n * PAGE, &write_three_lines_then_read(n));
     assert_eq!(count(&r, "faults_missing"), 400);
     assert_eq!(count(&r, "pages_zero_filled"), 200);
     assert_eq!(count(&r, "pages_fetched"), 200);
     assert_eq!(count(&r, "bytes_fetched"), 200 * PAGE);
     assert_eq!(count(&r, "faults_wp"), 0);
+    assert_eq!(count(&r, "writes_predicted"), 200);
     assert_eq!(count(&r, "dirty_lines_shipped"), 600);
     assert_eq!(count(&r, "bytes_written_back"), 600 * 64);
-    assert_eq!(count(&r, "pages_evicted_dirty"), 200);
-    assert_eq!(count(&r, "pages_evicted_clean"), 100);
+    assert_eq!(count(&r, "pages_evicted_dirty"), 110 + 110 + 88);
+    assert_eq!(count(&r, "pages_evicted_clean"), 0);
     assert_eq!(r.remote_bytes_read, 200 * PAGE);
     assert_eq!(r.remote_bytes_written, 600 * 64);
 
-    // Page mode ships the whole page of each of those 200.
+    // Page mode ships whole pages: those written, and those installed
+    // writable on a prediction, written or not (the runtime cannot tell).
     let sets = [
         ("local.size", "400KiB"),
         ("runtime.fault_around", "1"),
+        ("runtime.limit", "\"100MiB\""),
         ("runtime.dirty", "page"),
     ];
     let r = run(&sets, n * PAGE, &write_three_lines_then_read(n));
-    assert_eq!(count(&r, "bytes_written_back"), 200 * PAGE);
+    assert_eq!(count(&r, "bytes_written_back"), 308 * PAGE);
+
+    // With the runtime's cap on diff bases (a sixteenth of the limit:
+    // 6.25 of 100 pages), a predicted page keeps one only while fewer
+    // than 7 are alive; past it, none, and it ships whole. Bases: pages
+    // 0..7; once the 9th round takes those out, 94..101; as the 7th and
+    // 8th rounds of the second half take those out, 3 and then 4 more
+    // (pages evicted by then). 21 kept. Of the 108 predicted pages
+    // evicted, the 14 with a base ship nothing, the other 94 ship whole.
+    let sets = [("local.size", "400KiB"), ("runtime.fault_around", "1")];
+    let r = run(&sets, n * PAGE, &write_three_lines_then_read(n));
+    assert_eq!(count(&r, "snapshots"), 21);
+    assert_eq!(count(&r, "dirty_lines_shipped"), 600 + 94 * 64);
 }
 
 #[test]
 fn a_read_then_a_write_takes_a_write_protect_fault() {
-    // Everything fits: 50 read faults (zeros), then the first write to
-    // each page is a write-protect fault; its second write is not.
+    // Everything fits (50 pages touched of a 200-page region, 100 local):
+    // 50 read faults (zeros), then the first write to each page is a
+    // write-protect fault; its second write is not.
     let n = 50;
     let mut acc: Vec<Access> = (0..n)
         .map(|p| Access::load(BASE + p * PAGE, 8, 0))
@@ -78,7 +102,7 @@ fn a_read_then_a_write_takes_a_write_protect_fault() {
         acc.extend((0..n).map(|p| Access::store(BASE + p * PAGE + 128, 8, 0)));
     }
     let sets = [("local.size", "400KiB"), ("runtime.fault_around", "1")];
-    let r = run(&sets, n * PAGE, &acc);
+    let r = run(&sets, 4 * n * PAGE, &acc);
     assert_eq!(count(&r, "faults_missing"), n);
     assert_eq!(count(&r, "faults_wp"), n);
     assert_eq!(count(&r, "bytes_written_back"), 0);
@@ -86,15 +110,16 @@ fn a_read_then_a_write_takes_a_write_protect_fault() {
 
 #[test]
 fn fault_around_doubles_its_window_and_stops_at_the_region_end() {
-    // A store per page over 64 fresh pages, windows up to 8: faults at
-    // pages 0 (window 1), 1 (2), 3 (4), 7, 15, … 55 (8 each), and 63,
-    // whose window of 8 is cut at the region's end: 11 faults, exactly
-    // the 64 pages filled, none past the region.
+    // A store per page over 64 fresh pages, windows up to 8, room for
+    // all: faults at pages 0 (window 1), 1 (2), 3 (4), 7, 15, … 55 (8
+    // each), and 63, whose window of 8 is cut at the region's end: 11
+    // faults, exactly the 64 pages filled, none past the region.
     let n = 64;
     let acc: Vec<Access> = (0..n)
         .map(|p| Access::store(BASE + p * PAGE, 8, 0))
         .collect();
-    let r = run(&[("runtime.fault_around", "8")], n * PAGE, &acc);
+    let sets = [("local.size", "400KiB"), ("runtime.fault_around", "8")];
+    let r = run(&sets, n * PAGE, &acc);
     assert_eq!(count(&r, "faults_missing"), 11);
     assert_eq!(count(&r, "pages_zero_filled"), 64);
     assert_eq!(count(&r, "pages_faulted_around"), 53);
@@ -103,13 +128,16 @@ fn fault_around_doubles_its_window_and_stops_at_the_region_end() {
 }
 
 #[test]
-fn fault_around_reads_stored_pages_below_a_descending_fault() {
-    // Write 64 pages with 16 local, one victim per install: pages 0..48
-    // are stored. Read them from the top down: a descending stream of
-    // stored pages, each window read in one request below the fault.
-    // Faults at 47 (window 1), 46 (2: 46, 45), 44 (4: 44..41), then
-    // windows of 8 while stored pages last: 40..33, 32..25, 24..17,
-    // 16..9, 8..1, and 0 alone: 9 faults, 48 pages fetched.
+fn fault_around_takes_only_free_slots_and_reads_stored_pages_below() {
+    // 16 pages local (marks at 15 and 13), windows up to 8. Writing 64
+    // pages: faults at 0, 1, 3 and 7 take 1, 2, 4 and 8 pages; at 15
+    // the cache is full and the fault takes its page alone, then a round
+    // evicts 3. From then on a fault finds 2 slots free: it takes its
+    // page and 2 more, and the round after it evicts 3 (16, 19, … 61):
+    // 21 faults, pages 0..51 stored.
+    // Reading 47..0 down: 47 alone (a new stream), 46 with 45, then
+    // windows cut to the free slots again, 3 pages a fault (44, 41, … 2):
+    // 17 faults, 48 pages fetched, the ones below each fault in its read.
     let n = 64;
     let mut acc: Vec<Access> = (0..n)
         .map(|p| Access::store(BASE + p * PAGE, 8, 0))
@@ -117,10 +145,10 @@ fn fault_around_reads_stored_pages_below_a_descending_fault() {
     acc.extend((0..48).rev().map(|p| Access::load(BASE + p * PAGE, 8, 0)));
     let sets = [("local.size", "64KiB"), ("runtime.fault_around", "8")];
     let r = run(&sets, n * PAGE, &acc);
-    let write_faults = 11;
-    assert_eq!(count(&r, "faults_missing"), write_faults + 9);
+    assert_eq!(count(&r, "faults_missing"), 21 + 17);
+    assert_eq!(count(&r, "pages_zero_filled"), 64);
     assert_eq!(count(&r, "pages_fetched"), 48);
-    assert_eq!(count(&r, "bytes_fetched"), 48 * PAGE);
+    assert_eq!(count(&r, "pages_faulted_around"), (64 - 21) + (48 - 17));
 }
 
 #[test]

@@ -163,6 +163,19 @@ impl PolicyConfig {
         "workingset",
     ];
 
+    /// The policy's name, as [`PolicyConfig::from_name`] reads it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Lru => "lru",
+            Self::Fifo => "fifo",
+            Self::FourWay => "4-way",
+            Self::Clock => "clock",
+            Self::KonaPc => "kona-pc",
+            Self::Filter => "filter",
+            Self::Workingset => "workingset",
+        }
+    }
+
     pub fn from_name(name: &str) -> Result<Self, PolicyError> {
         match name {
             "lru" => Ok(Self::Lru),

@@ -4,33 +4,47 @@
 //! the MMU sees: every access, before the CPU caches (which decide time,
 //! not which pages fault).
 //!
-//! What it mirrors, and where the runtime does it:
+//! What it mirrors, and where the runtime does it, calling the same
+//! farmem-policy objects:
 //! - A missing page faults. A page never written back is filled with zeros
 //!   locally; a stored one is read from its memory node (`resolve.rs`).
-//! - Fault-around takes a window from farmem-policy's [`Readahead`], the
-//!   runtime's own: absent never-written pages after a never-written
-//!   fault, absent stored pages on both sides of a stored one, within the
-//!   region and at most [`MAX_FAULT_AROUND`] pages (`around.rs`).
+//! - Fault-around takes a window from [`Readahead`]: absent never-written
+//!   pages after a never-written fault, absent stored pages on both sides
+//!   of a stored one, within the region, at most [`MAX_FAULT_AROUND`]
+//!   pages, and only into free slots: the page itself waits for room, its
+//!   neighbours never do (`around.rs`).
 //! - A page faulted in by a read is write-protected: its first write is a
 //!   write-protect fault that marks it dirty and touches the replacement
 //!   order, the only touch the runtime sees of a resident page. A write
-//!   fault installs it dirty at once, and a window taken by a write fault,
-//!   or filled with zeros, starts dirty too (`around.rs` `Settle`).
-//! - Eviction: the local memory's policy and watermarks, farmem-policy's,
-//!   as [`Machine::install_page`] applies them. A dirty page ships the
-//!   lines written since it came in (line mode: Kona's diff against its
-//!   snapshot; page mode: all 64 lines); a page with none written ships
-//!   nothing and stays as it was, zeros or stored (`evict.rs`).
+//!   fault installs it dirty at once, and so does a read fault whose page
+//!   [`WriteStreak`] predicts will be written (unwatched, then). A window
+//!   filled with zeros starts dirty, and one read by a write fault starts
+//!   dirty and unwatched (`around.rs` `Settle`).
+//! - A page turning dirty keeps a diff base: zeros if it was never written
+//!   back, else a snapshot when [`DiffBase`] says so (capped at a share of
+//!   the run's limit, `runtime.limit`), else none (`cache.rs`).
+//! - Eviction: the local memory's policy between the watermarks (the
+//!   runtime's default marks unless `local.watermarks` sets others). The
+//!   round a fault kicks lands after the fault has taken its window, as
+//!   the runtime's evictor thread wakes after the fault; a fault that
+//!   finds no free slot waits for a round first (`cache.rs` `reserve`).
+//!   A dirty page ships the lines that differ from its base (all 64
+//!   without one; page mode: all 64 once any differ); a page with none to
+//!   ship stays as it was, zeros or stored (`evict.rs` `diff_into`).
 //!
-//! Where it differs: the runtime evicts from a thread, so its rounds land a
-//! little later than here, and its room shrinks and grows with snapshot
-//! buffers and the process's own memory; the simulator takes one room,
-//! `local.size` (`farmem eval validate` sets the room the run reported).
-//! A written line counts as changed: the diff would find a store of the
-//! value already there unchanged (`farmem trace replay` never stores one).
+//! Where it differs: the runtime's evictor runs beside the program, so on
+//! a fast stream it may lag more than one fault, and the room shrinks and
+//! grows with snapshot buffers and the process's own memory; the
+//! simulator takes one room, `local.size` (`farmem eval validate` sets
+//! the mean room the run reported). A written line counts as changed: the
+//! diff would find a store of the value already there unchanged (`farmem
+//! trace replay` never stores one).
 
 use farmem_core::{CACHE_LINE, PAGE_SIZE};
+use farmem_policy::diffbase::{DiffBase, DiffBaseConfig};
 use farmem_policy::readahead::{Readahead, ReadaheadConfig};
+use farmem_policy::watermark::Watermarks;
+use farmem_policy::write_streak::{Seen, WriteStreak};
 
 use super::{Scheme, SchemeEntry};
 use crate::config::{Config, DirtyUnit, RuntimeSimConfig};
@@ -50,6 +64,20 @@ pub const MAX_FAULT_AROUND: u32 = 256;
 /// Where simulated regions start (`farmem_workloads::space::BASE`), in pages.
 const BASE_PAGE: u64 = farmem_workloads::space::BASE / PAGE_SIZE;
 
+/// What a dirty page's write-back is diffed against (`cache.rs`
+/// `keep_diff_base`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+enum Base {
+    /// None: every line may be dirty, all 64 ship (page mode, or no
+    /// snapshot kept: [`DiffBase::keep`] said no).
+    #[default]
+    Whole,
+    /// Zeros: the page was never written back, so the lines not zero ship.
+    Zeros,
+    /// A snapshot of the page at its first write: the lines changed ship.
+    Snapshot,
+}
+
 /// A page's runtime state beyond residency (the machine's page table).
 #[derive(Debug, Clone, Copy, Default)]
 struct Page {
@@ -57,8 +85,12 @@ struct Page {
     stored: bool,
     /// Writable: a write needs no fault to be seen.
     dirty: bool,
+    /// Installed writable on a prediction, so its writes were not seen.
+    unwatched: bool,
+    base: Base,
     /// Lines written since it came in.
     lines: u64,
+    streak: WriteStreak,
 }
 
 /// What the scheme counts, by the runtime's `--stats-json` names.
@@ -66,6 +98,7 @@ struct Page {
 struct Counts {
     faults_missing: u64,
     faults_wp: u64,
+    writes_predicted: u64,
     pages_fetched: u64,
     pages_zero_filled: u64,
     pages_faulted_around: u64,
@@ -73,11 +106,19 @@ struct Counts {
     pages_evicted_dirty: u64,
     dirty_lines_shipped: u64,
     bytes_written_back: u64,
+    snapshots: u64,
+    snapshots_skipped: u64,
 }
 
 pub struct Runtime {
     cfg: RuntimeSimConfig,
+    marks: Watermarks,
     readahead: Readahead,
+    diff: DiffBase,
+    /// Snapshots held by resident pages, and the pages their cap is a
+    /// share of (the run's limit, which may exceed the cache's room).
+    snapshots: u64,
+    limit_pages: u64,
     /// By the machine's dense page id.
     pages: Vec<Page>,
     /// One past the region's last page (`Scheme::begin`).
@@ -88,9 +129,13 @@ pub struct Runtime {
 impl Runtime {
     pub fn new(cfg: RuntimeSimConfig) -> Self {
         Self {
+            marks: Watermarks::default(),
             readahead: Readahead::new(ReadaheadConfig {
                 max_blocks: cfg.fault_around,
             }),
+            diff: DiffBase::new(DiffBaseConfig::default()),
+            snapshots: 0,
+            limit_pages: 0,
             cfg,
             pages: Vec::new(),
             region_end: u64::MAX,
@@ -106,11 +151,6 @@ impl Runtime {
         &mut self.pages[i]
     }
 
-    fn stored(&mut self, m: &mut Machine, page: u64) -> bool {
-        let id = m.pages.id(page);
-        self.page(id).stored
-    }
-
     /// Whether fault-around takes `page` for a fault of kind `zero`: it is
     /// absent and of the same kind (never written, or stored).
     fn fits(&mut self, m: &mut Machine, page: u64, zero: bool) -> bool {
@@ -122,18 +162,31 @@ impl Runtime {
     /// (one read for stored pages); returns when the page is there.
     fn fault(&mut self, m: &mut Machine, now: Time, page: u64, write: bool) -> Time {
         self.counts.faults_missing += 1;
-        let zero = !self.stored(m, page);
+        let cap = m.local.capacity_pages as u64;
+        // A full cache: the fault waits for the evictor's round.
+        let resident = m.local.policy.len() as u64;
+        if resident >= cap {
+            let n = self.marks.to_evict(resident, 0, cap).max(1);
+            let out = m.evict_pages(n, now);
+            self.evict(m, now, out);
+        }
+        let id = m.pages.id(page);
+        let p = *self.page(id);
+        let zero = !p.stored;
+        let predicted = !write && p.streak.predicts_write();
         let window = self.readahead.on_miss(page);
-        let room = (MAX_FAULT_AROUND - 1) as u64;
+        // Pages beside it are taken while slots are free, never waiting.
+        let free = cap.saturating_sub(m.local.policy.len() as u64 + 1);
+        let room = u64::from(MAX_FAULT_AROUND - 1).min(free);
         let after = u64::from(window.after(page)).min(room);
-        let before = if zero {
-            0
-        } else {
-            u64::from(window.before(page)).min(room)
-        };
         let up = (1..=after)
             .take_while(|&d| page + d < self.region_end && self.fits(m, page + d, zero))
             .count() as u64;
+        let before = if zero {
+            0
+        } else {
+            u64::from(window.before(page)).min(room - up)
+        };
         let down = (1..=before)
             .take_while(|&d| page >= BASE_PAGE + d && self.fits(m, page - d, zero))
             .count() as u64;
@@ -146,49 +199,119 @@ impl Runtime {
             m.local_dram.access(now, PAGE_SIZE, false)
         } else {
             self.counts.pages_fetched += pages;
-            let id = m.pages.id(page);
             m.remote_read(m.node_of(id), now, pages * PAGE_SIZE)
         };
         m.local_dram.occupy(ready, pages * PAGE_SIZE);
         self.counts.pages_faulted_around += pages - 1;
-        // The page first (the program waits for it), then its window; the
-        // window starts dirty when zeros are its base or a write took it.
-        self.install(m, now, ready, page, write);
+        // The page first (the program waits for it), then its window: over
+        // zeros, or read by a write fault, they start dirty (`Settle`).
+        let writable = write || predicted;
+        self.install(m, now, ready, page, writable.then_some(predicted), zero);
         for j in (page + 1..=page + up).chain((page - down..page).rev()) {
-            self.install(m, now, ready, j, zero || write);
+            let dirty = (zero || write).then_some(!zero);
+            self.install(m, now, ready, j, dirty, zero);
+        }
+        // The round the fault kicked lands after its window is taken.
+        let resident = m.local.policy.len() as u64;
+        if self.marks.should_evict(resident, 0, cap) {
+            let out = m.evict_pages(self.marks.to_evict(resident, 0, cap), now);
+            self.evict(m, now, out);
         }
         ready
     }
 
-    fn install(&mut self, m: &mut Machine, now: Time, ready: Time, page: u64, dirty: bool) {
+    /// Installs `page`: clean, or dirty (`Some(unwatched)`) with its diff
+    /// base kept now.
+    fn install(
+        &mut self,
+        m: &mut Machine,
+        now: Time,
+        ready: Time,
+        page: u64,
+        dirty: Option<bool>,
+        zero: bool,
+    ) {
         let id = m.pages.id(page);
-        let evicted = m.install_page(id, now, ready);
+        let pushed = m.insert_page(id, now, ready);
         let p = self.page(id);
-        p.dirty = dirty;
         p.lines = 0;
-        self.evict(m, now, evicted);
+        p.dirty = false;
+        if let Some(unwatched) = dirty {
+            self.counts.writes_predicted += unwatched as u64;
+            self.first_write(id, zero, unwatched);
+        }
+        if let Some(v) = pushed {
+            let out = m.evict_page(v);
+            let mut evicted = Evicted::default();
+            evicted.push(out);
+            self.evict(m, now, evicted);
+        }
+    }
+
+    /// A page turns dirty: its diff base is zeros if it was never written
+    /// back, else a snapshot if the runtime's [`DiffBase`] keeps one.
+    fn first_write(&mut self, id: u32, zero: bool, unwatched: bool) {
+        let base = if zero {
+            Base::Zeros
+        } else if self.cfg.dirty == DirtyUnit::Line
+            && self.diff.keep(self.snapshots, self.limit_pages)
+        {
+            self.snapshots += 1;
+            self.counts.snapshots += 1;
+            Base::Snapshot
+        } else {
+            self.counts.snapshots_skipped += (self.cfg.dirty == DirtyUnit::Line) as u64;
+            Base::Whole
+        };
+        let p = self.page(id);
+        p.dirty = true;
+        p.unwatched = unwatched;
+        p.base = base;
     }
 
     fn evict(&mut self, m: &mut Machine, now: Time, evicted: Evicted) {
         for (id, _) in evicted {
             let unit = self.cfg.dirty;
-            let p = self.page(id);
-            let lines = match (p.lines, unit) {
-                (0, _) => 0,
-                (l, DirtyUnit::Line) => u64::from(l.count_ones()),
-                (_, DirtyUnit::Page) => LINES_PER_PAGE,
-            };
-            p.dirty = false;
-            p.lines = 0;
-            if lines == 0 {
+            let p = *self.page(id);
+            let mut streak = p.streak;
+            if !p.dirty {
+                streak.evicted(Seen::Clean);
                 self.counts.pages_evicted_clean += 1;
+                *self.page(id) = Page { streak, ..p };
                 continue;
             }
-            p.stored = true;
+            streak.evicted(if p.unwatched {
+                Seen::Unwatched
+            } else {
+                Seen::Written
+            });
             self.counts.pages_evicted_dirty += 1;
-            self.counts.dirty_lines_shipped += lines;
-            self.counts.bytes_written_back += lines * CACHE_LINE;
-            m.remote_write(m.node_of(id), now, lines * CACHE_LINE);
+            // The replay writes only values that differ, so the lines a
+            // diff finds changed are the lines written.
+            let mut mask = match p.base {
+                Base::Whole => u64::MAX,
+                Base::Zeros | Base::Snapshot => p.lines,
+            };
+            if p.base == Base::Snapshot {
+                self.snapshots -= 1;
+                if unit == DirtyUnit::Line {
+                    self.diff.observe(mask.count_ones());
+                }
+            }
+            if unit == DirtyUnit::Page && mask != 0 {
+                mask = u64::MAX;
+            }
+            let lines = u64::from(mask.count_ones());
+            *self.page(id) = Page {
+                streak,
+                stored: p.stored || lines > 0,
+                ..Page::default()
+            };
+            if lines > 0 {
+                self.counts.dirty_lines_shipped += lines;
+                self.counts.bytes_written_back += lines * CACHE_LINE;
+                m.remote_write(m.node_of(id), now, lines * CACHE_LINE);
+            }
         }
     }
 }
@@ -200,6 +323,8 @@ impl Scheme for Runtime {
 
     fn configure(&mut self, cfg: &Config) {
         *self = Self::new(cfg.runtime.clone());
+        // The runtime always evicts between marks, its own by default.
+        self.marks = cfg.local.watermarks.unwrap_or_default();
     }
 
     fn begin(&mut self, footprint: u64) {
@@ -211,6 +336,11 @@ impl Scheme for Runtime {
     }
 
     fn access(&mut self, m: &mut Machine, now: Time, line: u64, write: bool) -> Time {
+        if self.limit_pages == 0 {
+            // Local memory is sized by now (`Engine::begin`).
+            let cap = m.local.capacity_pages as u64;
+            self.limit_pages = (self.cfg.limit.0 / PAGE_SIZE).max(cap);
+        }
         let page = line / LINES_PER_PAGE;
         let id = m.pages.id(page);
         let ready = if m.pages.pages[id as usize].resident {
@@ -219,10 +349,10 @@ impl Scheme for Runtime {
             self.fault(m, now, page, write)
         };
         if write {
-            let p = self.page(id);
+            let p = *self.page(id);
             if !p.dirty {
-                p.dirty = true;
                 self.counts.faults_wp += 1;
+                self.first_write(id, !p.stored, false);
                 m.local.policy.touch(u64::from(id), now as u64);
             }
             self.page(id).lines |= 1 << (line % LINES_PER_PAGE);
@@ -254,6 +384,9 @@ impl Scheme for Runtime {
         for (k, v) in [
             ("faults_missing", c.faults_missing),
             ("faults_wp", c.faults_wp),
+            ("writes_predicted", c.writes_predicted),
+            ("snapshots", c.snapshots),
+            ("snapshots_skipped", c.snapshots_skipped),
             ("pages_fetched", c.pages_fetched),
             ("bytes_fetched", c.pages_fetched * PAGE_SIZE),
             ("pages_zero_filled", c.pages_zero_filled),
