@@ -495,6 +495,8 @@ impl Cache {
                     metrics.limit_overruns.inc();
                 }
                 let room = self.limit.saturating_sub(overheads);
+                metrics.room_taken_sum.add(room);
+                metrics.slots_taken.inc();
                 if self.marks.should_evict(cur + 1, 0, room) {
                     self.kick_evictor();
                 }

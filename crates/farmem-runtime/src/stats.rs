@@ -22,6 +22,10 @@ impl Stage {
 
 #[derive(Debug, Default)]
 pub(crate) struct Metrics {
+    /// The cache's room summed over the slots taken, and the slots: their
+    /// mean is the local memory a model of the run sizes by.
+    pub room_taken_sum: Counter,
+    pub slots_taken: Counter,
     pub faults_missing: Counter,
     pub faults_wp: Counter,
     /// Pages installed writable because their streak predicted a write
@@ -151,6 +155,10 @@ pub struct Stats {
     /// process (`Config::limit_counts_process`; 0 otherwise).
     pub outside_pages: u64,
     pub limit_pages: u64,
+    /// The cache's room (the limit less everything else charged against
+    /// it) when it took a page, averaged over the pages it took: the local
+    /// memory a simulation of this run sizes by (`farmem eval validate`).
+    pub room_pages_mean: u64,
     /// Missing-fault latency, message read to page installed.
     pub fault_latency: LatencySummary,
     /// The same for the faults that read their page from the store: what
@@ -219,6 +227,7 @@ impl Metrics {
             store_pages: books.store,
             outside_pages: books.outside,
             limit_pages: books.limit,
+            room_pages_mean: self.room_taken_sum.get() / self.slots_taken.get().max(1),
             fault_latency: self.fault_latency.summary(),
             remote_fault_latency: self.remote_fault_latency.summary(),
             wait_latency: self.wait_latency.summary(),

@@ -6,6 +6,7 @@
 //! `farmem trace capture` also produces from unmodified programs.
 
 pub mod champsim;
+pub mod compact;
 pub mod graph;
 pub mod graph500;
 pub mod kernels;

@@ -6,6 +6,7 @@ mod delay;
 mod faults;
 mod fig3;
 mod unimem;
+mod validate;
 mod xdm;
 
 use std::path::PathBuf;
@@ -35,6 +36,13 @@ const EVALS: &[Eval] = &[
         "unimem",
         "UniMem §4: AMAT and data amplification of the local-cache systems",
         unimem::run,
+    ),
+    (
+        "validate",
+        "the simulator against the runtime: each workload's trace replayed under farmem run \
+         and simulated as that run was configured, faults and bytes at 25% and 50% local \
+         (64 MiB; --quick: 16 MiB, ~1 min)",
+        validate::run,
     ),
     (
         "xdm",

@@ -2,6 +2,7 @@
 //! memory-access traces.
 
 mod formats;
+mod replay;
 
 use std::io::{BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -76,6 +77,32 @@ pub enum Trace {
         #[arg(long)]
         json: bool,
     },
+    /// Do a trace's accesses on real memory: its footprint becomes one
+    /// buffer, page for page; loads feed a checksum, stores write a
+    /// counter. Under `farmem run` it faults on the pages `farmem sim`
+    /// sees, which `farmem eval validate` compares.
+    ///
+    /// Example: farmem run --local-mem 16MiB -- farmem trace replay pr.trace
+    Replay {
+        /// A farmem trace whose pages run on from the workloads' base (as
+        /// `farmem trace gen` and `farmem trace compact` write them).
+        file: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Renumber a trace's pages so they run on from the workloads' base, in
+    /// order, gaps between them kept up to 256 pages: a captured program's
+    /// scattered heap, mappings and stack become one region that `farmem
+    /// trace replay` can do on one buffer.
+    Compact {
+        /// The trace to read.
+        file: PathBuf,
+        /// The compacted trace to write.
+        #[arg(long)]
+        out: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
     /// Run an unmodified program under valgrind's lackey and convert its accesses.
     Capture {
         /// Output trace file.
@@ -101,6 +128,12 @@ pub fn run(t: Trace) -> Outcome {
             json,
         } => gen_trace(&workload, &out, &scale, seed, !no_contents, json),
         Trace::Capture { out, json, cmd } => capture(&out, &cmd, json),
+        Trace::Replay { file, json } => replay::replay(&file, json),
+        Trace::Compact { file, out, json } => {
+            let started = std::time::Instant::now();
+            let h = farmem_workloads::compact::compact(&file, &out)?;
+            report_written(&out, &h, started, json)
+        }
         Trace::Import {
             file,
             out,

@@ -1,0 +1,461 @@
+//! `farmem eval validate`: one brain, two bodies, checked. Each workload's
+//! trace runs in both: on real memory under `farmem run` (`farmem trace
+//! replay`, so the runtime faults on exactly the pages the simulator
+//! sees), and in `farmem sim` under scheme `farmem`, configured from that
+//! run: its local room, replacement policy, watermarks, fault-around and
+//! dirty tracking. The faults, bytes fetched and bytes written back the
+//! simulator predicts are set beside the runtime's, at 25% and 50% local.
+//!
+//! Where a prediction is off, the row names the mechanism whose own
+//! counters differ most: first touches (pages filled with zeros),
+//! fault-around (pages taken beside a fault), eviction (pages evicted),
+//! write tracking (write-protect faults) or dirty tracking (lines shipped).
+
+use std::ffi::OsString;
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::Context;
+use farmem_core::{ByteSize, PAGE_SIZE};
+use farmem_sim::eval::figure::{self, BarChart, Series};
+use farmem_sim::{ConfigBuilder, Input};
+use farmem_workloads::{Scale, TraceWriter};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use serde_json::{Value, json};
+
+use super::{Args, Outcome};
+use crate::cmd::bench::delay::ProgramRun;
+use crate::cmd::bench::measure;
+use crate::cmd::bench::workload::Workload;
+
+/// PageRank, random key/value gets and sets, a sequential scan, and a
+/// real program.
+const DEFAULT_WORKLOADS: &str = "pr,kv-uniform,linreg,sort";
+/// Real programs, captured with valgrind's lackey (skipped without it).
+const CAPTURED: [&str; 1] = ["sort"];
+const SHARES: [f64; 2] = [0.25, 0.5];
+/// A prediction within this share of the measure passes.
+const TOLERANCE: f64 = 0.10;
+/// The replay's buffer goes far; the trace reader's own buffer (1 MiB)
+/// stays local, as the simulator has no pages for it.
+const THRESHOLD: &str = "2MiB";
+/// What is compared: the runtime's counter, the simulator's.
+const METRICS: [&str; 3] = ["faults_missing", "bytes_fetched", "bytes_written_back"];
+/// Each mechanism's own counters, to name the one that differs.
+const MECHANISMS: [(&str, &str); 9] = [
+    ("pages_zero_filled", "first touches (zero fill)"),
+    ("pages_faulted_around", "fault-around"),
+    ("pages_evicted_clean", "eviction (clean pages)"),
+    ("pages_evicted_dirty", "eviction (dirty pages)"),
+    ("faults_wp", "write tracking (write-protect faults)"),
+    (
+        "writes_predicted",
+        "write prediction (pages installed writable)",
+    ),
+    ("snapshots", "diff bases kept"),
+    ("snapshots_skipped", "diff bases refused (shipped whole)"),
+    ("dirty_lines_shipped", "dirty tracking (lines shipped)"),
+];
+
+/// The runtime's settings both bodies use.
+struct Settings {
+    policy: String,
+    fault_around: u32,
+    dirty: &'static str,
+    high: f64,
+    low: f64,
+}
+
+impl Settings {
+    fn runtime_defaults() -> Self {
+        let c = farmem_runtime::Config::default();
+        Self {
+            policy: c.policy.name().to_string(),
+            fault_around: c.fault_around.max_blocks,
+            dirty: "line",
+            high: c.high_watermark,
+            low: c.low_watermark,
+        }
+    }
+}
+
+pub fn run(args: Args) -> Outcome {
+    let list = args
+        .workloads
+        .clone()
+        .unwrap_or_else(|| DEFAULT_WORKLOADS.into());
+    let scale = if args.quick && args.scale == "1" {
+        "16MiB".to_string()
+    } else if args.scale == "1" {
+        "64MiB".to_string()
+    } else {
+        args.scale.clone()
+    };
+    let scale: Scale = scale.parse().context("--scale")?;
+    let names: Vec<&str> = list
+        .split(',')
+        .map(str::trim)
+        .filter(|w| !w.is_empty())
+        .collect();
+    for w in &names {
+        anyhow::ensure!(
+            CAPTURED.contains(w) || farmem_workloads::WORKLOADS.iter().any(|x| x.0 == *w),
+            "unknown workload `{w}`: a simulator workload (`farmem sim --list`) or {}",
+            CAPTURED.join(", ")
+        );
+    }
+    let dir = args
+        .out
+        .clone()
+        .unwrap_or_else(|| std::env::temp_dir().join("farmem-validate"));
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let set = Settings::runtime_defaults();
+    let mut rows = Vec::new();
+    let bar = progress((names.len() * (1 + SHARES.len())) as u64);
+    for name in names {
+        bar.set_message(format!("{name}: writing its trace"));
+        let trace = dir.join(format!("{name}.trace"));
+        let footprint = if CAPTURED.contains(&name) {
+            match capture(name, &dir, &trace, args.quick) {
+                Ok(f) => f,
+                Err(e) => {
+                    eprintln!("farmem: validate: {name} skipped: {e:#}");
+                    rows.push(json!({"workload": name, "skipped": format!("{e:#}")}));
+                    bar.inc(1 + SHARES.len() as u64);
+                    continue;
+                }
+            }
+        } else {
+            write_trace(name, scale, 1, &trace)?
+        };
+        let local = replay_locally(&trace)?;
+        bar.inc(1);
+        for share in SHARES {
+            bar.set_message(format!("{name} at {:.0}% local", share * 100.0));
+            let local_mem = ((footprint as f64 * share) as u64 / PAGE_SIZE).max(1) * PAGE_SIZE;
+            rows.push(compare(name, share, local_mem, &trace, &local, &set)?);
+            bar.inc(1);
+        }
+    }
+    bar.finish_and_clear();
+    let compared = rows.iter().filter(|r| r["skipped"].is_null());
+    let all_within = compared.clone().all(|r| r["within"] == json!(true));
+    let identical = compared.clone().all(|r| r["identical"] == json!(true));
+    let report = json!({
+        "eval": "validate",
+        "what": "each workload's trace replayed on real memory under `farmem run --backend remote` and simulated under scheme `farmem` configured from that run (local room, policy, watermarks, fault-around, dirty tracking); predicted / measured per metric",
+        "settings": {
+            "policy": set.policy, "fault_around": set.fault_around, "dirty": set.dirty,
+            "watermarks": {"high": set.high, "low": set.low}, "threshold": THRESHOLD,
+        },
+        "tolerance": TOLERANCE,
+        "rows": rows,
+        "all_within": all_within,
+        "all_identical": identical,
+    });
+    write_outputs(&dir, &report)?;
+    if args.json {
+        println!("{report}");
+    } else {
+        print_table(&report);
+        eprintln!(
+            "farmem: validate: CSV, JSON and figure in {}",
+            dir.display()
+        );
+    }
+    Ok(if all_within && identical {
+        std::process::ExitCode::SUCCESS
+    } else {
+        std::process::ExitCode::from(1)
+    })
+}
+
+/// Steps done out of `len`, on stderr when it is a terminal.
+fn progress(len: u64) -> ProgressBar {
+    let bar = ProgressBar::new(len);
+    if !std::io::stderr().is_terminal() {
+        bar.set_draw_target(ProgressDrawTarget::hidden());
+    }
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    bar.enable_steady_tick(std::time::Duration::from_millis(200));
+    bar
+}
+
+/// A real program, captured: `farmem trace capture` (valgrind's lackey)
+/// records its accesses, `farmem trace compact` lays its pages out from
+/// the base. Returns the compacted trace's footprint.
+fn capture(name: &str, dir: &Path, trace: &Path, quick: bool) -> anyhow::Result<u64> {
+    anyhow::ensure!(name == "sort", "no recipe to capture `{name}`");
+    // GNU sort over lines of hex keys, as a log or an index dump sorts.
+    let lines: u64 = if quick { 20_000 } else { 100_000 };
+    let input = dir.join("sort-input.txt");
+    let text: String = (0..lines)
+        .map(|i| format!("{:016x} {i}\n", farmem_core::mix64(i)))
+        .collect();
+    std::fs::write(&input, text).with_context(|| format!("writing {}", input.display()))?;
+    let raw = dir.join("sort-raw.trace");
+    let exe = std::env::current_exe().context("finding the farmem binary")?;
+    let out = Command::new(exe)
+        .args(["trace", "capture", "--out"])
+        .arg(&raw)
+        .args(["--", "sort"])
+        .arg(&input)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .context("running farmem trace capture")?;
+    anyhow::ensure!(
+        out.status.success(),
+        "capturing sort: {}",
+        String::from_utf8_lossy(&out.stderr).trim()
+    );
+    let h = farmem_workloads::compact::compact(&raw, trace)?;
+    // The raw trace is as long as the compacted one and no longer needed.
+    let _ = std::fs::remove_file(&raw);
+    Ok(h.footprint_bytes())
+}
+
+/// Writes `name`'s trace (no page contents: replay starts from zeros, as
+/// the simulator's scheme does); returns its footprint in bytes.
+fn write_trace(name: &str, scale: Scale, seed: u64, path: &Path) -> anyhow::Result<u64> {
+    let mut w = TraceWriter::create(path, name, false)?;
+    farmem_workloads::run_workload(name, scale, seed, &mut w)?;
+    let h = w.finish()?;
+    Ok(h.footprint_bytes())
+}
+
+fn replay_argv(trace: &Path) -> anyhow::Result<Vec<OsString>> {
+    let exe = std::env::current_exe().context("finding the farmem binary")?;
+    Ok(vec![
+        exe.into(),
+        "trace".into(),
+        "replay".into(),
+        trace.into(),
+        "--json".into(),
+    ])
+}
+
+/// The replay's checksum on local memory: what every far run must print.
+fn replay_locally(trace: &Path) -> anyhow::Result<String> {
+    let w = Workload::command(replay_argv(trace)?);
+    let m = measure::run(&mut w.program(), None)?;
+    anyhow::ensure!(
+        m.outcome() == "ok",
+        "replaying {} on local memory: {}: {}",
+        trace.display(),
+        m.outcome(),
+        m.stderr_tail
+    );
+    checksum(&m.stdout).with_context(|| format!("replaying {}: no checksum", trace.display()))
+}
+
+fn checksum(stdout: &[u8]) -> Option<String> {
+    let v: Value = serde_json::from_slice(stdout.trim_ascii()).ok()?;
+    v["checksum"].as_str().map(str::to_string)
+}
+
+/// One workload at one share: the run, the simulation configured from
+/// it, and the row comparing them.
+fn compare(
+    name: &str,
+    share: f64,
+    local_mem: u64,
+    trace: &Path,
+    want: &str,
+    set: &Settings,
+) -> anyhow::Result<Value> {
+    let exe = std::env::current_exe().context("finding the farmem binary")?;
+    let mut cmd = Command::new(exe);
+    cmd.arg("run")
+        .args(["--local-mem", &local_mem.to_string(), "--replicas", "1"])
+        .args(["--backend", "remote", "--threshold", THRESHOLD])
+        .args(["--policy", &set.policy, "--dirty", set.dirty])
+        .args(["--fault-around", &set.fault_around.to_string()]);
+    let run = ProgramRun::start(&Workload::command(replay_argv(trace)?), cmd, None)?;
+    anyhow::ensure!(
+        run.ok(),
+        "{name} at {:.0}% under farmem run: {}: {}",
+        share * 100.0,
+        run.measured.outcome(),
+        run.measured.stderr_tail
+    );
+    let measured = &run.stats;
+    let room = measured["room_pages_mean"].as_u64().unwrap_or(0);
+    anyhow::ensure!(
+        room > 0,
+        "{name}: the run reported no room (no far page taken?)"
+    );
+    let mut b = ConfigBuilder::preset("daemon")?;
+    for (k, v) in [
+        ("local.size", format!("\"{}\"", room * PAGE_SIZE)),
+        ("local.policy", format!("\"{}\"", set.policy)),
+        (
+            "local.watermarks",
+            format!("{{ high = {}, low = {} }}", set.high, set.low),
+        ),
+        ("runtime.fault_around", set.fault_around.to_string()),
+        ("runtime.dirty", format!("\"{}\"", set.dirty)),
+        ("runtime.limit", format!("\"{local_mem}\"")),
+    ] {
+        b.set(k, &v)?;
+    }
+    let sim = farmem_sim::simulate(&b.build()?, "farmem", &Input::Trace(trace.to_path_buf()))?;
+    let predicted = |k: &str| sim.stats.get(&format!("farmem.{k}")).unwrap_or(0.0);
+    let got = |k: &str| measured[k].as_f64().unwrap_or(0.0);
+    let mut metrics = serde_json::Map::new();
+    let mut within = true;
+    for k in METRICS {
+        let (p, m) = (predicted(k), got(k));
+        let r = ratio(p, m);
+        within &= (r - 1.0).abs() <= TOLERANCE;
+        metrics.insert(k.into(), json!({"measured": m, "predicted": p, "ratio": r}));
+    }
+    let mechanisms: serde_json::Map<String, Value> = MECHANISMS
+        .iter()
+        .map(|(k, _)| {
+            let (p, m) = (predicted(k), got(k));
+            (
+                k.to_string(),
+                json!({"measured": m, "predicted": p, "ratio": ratio(p, m)}),
+            )
+        })
+        .collect();
+    let differs = (!within).then(|| {
+        MECHANISMS
+            .iter()
+            .max_by(|a, b| {
+                let off = |k: &str| (ratio(predicted(k), got(k)).ln()).abs();
+                off(a.0).total_cmp(&off(b.0))
+            })
+            .map(|(_, what)| *what)
+    });
+    let identical = checksum(&run.measured.stdout).as_deref() == Some(want);
+    Ok(json!({
+        "workload": name,
+        "local_share": share,
+        "local_mem": local_mem,
+        "room_pages_mean": room,
+        "limit_pages": measured["limit_pages"],
+        "seconds": run.measured.seconds,
+        "identical": identical,
+        "metrics": metrics,
+        "mechanisms": mechanisms,
+        "within": within,
+        "differs": differs.flatten(),
+    }))
+}
+
+/// predicted / measured; 1 when both are 0, infinite when only the
+/// measure is.
+fn ratio(predicted: f64, measured: f64) -> f64 {
+    if measured == 0.0 {
+        if predicted == 0.0 { 1.0 } else { f64::INFINITY }
+    } else {
+        predicted / measured
+    }
+}
+
+fn write_outputs(dir: &Path, report: &Value) -> anyhow::Result<()> {
+    let path = dir.join("validate.json");
+    std::fs::write(&path, format!("{report:#}\n"))
+        .with_context(|| format!("writing {}", path.display()))?;
+    let rows = report["rows"].as_array().cloned().unwrap_or_default();
+    let mut csv = String::from("workload,local_share,metric,measured,predicted,ratio\n");
+    let mut groups = Vec::new();
+    let mut series: Vec<Series> = METRICS
+        .iter()
+        .map(|m| Series::new(*m, Vec::new()))
+        .collect();
+    for r in rows.iter().filter(|r| r["skipped"].is_null()) {
+        groups.push(format!(
+            "{} {:.0}%",
+            r["workload"].as_str().unwrap_or("?"),
+            r["local_share"].as_f64().unwrap_or(0.0) * 100.0
+        ));
+        for (i, m) in METRICS.iter().enumerate() {
+            let v = &r["metrics"][m];
+            csv.push_str(&format!(
+                "{},{},{m},{},{},{}\n",
+                r["workload"].as_str().unwrap_or("?"),
+                r["local_share"],
+                v["measured"],
+                v["predicted"],
+                v["ratio"]
+            ));
+            series[i]
+                .values
+                .push(v["ratio"].as_f64().unwrap_or(f64::NAN));
+        }
+    }
+    let path = dir.join("validate.csv");
+    std::fs::write(&path, csv).with_context(|| format!("writing {}", path.display()))?;
+    let chart = BarChart {
+        title: "farmem sim against farmem run: predicted / measured".into(),
+        y_label: "predicted / measured".into(),
+        groups,
+        series,
+        reference: Some(1.0),
+    };
+    let path: PathBuf = dir.join("validate.svg");
+    figure::write(&path, &chart.to_svg()?)
+        .with_context(|| format!("writing {}", path.display()))?;
+    Ok(())
+}
+
+fn print_table(report: &Value) {
+    println!(
+        "{:<12} {:>5} {:>9} | {:>21} | {:>27} | {:>27} | differs",
+        "workload",
+        "local",
+        "room",
+        "faults (sim/run)",
+        "fetched (sim/run)",
+        "written back (sim/run)"
+    );
+    for r in report["rows"].as_array().into_iter().flatten() {
+        if let Some(why) = r["skipped"].as_str() {
+            println!(
+                "{:<12} skipped: {why}",
+                r["workload"].as_str().unwrap_or("?")
+            );
+            continue;
+        }
+        let cell = |k: &str| {
+            let v = &r["metrics"][k];
+            let (p, m) = (
+                v["predicted"].as_f64().unwrap_or(0.0),
+                v["measured"].as_f64().unwrap_or(0.0),
+            );
+            if k == "faults_missing" {
+                format!("{p:.0}/{m:.0} {:.2}", ratio(p, m))
+            } else {
+                format!(
+                    "{}/{} {:.2}",
+                    ByteSize(p as u64),
+                    ByteSize(m as u64),
+                    ratio(p, m)
+                )
+            }
+        };
+        println!(
+            "{:<12} {:>4.0}% {:>9} | {:>21} | {:>27} | {:>27} | {}",
+            r["workload"].as_str().unwrap_or("?"),
+            r["local_share"].as_f64().unwrap_or(0.0) * 100.0,
+            r["room_pages_mean"],
+            cell("faults_missing"),
+            cell("bytes_fetched"),
+            cell("bytes_written_back"),
+            r["differs"]
+                .as_str()
+                .unwrap_or(if r["identical"] == json!(true) {
+                    "-"
+                } else {
+                    "OUTPUT DIFFERS"
+                })
+        );
+    }
+}
