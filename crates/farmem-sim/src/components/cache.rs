@@ -1,0 +1,281 @@
+//! CPU cache levels: set-associative, write-back, with dirty bits by slot,
+//! and the hierarchy of them (private L1D and L2 per core, a shared LLC).
+
+use farmem_policy::cache::{Probe, SetAssoc};
+
+use crate::config::{CacheConfig, Config};
+use crate::stats::{Component, Stats};
+use crate::{LINES_PER_PAGE, Time};
+
+/// Lines before the MRU one a level remembers the slots of.
+const RECENT: usize = 3;
+
+/// One set-associative, write-back CPU cache level. Replacement is a
+/// farmem-policy set rule chosen by name (`replacement`, LRU by default);
+/// dirty bits live here, by slot.
+#[derive(Debug, Clone)]
+pub struct CacheLevel {
+    pub policy: SetAssoc,
+    pub dirty: Vec<bool>,
+    pub latency: Time,
+    pub hits: u64,
+    pub misses: u64,
+    pub writebacks: u64,
+    /// The most recently accessed line and its slot: it is MRU, so a repeat
+    /// access needs no search and changes no order (most accesses repeat a line).
+    last_line: u64,
+    last_slot: usize,
+    /// The lines accessed before the last one, with their slots (all
+    /// resident: `forget` drops lines that leave).
+    recent: [(u64, usize); RECENT],
+    /// The victim slot the last missing lookup chose, valid for a fill of
+    /// that line while the policy's generation is unchanged: saves a second
+    /// search of the set.
+    hint: (u64, usize, u64),
+    /// Lines present per page bucket (page number modulo the length): a
+    /// page whose bucket is empty has no line here, so back-invalidating it
+    /// skips 64 set searches. Most evicted pages are long gone from L1/L2.
+    page_lines: Box<[u32]>,
+}
+
+/// Page buckets per cache level (a power of two).
+const PAGE_BUCKETS: usize = 4096;
+
+#[inline]
+fn page_bucket(line: u64) -> usize {
+    (line / LINES_PER_PAGE) as usize & (PAGE_BUCKETS - 1)
+}
+
+impl CacheLevel {
+    pub fn new(cfg: &CacheConfig, freq_ghz: f64) -> Self {
+        let lines = (cfg.size.0 / 64) as usize;
+        let policy = cfg.replacement.build(lines, cfg.ways as usize);
+        let slots = policy.slots();
+        Self {
+            policy,
+            dirty: vec![false; slots],
+            latency: cfg.latency_ns(freq_ghz),
+            hits: 0,
+            misses: 0,
+            writebacks: 0,
+            last_line: u64::MAX,
+            last_slot: 0,
+            recent: [(u64::MAX, 0); RECENT],
+            hint: (u64::MAX, 0, 0),
+            page_lines: vec![0; PAGE_BUCKETS].into_boxed_slice(),
+        }
+    }
+
+    /// False when no line of `page` can be here.
+    #[inline]
+    pub fn may_hold_page(&self, page: u64) -> bool {
+        self.page_lines[page_bucket(page * LINES_PER_PAGE)] > 0
+    }
+
+    /// Hit: touches the line (dirtying it on a write) and returns true.
+    /// The MRU and recent checks are inlined into the engine's loop (most
+    /// accesses end there); the set search is a call.
+    #[inline(always)]
+    pub fn lookup(&mut self, line: u64, write: bool) -> bool {
+        if line == self.last_line {
+            self.dirty[self.last_slot] |= write;
+            self.hits += 1;
+            return true;
+        }
+        // Lines a few accesses back (interleaved arrays): known slot, one touch.
+        for k in 0..RECENT {
+            if self.recent[k].0 == line {
+                let s = self.recent[k].1;
+                self.recent[k] = (self.last_line, self.last_slot);
+                return self.hit(line, s, write);
+            }
+        }
+        self.lookup_set(line, write)
+    }
+
+    #[inline(never)]
+    fn lookup_set(&mut self, line: u64, write: bool) -> bool {
+        match self.policy.find(line) {
+            Some(s) => {
+                self.remember();
+                self.hit(line, s, write)
+            }
+            None => {
+                let victim = self.policy.victim_slot(line);
+                self.hint = (line, victim, self.policy.generation());
+                self.misses += 1;
+                false
+            }
+        }
+    }
+
+    #[inline]
+    fn hit(&mut self, line: u64, s: usize, write: bool) -> bool {
+        self.last_line = line;
+        self.last_slot = s;
+        self.policy.touch_slot(s);
+        self.dirty[s] |= write;
+        self.hits += 1;
+        true
+    }
+
+    /// Pushes the current MRU line into the recent ring before it changes.
+    #[inline]
+    fn remember(&mut self) {
+        if self.last_line != u64::MAX {
+            self.recent.copy_within(0..RECENT - 1, 1);
+            self.recent[0] = (self.last_line, self.last_slot);
+        }
+    }
+
+    /// Forgets `line` as MRU or recent (it left the cache).
+    #[inline]
+    fn forget(&mut self, line: u64) {
+        if line == self.last_line {
+            self.last_line = u64::MAX;
+        }
+        for r in &mut self.recent {
+            if r.0 == line {
+                r.0 = u64::MAX;
+            }
+        }
+    }
+
+    /// Places a line that is not present; returns a dirty victim.
+    #[inline]
+    pub fn fill(&mut self, line: u64, dirty: bool) -> Option<u64> {
+        let (slot, victim) = if self.hint.0 == line && self.hint.2 == self.policy.generation() {
+            let slot = self.hint.1;
+            self.hint.0 = u64::MAX;
+            (slot, self.policy.fill_at(slot, line))
+        } else {
+            self.policy.fill(line)
+        };
+        if let Some(v) = victim {
+            self.forget(v);
+            self.page_lines[page_bucket(v)] -= 1;
+        }
+        self.page_lines[page_bucket(line)] += 1;
+        self.remember();
+        self.last_line = line;
+        self.last_slot = slot;
+        let was_dirty = std::mem::replace(&mut self.dirty[slot], dirty);
+        match victim {
+            Some(v) if was_dirty => {
+                self.writebacks += 1;
+                Some(v)
+            }
+            _ => None,
+        }
+    }
+
+    /// Marks a present line dirty, or places it dirty; returns a dirty victim.
+    #[inline]
+    pub fn write_in(&mut self, line: u64) -> Option<u64> {
+        match self.policy.probe(line) {
+            Probe::Hit(s) => {
+                // (`recent` keeps valid: the line stays in its slot.)
+                // Not an access: recency is unchanged (a writeback from above).
+                self.dirty[s] = true;
+                None
+            }
+            Probe::Miss { victim } => {
+                self.hint = (line, victim, self.policy.generation());
+                self.fill(line, true)
+            }
+        }
+    }
+
+    /// Drops a line; true if it was dirty.
+    #[inline]
+    pub fn invalidate(&mut self, line: u64) -> bool {
+        self.forget(line);
+        match self.policy.invalidate(line) {
+            Some(s) => {
+                self.page_lines[page_bucket(line)] -= 1;
+                std::mem::replace(&mut self.dirty[s], false)
+            }
+            None => false,
+        }
+    }
+}
+
+impl Component for CacheLevel {
+    fn report(&self, prefix: &str, _t: f64, out: &mut Stats) {
+        out.put(prefix, "hits", self.hits as f64);
+        out.put(prefix, "misses", self.misses as f64);
+        out.put(prefix, "writebacks", self.writebacks as f64);
+        let total = (self.hits + self.misses).max(1) as f64;
+        out.put(prefix, "hit_ratio", self.hits as f64 / total);
+    }
+}
+
+/// Every CPU cache: private L1D and L2 per core, one shared LLC.
+#[derive(Debug, Clone)]
+pub struct Caches {
+    pub l1: Vec<CacheLevel>,
+    pub l2: Vec<CacheLevel>,
+    pub llc: CacheLevel,
+}
+
+impl Caches {
+    pub fn new(cfg: &Config) -> Self {
+        let f = cfg.core.freq_ghz;
+        let n = cfg.core.count as usize;
+        Self {
+            l1: (0..n).map(|_| CacheLevel::new(&cfg.l1d, f)).collect(),
+            l2: (0..n).map(|_| CacheLevel::new(&cfg.l2, f)).collect(),
+            llc: CacheLevel::new(&cfg.llc, f),
+        }
+    }
+
+    /// Back-invalidates every line of `page` (local memory is inclusive of
+    /// the CPU caches); returns the dirty lines found, which belong to the page.
+    pub fn invalidate_page(&mut self, page: u64) -> u32 {
+        let first = page * LINES_PER_PAGE;
+        // Bit i: line i of the page was dirty in some level.
+        let mut dirty = 0u64;
+        let levels = std::iter::once(&mut self.llc)
+            .chain(self.l1.iter_mut())
+            .chain(self.l2.iter_mut());
+        for level in levels {
+            if !level.may_hold_page(page) {
+                continue;
+            }
+            for i in 0..LINES_PER_PAGE {
+                if level.invalidate(first + i) {
+                    dirty |= 1 << i;
+                }
+            }
+        }
+        dirty.count_ones()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+
+    #[test]
+    fn back_invalidation_finds_every_dirty_line_once_and_skips_absent_pages() {
+        let mut caches = Caches::new(&Config::preset("daemon").unwrap());
+        let page = 5u64;
+        let line = |i: u64| page * LINES_PER_PAGE + i;
+        // Lines 0..8 clean in L1; line 3 dirty in L1 and in the LLC; line 9
+        // dirty only in L2.
+        for i in 0..8 {
+            caches.l1[0].fill(line(i), i == 3);
+        }
+        caches.llc.fill(line(3), true);
+        caches.l2[0].fill(line(9), true);
+        assert!(caches.l1[0].may_hold_page(page) && caches.llc.may_hold_page(page));
+        assert!(!caches.l1[0].may_hold_page(page + 1));
+        assert_eq!(caches.invalidate_page(page), 2);
+        for level in [&caches.l1[0], &caches.l2[0], &caches.llc] {
+            assert!(!level.may_hold_page(page));
+        }
+        // Nothing left: a second pass finds nothing.
+        assert_eq!(caches.invalidate_page(page), 0);
+    }
+}
