@@ -5,14 +5,21 @@ use std::path::Path;
 
 use farmem_codec::CodecKind;
 use farmem_core::{ByteSize, CACHE_LINE, PAGE_SIZE, Ratio};
-use farmem_policy::cache::{FilterConfig, SetRuleKind};
+use farmem_policy::cache::{FilterConfig, PolicyConfig, SetRuleKind};
 use farmem_policy::daemon::EngineConfig;
 use farmem_policy::promote::PromotionConfig;
 use farmem_policy::readahead::ReadaheadConfig;
 use farmem_policy::watermark::Watermarks;
 use serde::{Deserialize, Deserializer, Serialize};
 
-use crate::SimError;
+/// A config that could not be read, or is not valid: where it came from
+/// (a preset, a file, with the `--set`s applied) and why.
+#[derive(Debug, thiserror::Error)]
+#[error("config {source_name}: {message}")]
+pub struct ConfigError {
+    pub source_name: String,
+    pub message: String,
+}
 
 /// The presets, by name.
 pub const PRESETS: &[(&str, &str)] = &[
@@ -264,7 +271,7 @@ pub const OPTIONAL_KEYS: &[&str] = &[
 #[serde(deny_unknown_fields)]
 pub struct LocalConfig {
     pub size: SizeSpec,
-    pub policy: String,
+    pub policy: PolicyConfig,
     /// When and how far to evict, as `farmem run`'s runtime does
     /// (`[local.watermarks] high = 0.95, low = 0.85`: its defaults); none,
     /// one victim per page installed, as the papers' hardware caches do.
@@ -277,7 +284,7 @@ pub struct LocalConfig {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LinkConfig {
-    pub model: String,
+    pub model: LinkModel,
     pub base_gbps: f64,
     #[serde(deserialize_with = "factor")]
     pub bw_factor: f64,
@@ -300,9 +307,9 @@ fn default_background_period() -> f64 {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RemoteConfig {
-    pub model: String,
+    pub model: RemoteModel,
     pub nodes: u32,
-    pub placement: String,
+    pub placement: Placement,
     pub latency_ns: f64,
     pub bw_gbps: f64,
     pub translation: bool,
@@ -325,12 +332,12 @@ pub struct ConfigBuilder {
 }
 
 impl ConfigBuilder {
-    pub fn preset(name: &str) -> Result<Self, SimError> {
+    pub fn preset(name: &str) -> Result<Self, ConfigError> {
         let text = PRESETS
             .iter()
             .find(|p| p.0 == name)
             .map(|p| p.1)
-            .ok_or_else(|| SimError::Config {
+            .ok_or_else(|| ConfigError {
                 source_name: "--preset".into(),
                 message: format!(
                     "unknown preset `{name}` (known: {})",
@@ -340,16 +347,16 @@ impl ConfigBuilder {
         Self::parse(&format!("preset `{name}`"), text)
     }
 
-    pub fn file(path: &Path) -> Result<Self, SimError> {
-        let text = std::fs::read_to_string(path).map_err(|e| SimError::Config {
+    pub fn file(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
             source_name: path.display().to_string(),
             message: e.to_string(),
         })?;
         Self::parse(&path.display().to_string(), &text)
     }
 
-    pub fn parse(source: &str, text: &str) -> Result<Self, SimError> {
-        let tree: toml::Table = toml::from_str(text).map_err(|e| SimError::Config {
+    pub fn parse(source: &str, text: &str) -> Result<Self, ConfigError> {
+        let tree: toml::Table = toml::from_str(text).map_err(|e| ConfigError {
             source_name: source.to_string(),
             message: e.to_string(),
         })?;
@@ -378,8 +385,8 @@ impl ConfigBuilder {
     /// Sets `key` (dotted, `link.bw_factor`; a key the preset lacks only
     /// if it is one of [`OPTIONAL_KEYS`]) to `value`, read as a TOML
     /// value when it is one (`0.25`, `true`, `"lru"`) and as a string otherwise.
-    pub fn set(&mut self, key: &str, value: &str) -> Result<(), SimError> {
-        let bad = |message: String| SimError::Config {
+    pub fn set(&mut self, key: &str, value: &str) -> Result<(), ConfigError> {
+        let bad = |message: String| ConfigError {
             source_name: format!("--set {key}={value}"),
             message,
         };
@@ -424,15 +431,15 @@ impl ConfigBuilder {
         Ok(())
     }
 
-    pub fn build(&self) -> Result<Config, SimError> {
+    pub fn build(&self) -> Result<Config, ConfigError> {
         let cfg: Config =
             toml::Value::Table(self.tree.clone())
                 .try_into()
-                .map_err(|e: toml::de::Error| SimError::Config {
+                .map_err(|e: toml::de::Error| ConfigError {
                     source_name: self.source.clone(),
                     message: e.to_string(),
                 })?;
-        cfg.validate().map_err(|message| SimError::Config {
+        cfg.validate().map_err(|message| ConfigError {
             source_name: self.source.clone(),
             message,
         })?;
@@ -441,7 +448,7 @@ impl ConfigBuilder {
 }
 
 impl Config {
-    pub fn preset(name: &str) -> Result<Self, SimError> {
+    pub fn preset(name: &str) -> Result<Self, ConfigError> {
         ConfigBuilder::preset(name)?.build()
     }
 
@@ -513,18 +520,8 @@ impl Config {
                 self.remote.nodes
             ));
         }
-        farmem_policy::cache::PolicyConfig::from_name(&self.local.policy)
-            .map_err(|e| format!("local.policy: {e}"))?;
         if let Some(w) = &self.local.watermarks {
             w.validate().map_err(|e| format!("local.watermarks: {e}"))?;
-        }
-        match self.remote.placement.as_str() {
-            "round-robin" | "random" => {}
-            p => {
-                return Err(format!(
-                    "remote.placement `{p}` is unknown (round-robin, random)"
-                ));
-            }
         }
         let ar = self.daemon.assume_ratio;
         if !(ar == 0.0 || (ar.is_finite() && ar >= 1.0)) {
@@ -544,7 +541,6 @@ impl Config {
             ));
         }
         self.unimem.validate()?;
-        check_models(self)?;
         Ok(())
     }
 }
@@ -643,22 +639,47 @@ pub enum CoreKind {
     InOrder,
 }
 
-/// `link.model` and `remote.model`: the names the components module builds.
-pub const LINK_MODELS: &[&str] = &["fifo"];
-pub const REMOTE_MODELS: &[&str] = &["dram"];
+/// `link.model`: how a link carries transfers (the components module
+/// builds it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LinkModel {
+    /// FIFO serialization at the link's bandwidth plus a switch latency
+    /// per traversal (`FifoLink`).
+    #[default]
+    Fifo,
+}
 
-/// Rejects model names no builder knows (the typed ones are checked when
-/// the config is read).
-pub fn check_models(cfg: &Config) -> Result<(), String> {
-    for (key, name, known) in [
-        ("link.model", &cfg.link.model, LINK_MODELS),
-        ("remote.model", &cfg.remote.model, REMOTE_MODELS),
-    ] {
-        if !known.contains(&name.as_str()) {
-            return Err(format!("{key} `{name}` is unknown ({})", known.join(", ")));
-        }
-    }
-    Ok(())
+impl LinkModel {
+    pub const NAMES: &'static [&'static str] = &["fifo"];
+}
+
+/// `remote.model`: the memory node's device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RemoteModel {
+    /// Fixed latency plus bus serialization (`Dram`).
+    #[default]
+    Dram,
+}
+
+impl RemoteModel {
+    pub const NAMES: &'static [&'static str] = &["dram"];
+}
+
+/// `remote.placement`: which memory node a page lives on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Placement {
+    /// Pages in first-touch order, node after node.
+    #[default]
+    RoundRobin,
+    /// Each page on a node drawn from `remote.seed`.
+    Random,
+}
+
+impl Placement {
+    pub const NAMES: &'static [&'static str] = &["round-robin", "random"];
 }
 
 /// Settings of the UniMem schemes (`--set unimem.KEY=V`); defaults are

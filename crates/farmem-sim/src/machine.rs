@@ -70,8 +70,7 @@ pub struct Machine {
 impl Machine {
     /// `local_bytes` of local memory (schemes that use none get one page).
     pub fn new(cfg: &Config, local_bytes: u64) -> Self {
-        // Config::validate has checked the name.
-        let policy = PolicyConfig::from_name(&cfg.local.policy).unwrap_or_default();
+        let policy = cfg.local.policy;
         let nodes = cfg.remote.nodes as usize;
         Self {
             caches: Caches::new(cfg),

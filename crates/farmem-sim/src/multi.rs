@@ -11,7 +11,8 @@ use farmem_workloads::{Access, Sink, TraceReader, TraceRecord, WorkloadError};
 
 use crate::core::CoreModel;
 use crate::engine::Engine;
-use crate::{Input, SimError};
+use crate::error::SimError;
+use crate::input::Input;
 
 const BATCH: usize = 4096;
 /// Records a core runs before the scheduler looks again.

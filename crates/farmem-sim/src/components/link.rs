@@ -2,7 +2,7 @@
 //! `link.model`.
 
 use crate::Time;
-use crate::config::{Config, LinkConfig};
+use crate::config::{Config, LinkConfig, LinkModel};
 use crate::stats::Stats;
 
 /// Link directions: toward the memory node (requests, writebacks) and
@@ -137,6 +137,7 @@ impl Link for FifoLink {
 }
 
 pub fn build_link(cfg: &Config) -> Box<dyn Link> {
-    // check_models guarantees the name.
-    Box::new(FifoLink::new(&cfg.link))
+    match cfg.link.model {
+        LinkModel::Fifo => Box::new(FifoLink::new(&cfg.link)),
+    }
 }

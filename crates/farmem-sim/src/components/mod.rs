@@ -16,7 +16,7 @@ pub use page_table::{PageInfo, PageTable};
 
 use farmem_policy::cache::PolicyConfig;
 
-use crate::config::{LINK_MODELS, REMOTE_MODELS};
+use crate::config::{LinkModel, Placement, RemoteModel};
 
 /// Every config key that names an implementation, with the names it takes
 /// (`farmem sim --list`).
@@ -26,7 +26,8 @@ pub fn models() -> Vec<(&'static str, &'static [&'static str])> {
         ("core.model", crate::core::CoreKind::NAMES),
         ("l1d|l2|llc.replacement", SetRuleKind::NAMES),
         ("local.policy", PolicyConfig::NAMES),
-        ("link.model", LINK_MODELS),
-        ("remote.model", REMOTE_MODELS),
+        ("link.model", LinkModel::NAMES),
+        ("remote.model", RemoteModel::NAMES),
+        ("remote.placement", Placement::NAMES),
     ]
 }

@@ -4,7 +4,7 @@ use farmem_core::PAGE_SIZE;
 use rustc_hash::FxHashMap;
 
 use crate::Time;
-use crate::config::Config;
+use crate::config::{Config, Placement};
 
 /// A touched page: its dense id is its index in [`PageTable::pages`].
 #[derive(Debug, Clone, Copy)]
@@ -59,7 +59,7 @@ impl PageTable {
             slots: Vec::new(),
             pages: Vec::new(),
             nodes: cfg.remote.nodes as u16,
-            random: cfg.remote.placement == "random",
+            random: cfg.remote.placement == Placement::Random,
             seed: cfg.remote.seed,
             last: (u64::MAX, 0),
         }

@@ -10,9 +10,10 @@ pub mod unimem;
 use farmem_core::{CACHE_LINE, PAGE_SIZE};
 
 use crate::config::Config;
+use crate::error::SimError;
 use crate::machine::{Evicted, Machine};
 use crate::stats::Stats;
-use crate::{LINES_PER_PAGE, SimError, Time};
+use crate::{LINES_PER_PAGE, Time};
 
 /// A data-movement scheme between local and remote memory.
 pub trait Scheme: Send {
