@@ -106,6 +106,14 @@ pub struct RuntimeSimConfig {
     /// a share of it. 0: `local.size`.
     #[serde(default)]
     pub limit: ByteSize,
+    /// Pages the evictor takes per batch (the runtime's `evict_batch`): a
+    /// fault that finds the cache full goes on once the first is out.
+    #[serde(default = "default_evict_batch")]
+    pub evict_batch: u32,
+}
+
+fn default_evict_batch() -> u32 {
+    64
 }
 
 fn default_fault_around() -> u32 {
@@ -118,6 +126,7 @@ impl Default for RuntimeSimConfig {
             fault_around: default_fault_around(),
             dirty: DirtyUnit::Line,
             limit: ByteSize(0),
+            evict_batch: default_evict_batch(),
         }
     }
 }
@@ -265,6 +274,7 @@ pub const OPTIONAL_KEYS: &[&str] = &[
     "runtime.fault_around",
     "runtime.dirty",
     "runtime.limit",
+    "runtime.evict_batch",
 ];
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -34,6 +34,15 @@ pub struct Evicted {
 }
 
 impl Evicted {
+    /// How many pages were evicted.
+    pub fn len(&self) -> usize {
+        self.first.is_some() as usize + self.rest.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.first.is_none()
+    }
+
     /// Adds one evicted page.
     pub fn push(&mut self, v: (u32, bool)) {
         if self.first.is_none() {

@@ -24,17 +24,20 @@
 //!   back, else a snapshot when [`DiffBase`] says so (capped at a share of
 //!   the run's limit, `runtime.limit`), else none (`cache.rs`).
 //! - Eviction: the local memory's policy between the watermarks (the
-//!   runtime's default marks unless `local.watermarks` sets others). The
-//!   round a fault kicks lands after the fault has taken its window, as
-//!   the runtime's evictor thread wakes after the fault; a fault that
-//!   finds no free slot waits for a round first (`cache.rs` `reserve`).
+//!   runtime's default marks unless `local.watermarks` sets others). A
+//!   fault that passes the high mark starts a round; the runtime's evictor
+//!   thread wakes after the fault and evicts in batches of `evict_batch`
+//!   pages, so here a round lands one batch before each later fault, until
+//!   the low mark. A fault that finds the cache full waits for batches
+//!   (`cache.rs` `reserve`, `victims`; `evict.rs`).
 //!   A dirty page ships the lines that differ from its base (all 64
 //!   without one; page mode: all 64 once any differ); a page with none to
 //!   ship stays as it was, zeros or stored (`evict.rs` `diff_into`).
 //!
-//! Where it differs: the runtime's evictor runs beside the program, so on
-//! a fast stream it may lag more than one fault, and the room shrinks and
-//! grows with snapshot buffers and the process's own memory; the
+//! Where it differs: the runtime's evictor runs beside the program, so how
+//! many batches land between two faults is a race (on a fast scan the
+//! runtime's own fault count moves by 2x between runs); the room shrinks
+//! and grows with snapshot buffers and the process's own memory; the
 //! simulator takes one room, `local.size` (`farmem eval validate` sets
 //! the mean room the run reported). A written line counts as changed: the
 //! diff would find a store of the value already there unchanged (`farmem
@@ -119,6 +122,8 @@ pub struct Runtime {
     /// share of (the run's limit, which may exceed the cache's room).
     snapshots: u64,
     limit_pages: u64,
+    /// The evictor is in a round (past the high mark, not yet at the low).
+    evicting: bool,
     /// By the machine's dense page id.
     pages: Vec<Page>,
     /// One past the region's last page (`Scheme::begin`).
@@ -136,6 +141,7 @@ impl Runtime {
             diff: DiffBase::new(DiffBaseConfig::default()),
             snapshots: 0,
             limit_pages: 0,
+            evicting: false,
             cfg,
             pages: Vec::new(),
             region_end: u64::MAX,
@@ -163,12 +169,17 @@ impl Runtime {
     fn fault(&mut self, m: &mut Machine, now: Time, page: u64, write: bool) -> Time {
         self.counts.faults_missing += 1;
         let cap = m.local.capacity_pages as u64;
-        // A full cache: the fault waits for the evictor's round.
-        let resident = m.local.policy.len() as u64;
-        if resident >= cap {
-            let n = self.marks.to_evict(resident, 0, cap).max(1);
-            let out = m.evict_pages(n, now);
-            self.evict(m, now, out);
+        // The evictor, once kicked, has landed one batch since the last
+        // fault; a fault that finds the cache full waits for more.
+        let batch = u64::from(self.cfg.evict_batch.max(1));
+        if self.evicting {
+            self.evict_batch(m, now, batch);
+        }
+        while m.local.policy.len() as u64 >= cap {
+            self.evicting = true;
+            if !self.evict_batch(m, now, batch) {
+                break;
+            }
         }
         let id = m.pages.id(page);
         let p = *self.page(id);
@@ -211,13 +222,24 @@ impl Runtime {
             let dirty = (zero || write).then_some(!zero);
             self.install(m, now, ready, j, dirty, zero);
         }
-        // The round the fault kicked lands after its window is taken.
-        let resident = m.local.policy.len() as u64;
-        if self.marks.should_evict(resident, 0, cap) {
-            let out = m.evict_pages(self.marks.to_evict(resident, 0, cap), now);
-            self.evict(m, now, out);
+        // The round the fault kicked runs after its window is taken.
+        if self.marks.should_evict(m.local.policy.len() as u64, 0, cap) {
+            self.evicting = true;
         }
         ready
+    }
+
+    /// One batch of the evictor's round: up to `batch` pages, down to the
+    /// low mark, where the round ends. False if it evicted nothing.
+    fn evict_batch(&mut self, m: &mut Machine, now: Time, batch: u64) -> bool {
+        let cap = m.local.capacity_pages as u64;
+        let excess = self.marks.to_evict(m.local.policy.len() as u64, 0, cap);
+        let out = m.evict_pages(excess.min(batch).max(1), now);
+        let evicted = !out.is_empty();
+        self.evict(m, now, out);
+        let resident = m.local.policy.len() as u64;
+        self.evicting = self.marks.to_evict(resident, 0, cap) > 0;
+        evicted
     }
 
     /// Installs `page`: clean, or dirty (`Some(unwatched)`) with its diff

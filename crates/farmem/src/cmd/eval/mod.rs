@@ -41,7 +41,7 @@ const EVALS: &[Eval] = &[
         "validate",
         "the simulator against the runtime: each workload's trace replayed under farmem run \
          and simulated as that run was configured, faults and bytes at 25% and 50% local \
-         (64 MiB; --quick: 16 MiB, ~1 min)",
+         (64 MiB, sort of 100k lines; --quick: 16 MiB, 10k lines, ~5 min)",
         validate::run,
     ),
     (

@@ -65,6 +65,7 @@ struct Settings {
     dirty: &'static str,
     high: f64,
     low: f64,
+    evict_batch: usize,
 }
 
 impl Settings {
@@ -76,6 +77,7 @@ impl Settings {
             dirty: "line",
             high: c.high_watermark,
             low: c.low_watermark,
+            evict_batch: c.evict_batch,
         }
     }
 }
@@ -191,7 +193,7 @@ fn progress(len: u64) -> ProgressBar {
 fn capture(name: &str, dir: &Path, trace: &Path, quick: bool) -> anyhow::Result<u64> {
     anyhow::ensure!(name == "sort", "no recipe to capture `{name}`");
     // GNU sort over lines of hex keys, as a log or an index dump sorts.
-    let lines: u64 = if quick { 20_000 } else { 100_000 };
+    let lines: u64 = if quick { 10_000 } else { 100_000 };
     let input = dir.join("sort-input.txt");
     let text: String = (0..lines)
         .map(|i| format!("{:016x} {i}\n", farmem_core::mix64(i)))
@@ -300,6 +302,7 @@ fn compare(
         ("runtime.fault_around", set.fault_around.to_string()),
         ("runtime.dirty", format!("\"{}\"", set.dirty)),
         ("runtime.limit", format!("\"{local_mem}\"")),
+        ("runtime.evict_batch", set.evict_batch.to_string()),
     ] {
         b.set(k, &v)?;
     }
