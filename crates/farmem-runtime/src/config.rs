@@ -100,8 +100,8 @@ pub enum Engine {
     #[default]
     Page,
     /// DaeMon's selection unit (seed 000 §4.2, farmem-policy
-    /// `FaultSelector`): its page alone, the page and then its 64 KiB
-    /// cluster in the background on the bulk lane, or the cluster alone,
+    /// `FaultSelector`): its page alone, the page and (at once, in the
+    /// background, on the bulk lane) its 256 KiB cluster, or the cluster alone,
     /// by the demand and bulk lanes' occupancy and the locality the
     /// region's readahead sees. Thread fault path only.
     Daemon,
@@ -358,7 +358,7 @@ impl Config {
         Ok(())
     }
 
-    /// The selection unit's sizes for `engine: daemon`: 64 KiB clusters, a
+    /// The selection unit's sizes for `engine: daemon`: 256 KiB clusters, a
     /// demand slot per fault handler, eight clusters on the bulk lane.
     pub fn daemon_config(&self) -> farmem_policy::daemon::FaultConfig {
         farmem_policy::daemon::FaultConfig {

@@ -1,9 +1,9 @@
 //! `--engine daemon`: DaeMon's selection unit on real faults (seed 000
 //! §4.2 at §4.7's granularities). A fault on a stored page asks
 //! farmem-policy's [`FaultSelector`] whether to fetch the page alone
-//! (demand lane), the page and then the rest of its cluster (the cluster
-//! on the bulk lane, read by the `farmem-bulk` thread while the program
-//! runs on), or the cluster alone with the page in it (bulk lane, the
+//! (demand lane), the page and at the same time the rest of its cluster
+//! (on the bulk lane, read by the `farmem-bulk` thread while the page is
+//! read and after the program runs on), or the cluster alone with the page in it (bulk lane, the
 //! fault waiting). The region's readahead says whether the fault shows
 //! locality; the selector's buffers are the lanes' occupancy. Thread fault
 //! path only: a signal handler cannot wait on the selector's lock.
@@ -84,10 +84,15 @@ impl Shared {
         buf: &mut PageBuf,
         run: &mut RunBuf,
     ) -> bool {
-        let r = job.region.clone();
         let page_no = selector_key(d, &job);
         let cluster = d.selector.lock().cluster_of(page_no).0;
         let (fetch, around) = self.select(d, &job, page_no);
+        if fetch == Fetch::PageAndCluster {
+            // Both at once, as §4.2 sends the line and the page: the bulk
+            // thread reads the cluster while this one reads the page, on
+            // their own lanes.
+            self.send_cluster(d, &job, around, cluster);
+        }
         let t = std::time::Instant::now();
         let filled = match fetch {
             Fetch::Cluster if !around.is_empty() => {
@@ -115,9 +120,23 @@ impl Shared {
             }
         };
         self.m.st_fetch.since(t);
-        let bulk = (fetch == Fetch::PageAndCluster).then_some(BulkJob {
+        if !filled {
+            self.give_back(&job, Ctx::Thread);
+            return false;
+        }
+        self.install_or_report(&job, buf)
+    }
+
+    /// Hands the pages `around` took of `job`'s cluster to the bulk
+    /// thread (or, with none taken, releases the cluster).
+    fn send_cluster(&self, d: &Daemon, job: &FetchJob, around: Around, cluster: u64) {
+        if around.is_empty() {
+            d.selector.lock().cluster_done(cluster);
+            return;
+        }
+        let b = BulkJob {
             job: FetchJob {
-                region: r.clone(),
+                region: job.region.clone(),
                 idx: job.idx,
                 write: false,
                 unwatched: false,
@@ -127,23 +146,10 @@ impl Shared {
             },
             around,
             cluster,
-        });
-        if !filled {
-            if let Some(b) = bulk {
-                self.give_back_cluster(d, b);
-            }
-            self.give_back(&job, Ctx::Thread);
-            return false;
+        };
+        if let Err(e) = d.tx.try_send(b) {
+            self.give_back_cluster(d, e.into_inner());
         }
-        let installed = self.install_or_report(&job, buf);
-        if let Some(b) = bulk {
-            if b.around.is_empty() {
-                d.selector.lock().cluster_done(cluster);
-            } else if let Err(e) = d.tx.try_send(b) {
-                self.give_back_cluster(d, e.into_inner());
-            }
-        }
-        installed
     }
 
     /// Asks the selector about `job`'s fault (its number `page_no`), with

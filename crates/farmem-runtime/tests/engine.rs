@@ -11,8 +11,8 @@ mod common;
 use common::skip;
 
 const PAGES: usize = 512;
-/// Pages per cluster (the selector's default, 64 KiB).
-const CLUSTER: usize = 16;
+/// Pages per cluster (the selector's default, 256 KiB).
+const CLUSTER: usize = 64;
 
 fn cfg(engine: Engine) -> Config {
     Config {
@@ -70,8 +70,8 @@ fn a_stream_takes_a_cluster_per_fault_after_its_first() {
     let (s, reads) = read_pages(Engine::Daemon, &order);
     let clusters = (PAGES / CLUSTER) as u64;
     // Page 0 starts the stream (no locality yet): its page alone. Page 1
-    // continues it: page 1, then the rest of cluster 0 (pages 2-15) in
-    // the background. Every cluster after starts where the last ended.
+    // continues it: page 1, and the rest of cluster 0 (pages 2-63) in the
+    // background. Every cluster after starts where the last ended.
     assert_eq!(s.engine_pages_only, 1, "{s:?}");
     assert_eq!(s.engine_no_locality, 1, "{s:?}");
     assert_eq!(s.engine_page_and_cluster, clusters, "{s:?}");

@@ -128,9 +128,9 @@ pub struct Args {
     /// What a fault on a far page fetches. `page`: the page, plus the
     /// window the region's readahead grows along a stream (--fault-around),
     /// in one read the fault waits for. `daemon`: DaeMon's selection unit
-    /// (seed 000 §4.2, with §4.7's 4 KiB demand page / 64 KiB bulk cluster)
-    /// decides per fault between the page alone, the page then its
-    /// cluster read in the background on the bulk lane (the program goes
+    /// (seed 000 §4.2, with §4.7's 4 KiB demand page / 256 KiB bulk
+    /// cluster) decides per fault between the page alone, the page plus its
+    /// cluster read at the same time on the bulk lane (the program goes
     /// on once its page is in), or the cluster alone with the page in it,
     /// from how full the demand and bulk lanes are and whether the region
     /// shows locality there (its readahead sees a stream; random faults
