@@ -722,9 +722,19 @@ impl Cluster {
     /// Sends `msg` to slot `node` in its lane, the node's health kept (see
     /// [`Self::settle`]).
     fn submit_to(&self, node: u32, msg: &Msg<'_>) -> Result<Ticket, NetError> {
+        self.submit_in(node, msg, Lane::of(msg))
+    }
+
+    /// [`Self::submit_to`] in `lane`, which is also its class at the
+    /// delay gate.
+    fn submit_in(&self, node: u32, msg: &Msg<'_>, lane: Lane) -> Result<Ticket, NetError> {
+        let traffic = match lane {
+            Lane::Demand => farmem_policy::delay::Traffic::Demand,
+            Lane::Bulk => farmem_policy::delay::Traffic::Bulk,
+        };
         let sent = self
-            .node_conn(node, Lane::of(msg))
-            .and_then(|c| c.submit(msg));
+            .node_conn(node, lane)
+            .and_then(|c| c.submit_as(msg, traffic));
         self.settle(node, sent)
     }
 

@@ -132,13 +132,23 @@ pub struct Ticket {
     /// What the request is for: a demand read's hold is spun out to the
     /// microsecond, a bulk one's is slept (see [`EgressDelay::hold`]).
     traffic: Traffic,
+    /// A read's bytes the delay gate charged it (what it asked for): its
+    /// reply gives back what it did not put on the link. 0 for the rest.
+    read_charged: u64,
 }
 
 impl Ticket {
-    pub fn wait(self) -> Result<Reply, NetError> {
+    pub fn wait(mut self) -> Result<Reply, NetError> {
         let waited_from = Instant::now();
         let reply = self.conn.wait(self.id, self.deadline)?;
-        let reply = self.conn.unpack_reply(reply)?;
+        let (reply, wire) = self.conn.unpack_reply(reply)?;
+        if let Some(delay) = self.conn.inner.delay.as_ref()
+            && self.read_charged > 0
+        {
+            // A packed reply crossed in fewer bytes than the read asked for.
+            let saved = delay.refund(self.read_charged, wire, self.traffic);
+            self.hold = self.hold.saturating_sub(saved);
+        }
         if let Some(delay) = self
             .conn
             .inner
@@ -207,8 +217,11 @@ impl Connection {
     }
 
     /// Appends `msg` as frame `id`: a write packed when the session agreed
-    /// to link compression and the packer finds it worth it.
-    fn encode(&self, msg: &Msg<'_>, id: u64, buf: &mut Vec<u8>) {
+    /// to link compression and the packer finds it worth it. Returns the
+    /// data bytes that go on the link (`msg.data_bytes()`, or a packed
+    /// write's payload).
+    fn encode(&self, msg: &Msg<'_>, id: u64, buf: &mut Vec<u8>) -> u64 {
+        let mut on_wire = msg.data_bytes();
         let stats = &self.inner.cfg.link.stats;
         let start = buf.len();
         if let Msg::Write { addr, data } = msg {
@@ -236,25 +249,29 @@ impl Connection {
                 }
             }
             stats.write_wire_bytes.add(wire);
+            on_wire = wire;
         }
         if buf.len() == start {
             msg.encode(id, buf);
         }
         stats.frame_bytes_sent.add((buf.len() - start) as u64);
+        on_wire
     }
 
     /// A packed read reply decoded into a plain `ReadOk`, so every reader
-    /// of replies sees the page; a payload that does not decode to what
-    /// was sent is [`NetError::Decompress`].
-    fn unpack_reply(&self, mut reply: Reply) -> Result<Reply, NetError> {
+    /// of replies sees the page, with the data bytes it put on the link
+    /// (0 for a reply that is not a read's); a payload that does not
+    /// decode to what was sent is [`NetError::Decompress`].
+    fn unpack_reply(&self, mut reply: Reply) -> Result<(Reply, u64), NetError> {
         let stats = &self.inner.cfg.link.stats;
         if reply.op == Op::ReadOk as u8 {
-            stats.read_raw_bytes.add(reply.body.len() as u64);
-            stats.read_wire_bytes.add(reply.body.len() as u64);
-            return Ok(reply);
+            let wire = reply.body.len() as u64;
+            stats.read_raw_bytes.add(wire);
+            stats.read_wire_bytes.add(wire);
+            return Ok((reply, wire));
         }
         if reply.op != Op::ReadOkPacked as u8 {
-            return Ok(reply);
+            return Ok((reply, 0));
         }
         let refused = |e: DecompressError| {
             stats.decompress_errors.inc();
@@ -277,10 +294,11 @@ impl Connection {
         stats.codec_ns.add(start.elapsed().as_nanos() as u64);
         stats.unpacked.inc();
         stats.read_raw_bytes.add(raw.len() as u64);
-        stats.read_wire_bytes.add(packed.data.len() as u64);
+        let wire = packed.data.len() as u64;
+        stats.read_wire_bytes.add(wire);
         reply.op = Op::ReadOk as u8;
         reply.body = raw;
-        Ok(reply)
+        Ok((reply, wire))
     }
 
     /// Has a session reopened after the server closed it while idle present
@@ -316,9 +334,14 @@ impl Connection {
     /// turn at the delay gate comes too late, it is not sent and fails with
     /// [`NetError::Timeout`] at the deadline.
     pub fn submit(&self, msg: &Msg<'_>) -> Result<Ticket, NetError> {
+        self.submit_as(msg, crate::delay::traffic(msg))
+    }
+
+    /// [`Self::submit`] in the class `traffic` at the delay gate: a read
+    /// nothing waits for (a bulk cluster) passes as bulk.
+    pub fn submit_as(&self, msg: &Msg<'_>, traffic: Traffic) -> Result<Ticket, NetError> {
         let deadline = Instant::now() + self.inner.timeout;
-        let traffic = crate::delay::traffic(msg);
-        let hold = match &self.inner.delay {
+        let mut hold = match &self.inner.delay {
             None => Duration::ZERO,
             Some(delay) => match delay.pass_by(deadline, msg.data_bytes(), traffic) {
                 Some(hold) => hold,
@@ -340,7 +363,7 @@ impl Connection {
         let mut w = self.inner.writer.lock();
         let (stream, buf) = &mut *w;
         buf.clear();
-        self.encode(msg, id, buf);
+        let on_wire = self.encode(msg, id, buf);
         if let Err(e) = stream.write_all(buf) {
             drop(w);
             self.inner.slots.lock().remove(&id);
@@ -348,6 +371,15 @@ impl Connection {
             self.fail(&e.to_string());
             return Err(e);
         }
+        drop(w);
+        if let Some(delay) = &self.inner.delay {
+            // A packed write crossed in fewer bytes than it was admitted for.
+            hold = hold.saturating_sub(delay.refund(msg.data_bytes(), on_wire, traffic));
+        }
+        let read_charged = match msg {
+            Msg::Read { len, .. } => u64::from(*len),
+            _ => 0,
+        };
         Ok(Ticket {
             conn: self.clone(),
             id,
@@ -355,6 +387,7 @@ impl Connection {
             passed,
             hold,
             traffic,
+            read_charged,
         })
     }
 
@@ -405,6 +438,7 @@ impl Connection {
                 passed: deadline,
                 hold: Duration::ZERO,
                 traffic: Traffic::Bulk,
+                read_charged: 0,
             })
             .collect())
     }

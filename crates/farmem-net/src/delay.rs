@@ -48,6 +48,8 @@ enum Gate {
 #[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
 pub struct GateStats {
     pub requests: u64,
+    /// Data bytes on the link: a packed reply or write counts its packed
+    /// size.
     pub bytes: u64,
     pub queued_us_mean: f64,
     pub held_us_mean: f64,
@@ -63,7 +65,7 @@ impl GateStats {
         let mean_us = |ns: u64| ns as f64 / requests.max(1) as f64 / 1e3;
         Self {
             requests,
-            bytes: sum(&|g| g.bytes.get()),
+            bytes: sum(&|g| g.bytes.get()) - sum(&|g| g.refunded.get()),
             queued_us_mean: mean_us(sum(&|g| g.waited_ns.get())),
             held_us_mean: mean_us(sum(&|g| g.held_ns.get())),
             late: sum(&|g| g.late.get()),
@@ -78,8 +80,11 @@ pub struct EgressDelay {
     origin: Instant,
     /// Requests that passed the gate.
     pub admitted: Counter,
-    /// Data bytes those requests moved (see `Msg::data_bytes`).
+    /// Data bytes those requests were admitted for (see `Msg::data_bytes`).
     pub bytes: Counter,
+    /// Of those, bytes that did not cross because a reply or write went
+    /// packed ([`Self::refund`]): `bytes - refunded` crossed the link.
+    pub refunded: Counter,
     /// Nanoseconds requests spent waiting at the gate.
     pub waited_ns: Counter,
     /// Nanoseconds replies were held (the link's latency).
@@ -116,6 +121,7 @@ impl EgressDelay {
             origin: Instant::now(),
             admitted: Counter::default(),
             bytes: Counter::default(),
+            refunded: Counter::default(),
             waited_ns: Counter::default(),
             held_ns: Counter::default(),
             late: Counter::default(),
@@ -218,6 +224,30 @@ impl EgressDelay {
             Traffic::Bulk => std::thread::sleep(until.saturating_duration_since(now)),
         }
         true
+    }
+
+    /// A request that passed the gate for `charged` bytes moved `wire` on
+    /// the link (its reply or write crossed packed): gives the link the
+    /// difference back, so a `rate:` gate charges the bytes on the wire.
+    /// Returns the time given back, by which the request's own hold is
+    /// shortened.
+    pub fn refund(&self, charged: u64, wire: u64, traffic: Traffic) -> Duration {
+        if wire >= charged {
+            return Duration::ZERO;
+        }
+        let ns = match &self.gate {
+            Gate::Own(g) => {
+                let now = self.origin.elapsed().as_nanos() as u64;
+                lock_without_parking(g).refund(now, charged, wire, traffic)
+            }
+            Gate::Shared { link, .. } => {
+                let ns = link.model().refund_ns(charged, wire);
+                link.refund(ns, charged - wire);
+                ns
+            }
+        };
+        self.refunded.add(charged - wire);
+        Duration::from_nanos(ns)
     }
 
     /// Takes the next turn at the gate (its class's, on a partitioned

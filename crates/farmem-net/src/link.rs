@@ -305,6 +305,26 @@ impl SharedLink {
     }
 }
 
+impl SharedLink {
+    /// Gives `ns` of the link back (a request that crossed in fewer bytes
+    /// than it was admitted for, see `DelayGate::refund`), never past now,
+    /// and takes `bytes` off the link's total.
+    pub(crate) fn refund(&self, ns: u64, bytes: u64) {
+        let s = self.state();
+        let now = monotonic_ns();
+        let mut free = s.next_free.load(Ordering::Relaxed);
+        while let Err(was) = s.next_free.compare_exchange_weak(
+            free,
+            free.saturating_sub(ns).max(now),
+            Ordering::AcqRel,
+            Ordering::Relaxed,
+        ) {
+            free = was;
+        }
+        s.bytes.fetch_sub(bytes, Ordering::Relaxed);
+    }
+}
+
 impl Drop for SharedLink {
     fn drop(&mut self) {
         // SAFETY: mapped in `map` with this length; nothing refers to it

@@ -290,3 +290,51 @@ fn an_old_server_or_one_that_declines_gets_plain_frames() {
         assert_eq!(srv.stats().link.unpacked.get(), 0);
     }
 }
+
+/// The `rate:` gate charges what crossed, not what was asked for: a packed
+/// write and a packed read reply each give the gate back their saving, so
+/// its byte count is the payloads on the wire, exactly (issue 23's debt
+/// from link compression). Plain frames are charged whole.
+#[test]
+fn a_rate_gate_charges_packed_payloads_their_bytes_on_the_wire() {
+    use farmem_net::delay::{EgressDelay, GateStats};
+    use farmem_policy::delay::DelayModel;
+    let mem = Arc::new(Mem(Mutex::new(vec![0; MEM])));
+    let srv = server(mem, true, farmem_wire::PROTOCOL_VERSION);
+    for mode in [LinkMode::Lz, LinkMode::Off] {
+        // Fast enough that the test does not wait on it.
+        let gate = Arc::new(EgressDelay::new(
+            DelayModel::Rate {
+                bytes_per_sec: 1 << 30,
+            },
+            0,
+        ));
+        let mut cfg = ClientConfig::new("cn-0", Role::Compute).with_delay(gate.clone());
+        cfg.link = LinkConfig {
+            mode,
+            ..LinkConfig::default()
+        };
+        let stats = cfg.link.stats.clone();
+        let conn = Connection::connect(&srv.local_addr().to_string(), &cfg).unwrap();
+        let data = page(64 << 10, 7);
+        conn.write(0, &data).unwrap();
+        let mut back = vec![0; data.len()];
+        conn.read(0, &mut back).unwrap();
+        assert_eq!(back, data);
+        let s = stats.snapshot();
+        let g = GateStats::of(std::slice::from_ref(&gate));
+        assert_eq!(g.requests, 2);
+        assert_eq!(gate.bytes.get(), 2 * data.len() as u64, "admitted as asked");
+        assert_eq!(g.bytes, s.write_wire_bytes + s.read_wire_bytes, "{s:?}");
+        if mode == LinkMode::Off {
+            assert_eq!(gate.refunded.get(), 0);
+            assert_eq!(g.bytes, 2 * data.len() as u64);
+        } else {
+            assert!(g.bytes * 2 < 2 * data.len() as u64, "{g:?} {s:?}");
+            assert_eq!(
+                gate.refunded.get(),
+                2 * data.len() as u64 - s.write_wire_bytes - s.read_wire_bytes
+            );
+        }
+    }
+}

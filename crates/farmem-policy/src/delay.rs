@@ -37,7 +37,10 @@ pub enum DelayModel {
     /// sorted by start time, measured from the gate's first request.
     Steps { steps: Vec<(Nanos, Nanos)> },
     /// A link of this many bytes per second: each request's gap is its
-    /// bytes' time on it (a read counts the bytes it asks for).
+    /// bytes' time on it. A read is admitted for the bytes it asks for;
+    /// when its reply (or a write) crossed packed, the caller gives the
+    /// difference back ([`DelayGate::refund`]), so the link is charged the
+    /// bytes on the wire.
     Rate { bytes_per_sec: u64 },
 }
 
@@ -260,12 +263,61 @@ impl DelayGate {
         (start.saturating_add(pass.ceil() as Nanos), gap)
     }
 
+    /// A request admitted for `charged` bytes moved only `wire` bytes on
+    /// the link (a reply or write that crossed packed): the link's backlog
+    /// gives back the difference's time, never past `now`, so later
+    /// requests pass as if this one had been admitted for `wire`. Returns
+    /// the nanoseconds given back, by which the caller also shortens the
+    /// request's own hold: 0 unless the model is a [`DelayModel::Rate`]
+    /// (no other model's gap depends on bytes).
+    ///
+    /// A partitioned gate gives the time back at the full rate: whether
+    /// the class was lent the other's share when it was admitted is not
+    /// kept, and the smaller refund never lets the link run faster than
+    /// its rate.
+    pub fn refund(&mut self, now: Nanos, charged: u64, wire: u64, traffic: Traffic) -> Nanos {
+        let saved = self.model.refund_ns(charged, wire);
+        if saved == 0 {
+            return 0;
+        }
+        match self.partition.as_mut() {
+            None => {
+                if let Some(free) = self.next_free.as_mut() {
+                    *free = free.saturating_sub(saved).max(now);
+                }
+            }
+            Some((share, busy)) => {
+                let since = now.saturating_sub(self.started.unwrap_or(now));
+                let class = match traffic {
+                    Traffic::Demand => Class::Line,
+                    Traffic::Bulk => Class::Page,
+                };
+                share.refund(busy, class, since as f64, saved as f64);
+            }
+        }
+        saved
+    }
+
     fn gap(&mut self, since_start: Nanos, bytes: u64) -> Nanos {
         self.model.gap(&mut self.rng, since_start, bytes)
     }
 }
 
 impl DelayModel {
+    /// What a request charged `charged` bytes and moving `wire` bytes
+    /// gives back: the time of the difference at a [`DelayModel::Rate`],
+    /// 0 for every other model and when nothing was saved.
+    pub fn refund_ns(&self, charged: u64, wire: u64) -> Nanos {
+        let DelayModel::Rate { bytes_per_sec } = self else {
+            return 0;
+        };
+        let at =
+            |bytes: u64| u128::from(bytes) * 1_000_000_000 / u128::from((*bytes_per_sec).max(1));
+        // Each side rounded as its gap was, so a refund never exceeds the
+        // charge.
+        Nanos::try_from(at(charged).saturating_sub(at(wire.min(charged)))).unwrap_or(Nanos::MAX)
+    }
+
     /// The gap of one request moving `bytes`, `since_start` after the
     /// gate's first: drawn from `rng` for the random models. One place for
     /// every gate, private ([`DelayGate`]) or shared by processes.
@@ -452,6 +504,52 @@ mod tests {
         let mut g = DelayGate::new(DelayModel::Rate { bytes_per_sec: 1 }, 0);
         g.admit(5, u64::MAX);
         assert_eq!(g.admit(0, 1), Nanos::MAX);
+    }
+
+    #[test]
+    fn a_packed_reply_is_charged_its_bytes_on_the_wire() {
+        // 1 MB/s: a byte takes 1 µs. A 4096-byte read whose reply crossed
+        // in 1000 bytes gives back 3096 µs of the link.
+        let rate = DelayModel::Rate {
+            bytes_per_sec: 1_000_000,
+        };
+        let mut g = DelayGate::new(rate.clone(), 0);
+        assert_eq!(g.admit_held(0, 4096), (0, 4_096_000));
+        assert_eq!(g.refund(10, 4096, 1000, Traffic::Demand), 3_096_000);
+        assert_eq!(g.admit(10, 4096), 1_000_000, "the next turn: 1000 bytes on");
+        // Nothing saved, nothing given back; more on the wire than charged
+        // (a header) is not charged again here.
+        assert_eq!(g.refund(10, 4096, 4096, Traffic::Demand), 0);
+        assert_eq!(g.refund(10, 4096, 5000, Traffic::Demand), 0);
+        // The backlog never goes back past now: an idle link stays idle.
+        let mut g = DelayGate::new(rate.clone(), 0);
+        g.admit(0, 4096);
+        assert_eq!(g.refund(4_000_000, 4096, 0, Traffic::Bulk), 4_096_000);
+        assert_eq!(g.admit(4_000_000, 10), 4_000_000);
+        // Only a rate's gap depends on bytes.
+        let mut g = DelayGate::new(DelayModel::Period { gap_ns: 500 }, 0);
+        g.admit(0, 4096);
+        assert_eq!(g.refund(0, 4096, 1, Traffic::Demand), 0);
+        assert_eq!(g.admit(0, 4096), 500);
+        assert_eq!(DelayModel::None.refund_ns(4096, 0), 0);
+    }
+
+    #[test]
+    fn a_partitioned_gate_gives_back_to_the_class_that_was_charged() {
+        let rate = DelayModel::Rate {
+            bytes_per_sec: 1_000_000,
+        };
+        let share = ShareServer::with_line_share(0.25, false);
+        let mut g = DelayGate::new(rate, 0).partitioned(share);
+        // Two bulk writes of 1000 bytes back to back: the second waits for
+        // the first at the bulk share (1000 µs / 0.75).
+        assert_eq!(g.admit_class(0, 1000, Traffic::Bulk).0, 0);
+        let (second, _) = g.admit_class(0, 1000, Traffic::Bulk);
+        assert_eq!(second, 1_333_334);
+        // The first crossed in 400 bytes: 600 µs back, at the full rate.
+        assert_eq!(g.refund(0, 1000, 400, Traffic::Bulk), 600_000);
+        let (third, _) = g.admit_class(0, 1000, Traffic::Bulk);
+        assert_eq!(third, 2_066_667);
     }
 
     #[test]

@@ -11,6 +11,7 @@
 //! | `FARMEM_THRESHOLD` | smallest allocation placed far | 1MiB |
 //! | `FARMEM_DIRTY` | `line` or `page` | line |
 //! | `FARMEM_FAULT_PATH` | `thread`, or `signal` (faults served in the faulting thread's SIGBUS handler; I/O calls' far buffers are made local first and SIGBUS is never blocked, see `shim::touch`) | thread |
+//! | `FARMEM_ENGINE` | what a remote fault fetches: `page` (the page and its readahead window, in one read), or `daemon` (DaeMon's selection unit: page alone, page and at once its 256 KiB cluster on the bulk lane, or the cluster alone; thread path only) | page |
 //! | `FARMEM_FAULT_WAIT` | how `thread`-path handlers wait for the next fault: `adaptive` (spin while faults come close together, else sleep), `adaptive:MICROS`, `poll`, `spin` | adaptive:100 |
 //! | `FARMEM_POLICY` | replacement policy name | runtime default |
 //! | `FARMEM_STATS_JSON` | file that gets one JSON line of stats per process that used far memory | — |

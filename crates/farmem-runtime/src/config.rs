@@ -90,6 +90,45 @@ impl std::fmt::Display for FaultPath {
     }
 }
 
+/// What a remote fault fetches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Engine {
+    /// Its page, and the window its region's readahead grows along a
+    /// stream (up to `fault_around`), in one demand read the fault waits
+    /// for.
+    #[default]
+    Page,
+    /// DaeMon's selection unit (seed 000 §4.2, farmem-policy
+    /// `FaultSelector`): its page alone, the page and (at once, in the
+    /// background, on the bulk lane) its 256 KiB cluster, or the cluster alone,
+    /// by the demand and bulk lanes' occupancy and the locality the
+    /// region's readahead sees. Thread fault path only.
+    Daemon,
+}
+
+impl std::str::FromStr for Engine {
+    type Err = RuntimeError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "page" => Ok(Self::Page),
+            "daemon" => Ok(Self::Daemon),
+            _ => Err(RuntimeError::Config(format!(
+                "unknown engine `{s}` (known: page, daemon)"
+            ))),
+        }
+    }
+}
+
+impl std::fmt::Display for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Page => "page",
+            Self::Daemon => "daemon",
+        })
+    }
+}
+
 /// How the fault monitor waits for the next userfaultfd message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -171,6 +210,9 @@ pub struct Config {
     pub policy: PolicyConfig,
     pub dirty: DirtyMode,
     pub fault_path: FaultPath,
+    /// What a remote fault fetches ([`Engine`]).
+    #[serde(default)]
+    pub engine: Engine,
     /// How handler threads wait (fault path `thread`).
     pub wait: WaitMode,
     /// Threads reading the userfaultfd. Each resolves the faults it reads
@@ -240,6 +282,7 @@ impl Default for Config {
             policy: PolicyConfig::Workingset,
             dirty: DirtyMode::default(),
             fault_path: FaultPath::default(),
+            engine: Engine::default(),
             wait: WaitMode::default(),
             handlers: 2,
             fillers: 0,
@@ -306,7 +349,22 @@ impl Config {
         if self.slab_batch == 0 {
             return err("slab_batch must be positive".into());
         }
+        if self.engine == Engine::Daemon && self.fault_path != FaultPath::Thread {
+            return err(
+                "engine `daemon` needs fault path `thread`: a signal handler cannot wait for the selection unit"
+                    .into(),
+            );
+        }
         Ok(())
+    }
+
+    /// The selection unit's sizes for `engine: daemon`: 256 KiB clusters, a
+    /// demand slot per fault handler, eight clusters on the bulk lane.
+    pub fn daemon_config(&self) -> farmem_policy::daemon::FaultConfig {
+        farmem_policy::daemon::FaultConfig {
+            demand_slots: self.handlers.max(1),
+            ..Default::default()
+        }
     }
 }
 
@@ -349,6 +407,16 @@ mod tests {
             assert_eq!(path.to_string().parse::<FaultPath>().unwrap(), path);
         }
         assert!("irq".parse::<FaultPath>().is_err());
+        for engine in [Engine::Page, Engine::Daemon] {
+            assert_eq!(engine.to_string().parse::<Engine>().unwrap(), engine);
+        }
+        assert!("dma".parse::<Engine>().is_err());
         Config::default().validate().unwrap();
+        let signal_daemon = Config {
+            engine: Engine::Daemon,
+            fault_path: FaultPath::Signal,
+            ..Config::default()
+        };
+        assert!(signal_daemon.validate().is_err());
     }
 }

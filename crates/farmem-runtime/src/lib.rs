@@ -28,6 +28,7 @@ pub mod bench;
 mod bufs;
 mod cache;
 pub mod config;
+mod daemon;
 mod error;
 mod evict;
 mod handler;
@@ -44,7 +45,7 @@ pub mod stats;
 pub mod store;
 pub mod uffd;
 
-pub use config::{Config, DirtyMode, FaultPath, WaitMode};
+pub use config::{Config, DirtyMode, Engine, FaultPath, WaitMode};
 pub use error::RuntimeError;
 pub use page::{LINE, MAX_FAULT_AROUND, PAGE};
 pub use runtime::{Region, Runtime};

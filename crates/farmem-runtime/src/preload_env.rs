@@ -16,7 +16,7 @@ use farmem_policy::cache::PolicyConfig;
 use farmem_policy::delay::DelayModel;
 
 use crate::backend::Backend;
-use crate::config::{Config, DirtyMode, FaultPath, WaitMode};
+use crate::config::{Config, DirtyMode, Engine, FaultPath, WaitMode};
 
 /// Controller address (required unless the backend needs no rack:
 /// without it, or such a backend, the shim stays local).
@@ -33,6 +33,8 @@ pub const BACKEND: &CStr = c"FARMEM_BACKEND";
 pub const DIRTY: &CStr = c"FARMEM_DIRTY";
 /// `thread` or `signal`.
 pub const FAULT_PATH: &CStr = c"FARMEM_FAULT_PATH";
+/// What a remote fault fetches ([`Engine`]): `page` or `daemon`.
+pub const ENGINE: &CStr = c"FARMEM_ENGINE";
 /// How the fault handlers wait for the next fault ([`WaitMode`]).
 pub const FAULT_WAIT: &CStr = c"FARMEM_FAULT_WAIT";
 /// Most pages a fault installs around itself.
@@ -139,6 +141,7 @@ pub struct PreloadEnv {
     pub backend: Backend,
     pub dirty: DirtyMode,
     pub fault_path: FaultPath,
+    pub engine: Engine,
     pub fault_wait: WaitMode,
     pub fault_around: u32,
     /// Checked by [`PreloadEnv::read`]; None: the runtime's default.
@@ -249,6 +252,10 @@ impl PreloadEnv {
             Some(f) => f.parse().map_err(|e| parsed(FAULT_PATH, &e))?,
             None => FaultPath::default(),
         };
+        let engine = match get(ENGINE) {
+            Some(e) => e.parse().map_err(|e| parsed(ENGINE, &e))?,
+            None => Engine::default(),
+        };
         let fault_wait = match get(FAULT_WAIT) {
             Some(w) => w.parse().map_err(|e| parsed(FAULT_WAIT, &e))?,
             None => WaitMode::default(),
@@ -321,6 +328,7 @@ impl PreloadEnv {
             backend,
             dirty,
             fault_path,
+            engine,
             fault_wait,
             fault_around,
             policy,
@@ -353,6 +361,7 @@ impl PreloadEnv {
             (key(BACKEND), Some(self.backend.to_string().into())),
             (key(DIRTY), Some(self.dirty.to_string().into())),
             (key(FAULT_PATH), Some(self.fault_path.to_string().into())),
+            (key(ENGINE), Some(self.engine.to_string().into())),
             (key(FAULT_WAIT), Some(self.fault_wait.to_string().into())),
             (
                 key(FAULT_AROUND),
@@ -404,6 +413,7 @@ impl PreloadEnv {
             slab_batch: SLAB_BATCH,
             dirty: self.dirty,
             fault_path: self.fault_path,
+            engine: self.engine,
             wait: self.fault_wait,
             // --local-mem is what the process may hold, as the kernel's
             // swap under a cgroup limit of the same size is held to it.
@@ -450,6 +460,7 @@ mod tests {
             backend: "compressed".parse().unwrap(),
             dirty: DirtyMode::Page,
             fault_path: FaultPath::Signal,
+            engine: Engine::Daemon,
             fault_wait: "hybrid:30".parse().unwrap(),
             fault_around: 0,
             policy: Some("kona-pc".into()),
@@ -484,6 +495,9 @@ mod tests {
             (DirtyMode::Page, FaultPath::Signal)
         );
         assert_eq!(cfg.fault_around.max_blocks, 0);
+        assert_eq!(cfg.engine, Engine::Daemon);
+        // The pair is the runtime's to refuse: daemon needs fault path thread.
+        assert!(cfg.validate().is_err());
     }
 
     #[test]
@@ -497,6 +511,7 @@ mod tests {
         assert_eq!(e.fallback, Fallback::Fail);
         assert_eq!((e.replicas, e.redundancy, e.policy), (None, None, None));
         assert_eq!(e.fault_around, Config::default().fault_around.max_blocks);
+        assert_eq!(e.engine, Engine::Page, "the default stays page");
         assert_eq!(
             (&e.backend, e.dirty),
             (&Backend::default(), DirtyMode::Line)

@@ -126,6 +126,12 @@ impl RemoteStore for RackStore {
             .map_err(|e| self.store_error(e))
     }
 
+    fn read_bulk(&self, addr: u64, buf: &mut [u8]) -> Result<(), StoreError> {
+        self.cluster
+            .read_bulk(addr, buf)
+            .map_err(|e| self.store_error(e))
+    }
+
     fn write(&self, addr: u64, data: &[u8]) -> Result<(), StoreError> {
         self.cluster
             .write(addr, data)

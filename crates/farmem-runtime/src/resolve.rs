@@ -142,6 +142,13 @@ impl Shared {
             job.region.pages[job.idx].lock().state = State::Absent;
             return false;
         }
+        // `--engine daemon`: a stored page's fault takes what the selection
+        // unit says (thread path only; `Config::validate`).
+        if !job.zero
+            && let (Some(d), Some(run)) = (self.daemon.as_ref(), run.as_deref_mut())
+        {
+            return self.fetch_selected(d, job, buf, run);
+        }
         let t = Instant::now();
         // A thread takes a stored page's window first, to read it with the
         // page in one request; the others take it once the page is in hand.
@@ -244,7 +251,7 @@ impl Shared {
     /// A page's contents into `buf`: zeros for a never-written page, else
     /// the store's (a thread retries until it has them, a signal handler
     /// tries once).
-    fn fill(&self, job: &FetchJob, buf: &mut PageBuf, ctx: Ctx) -> bool {
+    pub(crate) fn fill(&self, job: &FetchJob, buf: &mut PageBuf, ctx: Ctx) -> bool {
         if job.zero {
             // A signal handler's buffer is fresh zeros already.
             if ctx == Ctx::Thread {
@@ -308,7 +315,7 @@ impl Shared {
     /// state, snapshot, replacement order. Err only if UFFDIO_COPY failed
     /// (the page stays Fetching in a signal handler, to be handed over;
     /// on a thread it is settled as if installed, as it always was).
-    fn install(&self, job: &FetchJob, buf: &PageBuf, ctx: Ctx) -> std::io::Result<()> {
+    pub(crate) fn install(&self, job: &FetchJob, buf: &PageBuf, ctx: Ctx) -> std::io::Result<()> {
         let r = &job.region;
         let page = r.page_addr(job.idx);
         // Counted before the install wakes the program, so a program that

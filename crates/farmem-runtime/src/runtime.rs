@@ -127,14 +127,26 @@ impl Runtime {
     pub fn stats(&self) -> Stats {
         self.sh.count_table_pages();
         let cache = &self.sh.cache;
-        self.sh.m.snapshot(Books {
+        let mut stats = self.sh.m.snapshot(Books {
             resident: cache.resident(),
             snapshots: cache.buffers(),
             tables: cache.table_pages(),
             store: cache.store_pages(),
             outside: cache.outside_pages(),
             limit: cache.limit(),
-        })
+        });
+        if let Some(d) = &self.sh.daemon {
+            let f = d.stats();
+            stats.engine_pages_only = f.pages_only;
+            stats.engine_page_and_cluster = f.page_and_cluster;
+            stats.engine_cluster_only = f.cluster_only;
+            stats.engine_no_locality = f.no_locality;
+            stats.engine_cluster_refused = f.cluster_refused;
+            stats.engine_stalled = f.stalled;
+            stats.engine_bulk_reads = d.bulk_reads.get();
+            stats.engine_bulk_pages = d.bulk_pages.get();
+        }
+        stats
     }
 
     /// Pages by state plus the cache's books, for diagnosing a stall.
@@ -240,6 +252,13 @@ fn start_threads(sh: &Arc<Shared>) -> Result<Vec<JoinHandle<()>>, RuntimeError> 
         "farmem-slabs",
         Box::new(move || s.rm.serve(&s.shutdown)),
     )?);
+    if sh.daemon.is_some() {
+        let s = sh.clone();
+        threads.push(spawn(
+            "farmem-bulk",
+            Box::new(move || crate::daemon::bulk_worker(s)),
+        )?);
+    }
     if sh.cfg.fault_path == FaultPath::Signal {
         for i in 0..sh.cfg.fillers.max(1) {
             let s = sh.clone();

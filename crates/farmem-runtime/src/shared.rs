@@ -14,7 +14,7 @@ use parking_lot::{Mutex, RwLock};
 use farmem_policy::readahead::Readahead;
 
 use crate::cache::Cache;
-use crate::config::{Config, FaultPath};
+use crate::config::{Config, Engine, FaultPath};
 use crate::error::RuntimeError;
 use crate::page::{
     FetchJob, MAX_FAULT_AROUND, PAGE, PageMeta, PageTable, RegionInner, Zeros, map_pages,
@@ -81,6 +81,8 @@ pub(crate) struct Shared {
     pub on_lost: RwLock<OnLost>,
     /// Fault path `signal`: where handlers pass what they cannot do at once.
     pub handoff: Option<(Sender<Handoff>, Receiver<Handoff>)>,
+    /// `--engine daemon`: the selection unit and its bulk queue.
+    pub daemon: Option<crate::daemon::Daemon>,
     /// Fault path `thread`: when the first fault still waiting on each
     /// page in transition came, to time its wait when the page settles.
     pub waiting: Mutex<HashMap<u64, Instant>>,
@@ -163,6 +165,13 @@ impl Shared {
             handoff: (cfg.fault_path == FaultPath::Signal)
                 .then(|| crossbeam_channel::bounded(HANDOFF_QUEUE)),
             waiting: Mutex::new(HashMap::new()),
+            daemon: match cfg.engine {
+                Engine::Page => None,
+                Engine::Daemon => Some(
+                    crate::daemon::Daemon::new(cfg.daemon_config())
+                        .map_err(RuntimeError::Config)?,
+                ),
+            },
             cfg,
         })
     }

@@ -171,6 +171,21 @@ pub struct Stats {
     /// Write-protect fault latency, message read to protection lifted.
     pub wp_latency: LatencySummary,
     pub stages: StageTimes,
+    /// `--engine daemon`'s decisions (all 0 with `page`): faults that
+    /// fetched their page alone, their page and then its cluster, or the
+    /// cluster alone; of the first, those whose region showed no
+    /// locality, whose cluster the selector did not schedule (bulk lane
+    /// full, or the cluster in flight without the page), and those that
+    /// found both lanes full.
+    pub engine_pages_only: u64,
+    pub engine_page_and_cluster: u64,
+    pub engine_cluster_only: u64,
+    pub engine_no_locality: u64,
+    pub engine_cluster_refused: u64,
+    pub engine_stalled: u64,
+    /// Reads on the bulk lane, and the pages of clusters they installed.
+    pub engine_bulk_reads: u64,
+    pub engine_bulk_pages: u64,
 }
 
 /// The fault latency histograms in buckets ([`crate::Runtime::latency_buckets`]).
@@ -242,6 +257,7 @@ impl Metrics {
                 unmap_ns: self.st_unmap.get(),
                 wait_space_ns: self.st_wait_space.get(),
             },
+            ..Stats::default()
         }
     }
 }

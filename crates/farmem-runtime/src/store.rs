@@ -79,6 +79,14 @@ pub trait RemoteStore: Send + Sync + 'static {
     /// Apply many (address, 64-byte line) records; returns once they are durable on the store (acknowledged).
     fn write_lines(&self, lines: &[(u64, [u8; 64])]) -> Result<(), StoreError>;
 
+    /// Reads like [`RemoteStore::read`] as bulk traffic: a cluster no
+    /// fault is waiting on yet (`--engine daemon`), sent on the bulk lane
+    /// so demand reads never queue behind it. A store without lanes reads
+    /// as usual.
+    fn read_bulk(&self, addr: u64, buf: &mut [u8]) -> Result<(), StoreError> {
+        self.read(addr, buf)
+    }
+
     /// Makes [`RemoteStore::read_in_signal`] possible (again): opens what
     /// it needs, replaces what broke. False: this store has no such path.
     fn prepare_read_in_signal(&self) -> Result<bool, StoreError> {

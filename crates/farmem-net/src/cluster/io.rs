@@ -17,7 +17,7 @@ use std::collections::HashMap;
 use farmem_wire::{ErrorCode, LINE_LEN, LOG_RECORD_LEN, LogRecords, Msg};
 
 use super::{Cluster, read_reply_into};
-use crate::{NetError, Reply, Ticket};
+use crate::{Lane, NetError, Reply, Ticket};
 
 /// One copy of a range: the node holding it and the address there.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -125,6 +125,18 @@ impl Cluster {
     /// Reads `buf.len()` bytes at `addr`, in frame-sized pieces issued
     /// together, each from its first live copy, failing over to the others.
     pub fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), NetError> {
+        self.read_as(addr, buf, Lane::Demand)
+    }
+
+    /// [`Self::read`] on the bulk lane, as bulk traffic at a delay gate: a
+    /// prefetch no fault waits on yet (DaeMon's bulk cluster), so demand
+    /// reads never queue behind it on a connection or at a partitioned
+    /// gate. Failover to other copies goes on the demand lane.
+    pub fn read_bulk(&self, addr: u64, buf: &mut [u8]) -> Result<(), NetError> {
+        self.read_as(addr, buf, Lane::Bulk)
+    }
+
+    fn read_as(&self, addr: u64, buf: &mut [u8], lane: Lane) -> Result<(), NetError> {
         if super::ec::is_logical(addr) {
             return self.ec_read(addr, buf);
         }
@@ -138,7 +150,7 @@ impl Cluster {
                 addr: first.addr,
                 len: chunk.len() as u32,
             };
-            sent.push((copies, self.submit_to(first.node, &read)));
+            sent.push((copies, self.submit_in(first.node, &read, lane)));
         }
         for ((copies, ticket), chunk) in sent.into_iter().zip(buf.chunks_mut(piece)) {
             let node = copies[0].node;

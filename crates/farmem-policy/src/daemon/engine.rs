@@ -8,7 +8,9 @@ use std::collections::{HashMap, VecDeque};
 
 use serde::{Deserialize, Serialize};
 
-use super::partition::{BandwidthPartitioner, Class, PartitionConfig, Slot};
+use super::partition::{BandwidthPartitioner, PartitionConfig};
+#[cfg(test)]
+use super::partition::{Class, Slot};
 use super::{DaemonError, LineOffset, PageNo};
 
 /// Which granularities a miss may move: the §6 schemes.
@@ -157,9 +159,8 @@ impl LineMask {
 
 /// An inflight page buffer entry's state (§4.5 Fig. 7b). `Invalid` is "no
 /// entry".
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum PageState {
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum PageState {
     /// In the page queue, not yet issued.
     Scheduled,
     /// Issued by the queue controller, on its way.
@@ -167,6 +168,8 @@ pub enum PageState {
     /// Its dirty lines were flushed to remote; discard it on arrival and
     /// request it again (§4.3).
     Throttled,
+    /// No entry: only [`ComputeEngine::page_state`] (tests) says it.
+    #[cfg(test)]
     Invalid,
 }
 
@@ -267,9 +270,12 @@ pub enum DirtyAction {
     FlushAndThrottle { flush: LineMask },
 }
 
-/// What the queue controller does in its next slot (§4.1).
+/// What the queue controller does in its next slot (§4.1). Test-only, as
+/// [`Slot`] is: both bodies issue by request ([`ComputeEngine::issue_line`],
+/// [`ComputeEngine::issue_page`]).
+#[cfg(test)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Issue {
+pub(crate) enum Issue {
     /// Request this line from remote memory (it left the sub-block queue).
     Line(PageNo, LineOffset),
     /// Request this page (it left the page queue; its entry is now moved).
@@ -550,7 +556,8 @@ impl ComputeEngine {
 
     /// One slot of the queue controller (§4.1): the partitioner picks the
     /// class; its queue's head is issued, or the slot is idle.
-    pub fn issue(&mut self) -> Issue {
+    #[cfg(test)]
+    pub(crate) fn issue(&mut self) -> Issue {
         let slot = self.partitioner.next(
             !self.sub_block_queue.is_empty(),
             !self.page_queue.is_empty(),
@@ -719,7 +726,8 @@ impl ComputeEngine {
     }
 
     /// The inflight page buffer's state for `page`.
-    pub fn page_state(&self, page: PageNo) -> PageState {
+    #[cfg(test)]
+    pub(crate) fn page_state(&self, page: PageNo) -> PageState {
         self.inflight_pages
             .get(&page)
             .map_or(PageState::Invalid, |e| e.state)

@@ -7,7 +7,6 @@
 //! | type | paper | callers outside this crate |
 //! |---|---|---|
 //! | [`BandwidthPartitioner`], [`PartitionConfig`] | §4.1 approximate bandwidth partitioning (queue controller ⑦) | farmem-sim `scheme/daemon.rs` (its shares, via `ComputeEngine::partitioner`); farmem-runtime `join.rs` `demand_share` (4 KiB demand / 64 KiB bulk) |
-//! | [`Slot`] | §4.1 one slot of the alternation | none: [`BandwidthPartitioner::next`] and [`ComputeEngine::issue`], the slot-by-slot controller, are driven only by this crate's tests; both bodies use [`ShareServer`], its continuous-time form |
 //! | [`ShareServer`], [`Class`] | the same partitioning in continuous time: each class a FIFO server at its share | farmem-sim `scheme/daemon.rs` (the memory node's bus and the link's data direction, i.e. the memory engine's and compute engine's partitioned paths); farmem-net `delay.rs` `DelayGate::partitioned` under `farmem run --delay-partition` |
 //! | [`ComputeEngine`], [`EngineConfig`], [`Selection`] | §4.1 queues ①②, §4.2 inflight buffers ③④ and selection unit ⑤, §4.3 dirty unit ⑧, sizes of §4.5 Table 1; §6 schemes (`Selective` is PQ/DaeMon, `Both` is BP, `PageOnly` is Remote/LC, `LineOnly` is cache-line only) | farmem-sim `scheme/daemon.rs` `Daemon`, `config.rs` (`daemon.compute`) |
 //! | [`ComputeEngine::on_miss`] → [`MissAction`] ([`PageDecision`], [`LineDecision`]) | §4.2 "Scheduling Page / Cache Line Granularity Data Movements" | farmem-sim `Daemon::read_line` |
@@ -15,7 +14,16 @@
 //! | [`ComputeEngine::on_dirty_line_evicted`] → [`DirtyAction`] | §4.3 scenario (ii), the 8-line throttle | farmem-sim `Daemon::write_back` |
 //! | [`EngineStats`] | the engine's event counters | farmem-sim `Daemon::report` (`farmem sim --json`) |
 //! | [`DaemonError`] | refused configs and offsets | farmem-sim `Config::validate`, `Daemon::read_line` |
-//! | [`Issue`], [`PageState`] | §4.1 the controller's slot, §4.5 Fig. 7b entry states | none: returned by [`ComputeEngine::issue`] and [`ComputeEngine::page_state`], which this crate's tests and proptests drive |
+//! | [`FaultSelector`], [`FaultConfig`], [`Fetch`], [`FaultStats`] | §4.2's selection unit on real faults, at §4.7's granularities (demand page / bulk cluster), over a [`ComputeEngine`] | farmem-runtime `daemon.rs` (`farmem run --engine daemon`) |
+//!
+//! Test-only (`#[cfg(test)]`, crate-private): the slot-by-slot queue
+//! controller, `BandwidthPartitioner::next` → `Slot` and
+//! `ComputeEngine::issue` → `Issue`, this crate's reference model of §4.1's
+//! alternation, whose rounded pattern its tests pin and [`ShareServer`]
+//! takes its shares from; and `ComputeEngine::page_state` → `PageState`
+//! (§4.5 Fig. 7b's entry states, kept inside the engine). Neither body
+//! steps slots: both issue by request ([`ComputeEngine::issue_line`],
+//! [`ComputeEngine::issue_page`]) and charge the shares in continuous time.
 //!
 //! The memory engine (§4.1/§4.5: queues 512/1024 served on a partitioned
 //! bus) has no type of its own. The simulator charges its partitioned bus
@@ -90,8 +98,8 @@
 //!    `AlreadyInflight`) and/or the line (`Sent` / `AlreadyInflight`); a
 //!    [`LineDecision::HeldDirty`] is served from the dirty buffer at once.
 //!    If [`MissAction::is_stalled`], retry it after the next arrival.
-//! 2. The link: whenever it is free and [`ComputeEngine::has_work`], call
-//!    [`ComputeEngine::issue`]. `Line`/`Page`: send the request; the reply
+//! 2. The link: whenever it is free and [`ComputeEngine::has_work`], step
+//!    the queue controller (in this crate's tests, `ComputeEngine::issue`). `Line`/`Page`: send the request; the reply
 //!    occupies the link for its size (the page's compressed size with §4.4).
 //!    `Idle(class)`: keep the link idle for
 //!    `partitioner().slot_bytes(class)` at the link's bandwidth, then call
@@ -118,6 +126,7 @@
 //!    them in either queue, so the caller charges them as it models writes.
 
 pub mod engine;
+pub mod fault;
 pub mod partition;
 pub mod share;
 
@@ -125,10 +134,13 @@ pub mod share;
 mod proptests;
 
 pub use engine::{
-    ComputeEngine, DirtyAction, EngineConfig, EngineStats, Issue, LineArrival, LineDecision,
-    LineMask, MissAction, PageArrival, PageDecision, PageState, Selection,
+    ComputeEngine, DirtyAction, EngineConfig, EngineStats, LineArrival, LineDecision, LineMask,
+    MissAction, PageArrival, PageDecision, Selection,
 };
-pub use partition::{BandwidthPartitioner, Class, PartitionConfig, Slot};
+#[cfg(test)]
+pub(crate) use engine::{Issue, PageState};
+pub use fault::{FaultConfig, FaultSelector, FaultStats, Fetch};
+pub use partition::{BandwidthPartitioner, Class, PartitionConfig};
 pub use share::ShareServer;
 
 /// A page number (address / page size).

@@ -33,9 +33,13 @@ pub enum Class {
     Page,
 }
 
-/// What the queue controller does with the current slot.
+/// What the queue controller does with the current slot. Test-only: the
+/// slot-by-slot controller is this crate's reference model of §4.1's
+/// alternation (its tests pin the rounded pattern that [`super::ShareServer`]
+/// takes its shares from); both bodies charge the shares in continuous time.
+#[cfg(test)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Slot {
+pub(crate) enum Slot {
     /// Serve the head of the sub-block queue.
     Line,
     /// Serve the head of the page queue.
@@ -45,16 +49,6 @@ pub enum Slot {
     /// link (or bus) idle for [`BandwidthPartitioner::slot_bytes`] of that
     /// class, so the reserved share stays reserved.
     Idle(Class),
-}
-
-impl Slot {
-    /// The class the slot belongs to, served or idle.
-    pub fn class(self) -> Class {
-        match self {
-            Slot::Line | Slot::Idle(Class::Line) => Class::Line,
-            Slot::Page | Slot::Idle(Class::Page) => Class::Page,
-        }
-    }
 }
 
 /// The partition's settings: the reserved line share and the two transfer
@@ -182,7 +176,8 @@ impl BandwidthPartitioner {
     /// Consumes the current slot. Served when its own queue is ready, idle
     /// otherwise; the other queue's readiness never changes the answer
     /// (§4.1: the alternation is retained even if either queue is empty).
-    pub fn next(&mut self, line_ready: bool, page_ready: bool) -> Slot {
+    #[cfg(test)]
+    pub(crate) fn next(&mut self, line_ready: bool, page_ready: bool) -> Slot {
         let class = self.peek();
         self.pos = (self.pos + 1) % self.period();
         match class {
@@ -206,7 +201,7 @@ impl BandwidthPartitioner {
     /// (§4.1), so advance over every slot that started during the park.
     /// Returns the bytes left of the slot still in progress: it was idle
     /// when it began, so nothing may be issued until it ends; the next
-    /// [`next`](Self::next) is the slot after it. A caller that prefers to
+    /// `next` is the slot after it. A caller that prefers to
     /// resume where the pattern stopped simply never calls this.
     pub fn elapse_idle(&mut self, bytes: u64) -> u64 {
         // Whole periods leave the position where it was.

@@ -99,6 +99,17 @@ impl ShareServer {
         busy[c] = end;
         (start, end)
     }
+
+    /// A request of `class` served for `ns_full` more than it moved (its
+    /// reply or write crossed packed): its class's and the total's busy
+    /// times give that back, never before `t`. Given back at the full
+    /// bandwidth, the smallest the request could have held its class for,
+    /// so a refund never lets the resource carry more than its bandwidth.
+    pub fn refund(&self, busy: &mut Busy, class: Class, t: f64, ns_full: f64) {
+        for i in [index(class), TOTAL] {
+            busy[i] = (busy[i] - ns_full).max(t);
+        }
+    }
 }
 
 #[cfg(test)]

@@ -510,8 +510,10 @@ fn push_lines(lines: &mut Vec<(u64, [u8; LINE])>, page: u64, data: &[u8]) {
     }
 }
 
-impl RemoteStore for CompressedStore {
-    fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), StoreError> {
+impl CompressedStore {
+    /// Reads from the pool what it holds and the rest from below, as bulk
+    /// traffic there when `bulk` ([`RemoteStore::read_bulk`]).
+    fn read_in(&self, addr: u64, buf: &mut [u8], bulk: bool) -> Result<(), StoreError> {
         // Pieces the pool does not hold, read below in contiguous runs.
         let mut runs: Vec<std::ops::Range<usize>> = Vec::new();
         let mut whole = [0u8; PAGE];
@@ -537,9 +539,24 @@ impl RemoteStore for CompressedStore {
             pool.read(page, true);
         }
         for r in runs {
-            self.below.read(addr + r.start as u64, &mut buf[r])?;
+            let piece = &mut buf[r.clone()];
+            if bulk {
+                self.below.read_bulk(addr + r.start as u64, piece)?;
+            } else {
+                self.below.read(addr + r.start as u64, piece)?;
+            }
         }
         Ok(())
+    }
+}
+
+impl RemoteStore for CompressedStore {
+    fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), StoreError> {
+        self.read_in(addr, buf, false)
+    }
+
+    fn read_bulk(&self, addr: u64, buf: &mut [u8]) -> Result<(), StoreError> {
+        self.read_in(addr, buf, true)
     }
 
     fn write(&self, addr: u64, data: &[u8]) -> Result<(), StoreError> {

@@ -125,6 +125,22 @@ pub struct Args {
     /// cache and raw system calls (Go) fail with EFAULT on a far page.
     #[arg(long, default_value = "thread")]
     fault_path: farmem_runtime::FaultPath,
+    /// What a fault on a far page fetches. `page`: the page, plus the
+    /// window the region's readahead grows along a stream (--fault-around),
+    /// in one read the fault waits for. `daemon`: DaeMon's selection unit
+    /// (seed 000 §4.2, with §4.7's 4 KiB demand page / 256 KiB bulk
+    /// cluster) decides per fault between the page alone, the page plus its
+    /// cluster read at the same time on the bulk lane (the program goes
+    /// on once its page is in), or the cluster alone with the page in it,
+    /// from how full the demand and bulk lanes are and whether the region
+    /// shows locality there (its readahead sees a stream; random faults
+    /// fetch their page alone). A slow link keeps clusters in flight
+    /// longer, so faults fall back to pages: try it with a `rate:` --delay
+    /// and --delay-partition. Never-written pages are zeros either way.
+    /// Needs --fault-path thread. Its decisions are in --stats-json
+    /// (`engine_*`). See docs/daemon.md.
+    #[arg(long, default_value = "page", value_name = "page|daemon")]
+    engine: farmem_runtime::Engine,
     /// How the handler threads of the `thread` path wait for the next
     /// fault: `adaptive` spins (yielding the CPU) while faults come within
     /// 100 µs of each other and sleeps otherwise, so a busy program finds
@@ -321,6 +337,7 @@ pub fn run(args: Args) -> Outcome {
             "backend": args.backend.to_string(),
             "dirty": dirty(&args).to_string(),
             "fault_path": args.fault_path.to_string(),
+            "engine": args.engine.to_string(),
             "fault_wait": args.fault_wait.to_string(),
             "fault_around": args.fault_around,
             "link_compression": args.link_compression.to_string(),
@@ -360,6 +377,11 @@ fn validate(args: &Args) -> anyhow::Result<(u64, u64)> {
         ByteSize(min)
     );
     anyhow::ensure!(args.threshold.bytes() > 0, "--threshold must be positive");
+    anyhow::ensure!(
+        args.engine == farmem_runtime::Engine::Page
+            || args.fault_path == farmem_runtime::FaultPath::Thread,
+        "--engine daemon needs --fault-path thread: a signal handler cannot wait for the selection unit"
+    );
     anyhow::ensure!(
         args.backend.needs_rack() || (args.delay.is_none() && args.path_delay.is_empty()),
         "--delay and --path-delay act on the link to memory nodes; --backend {} uses none",
@@ -541,6 +563,7 @@ fn shim_env(
         backend: args.backend.clone(),
         dirty: dirty(args),
         fault_path: args.fault_path,
+        engine: args.engine,
         fault_wait: args.fault_wait,
         fault_around: args.fault_around,
         policy: args.policy.clone(),

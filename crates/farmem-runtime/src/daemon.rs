@@ -1,0 +1,328 @@
+//! `--engine daemon`: DaeMon's selection unit on real faults (seed 000
+//! §4.2 at §4.7's granularities). A fault on a stored page asks
+//! farmem-policy's [`FaultSelector`] whether to fetch the page alone
+//! (demand lane), the page and at the same time the rest of its cluster
+//! (on the bulk lane, read by the `farmem-bulk` thread while the page is
+//! read and after the program runs on), or the cluster alone with the page in it (bulk lane, the
+//! fault waiting). The region's readahead says whether the fault shows
+//! locality; the selector's buffers are the lanes' occupancy. Thread fault
+//! path only: a signal handler cannot wait on the selector's lock.
+//!
+//! Never-written pages keep fault-around's zeros (they cross no link), so
+//! only remote faults meet the selector.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crossbeam_channel::{Receiver, Sender};
+use farmem_core::Counter;
+use farmem_policy::daemon::{FaultConfig, FaultSelector, FaultStats, Fetch};
+use parking_lot::Mutex;
+
+use crate::around::{Around, Settle};
+use crate::cache::Ctx;
+use crate::page::{FetchJob, PAGE, PageBuf, RunBuf, State};
+use crate::shared::Shared;
+
+/// The selector's number for `job`'s page: clusters are aligned to the
+/// region's start, and two regions' numbers never meet (a region's are
+/// its first page's number times the cluster size, plus the page's index,
+/// and the next region starts at least a page per index later).
+fn selector_key(d: &Daemon, job: &FetchJob) -> u64 {
+    (job.region.page_addr(0) / PAGE) * d.cluster_pages as u64 + job.idx as u64
+}
+
+/// The rest of a cluster, taken around a fault's page, for the bulk thread.
+pub(crate) struct BulkJob {
+    /// The fault's page; the job installs clean (`write` false).
+    job: FetchJob,
+    around: Around,
+    cluster: u64,
+}
+
+/// The engine's state in a runtime.
+pub(crate) struct Daemon {
+    selector: Mutex<FaultSelector>,
+    cluster_pages: usize,
+    tx: Sender<BulkJob>,
+    rx: Receiver<BulkJob>,
+    /// Cluster reads on the bulk lane, and the pages they installed.
+    pub bulk_reads: Counter,
+    pub bulk_pages: Counter,
+}
+
+impl Daemon {
+    pub(crate) fn new(config: FaultConfig) -> Result<Self, String> {
+        let selector = FaultSelector::new(config).map_err(|e| e.to_string())?;
+        // A cluster is queued only when the selector scheduled it, and it
+        // holds at most `bulk_slots`: the channel never fills.
+        let (tx, rx) = crossbeam_channel::bounded(config.bulk_slots.max(1));
+        Ok(Self {
+            selector: Mutex::new(selector),
+            cluster_pages: config.cluster_pages as usize,
+            tx,
+            rx,
+            bulk_reads: Counter::default(),
+            bulk_pages: Counter::default(),
+        })
+    }
+
+    pub(crate) fn stats(&self) -> FaultStats {
+        *self.selector.lock().stats()
+    }
+}
+
+impl Shared {
+    /// Fetches a stored page's fault as the selector says, on a thread
+    /// with `buf` and `run`; the slot for the page is taken. True when the
+    /// page is installed; else it is given back (Absent) or its install
+    /// failed (reported).
+    pub(crate) fn fetch_selected(
+        &self,
+        d: &Daemon,
+        job: FetchJob,
+        buf: &mut PageBuf,
+        run: &mut RunBuf,
+    ) -> bool {
+        let page_no = selector_key(d, &job);
+        let cluster = d.selector.lock().cluster_of(page_no).0;
+        let (fetch, around) = self.select(d, &job, page_no);
+        if fetch == Fetch::PageAndCluster {
+            // Both at once, as §4.2 sends the line and the page: the bulk
+            // thread reads the cluster while this one reads the page, on
+            // their own lanes.
+            self.send_cluster(d, &job, around, cluster);
+        }
+        let t = std::time::Instant::now();
+        let filled = match fetch {
+            Fetch::Cluster if !around.is_empty() => {
+                d.selector.lock().cluster_issued(cluster);
+                let read = self.read_window_bulk(&job, around, buf, run);
+                d.selector.lock().cluster_done(cluster);
+                if read {
+                    d.bulk_reads.inc();
+                    d.bulk_pages.add((around.before + around.after) as u64);
+                    self.m.st_fetch.since(t);
+                    return self.install_cluster(job, around, buf, run);
+                }
+                self.finish_around(&job, around, Ctx::Thread);
+                self.fill(&job, buf, Ctx::Thread)
+            }
+            Fetch::Cluster => {
+                // Nothing of the cluster could be taken: the page alone.
+                d.selector.lock().cluster_done(cluster);
+                self.fill(&job, buf, Ctx::Thread)
+            }
+            Fetch::Page | Fetch::PageAndCluster => {
+                let ok = self.fill(&job, buf, Ctx::Thread);
+                d.selector.lock().page_done(page_no);
+                ok
+            }
+        };
+        self.m.st_fetch.since(t);
+        if !filled {
+            self.give_back(&job, Ctx::Thread);
+            return false;
+        }
+        self.install_or_report(&job, buf)
+    }
+
+    /// Hands the pages `around` took of `job`'s cluster to the bulk
+    /// thread (or, with none taken, releases the cluster).
+    fn send_cluster(&self, d: &Daemon, job: &FetchJob, around: Around, cluster: u64) {
+        if around.is_empty() {
+            d.selector.lock().cluster_done(cluster);
+            return;
+        }
+        let b = BulkJob {
+            job: FetchJob {
+                region: job.region.clone(),
+                idx: job.idx,
+                write: false,
+                unwatched: false,
+                zero: false,
+                reserved: true,
+                t0: job.t0,
+            },
+            around,
+            cluster,
+        };
+        if let Err(e) = d.tx.try_send(b) {
+            self.give_back_cluster(d, e.into_inner());
+        }
+    }
+
+    /// Asks the selector about `job`'s fault (its number `page_no`), with
+    /// the region's readahead as the locality, and takes the cluster's
+    /// pages unless the page goes alone.
+    fn select(&self, d: &Daemon, job: &FetchJob, page_no: u64) -> (Fetch, Around) {
+        let r = &job.region;
+        let window = r.readahead.lock().on_miss(job.idx as u64);
+        let fetch = d
+            .selector
+            .lock()
+            .on_fault(page_no, job.write, window.len > 1);
+        let around = match fetch {
+            Fetch::Page => Around::default(),
+            _ => self.reserve_cluster(d, job),
+        };
+        // The readahead's stream goes on where what this fault brings
+        // ends, so the next cluster's first fault continues it.
+        let brought = if window.first < job.idx as u64 {
+            around.before + 1
+        } else {
+            around.after + 1
+        };
+        r.readahead.lock().cut(job.idx as u64, brought as u32);
+        (fetch, around)
+    }
+
+    /// Takes the absent stored pages of `job`'s cluster beside its page
+    /// (Fetching, with their slots): those whose remote addresses run on
+    /// from the page's, outward from it, until one does not fit or the
+    /// cache is full. The selector's cluster is then these pages.
+    fn reserve_cluster(&self, d: &Daemon, job: &FetchJob) -> Around {
+        let r = &job.region;
+        let idx = job.idx;
+        let n = d.cluster_pages;
+        let first = idx - idx % n;
+        let end = (first + n).min(r.pages.len());
+        let base = r.remote(idx);
+        let take = |j: usize| {
+            let mut m = r.pages[j].lock();
+            let offset = (j as i64 - idx as i64) * PAGE as i64;
+            let fits = (m.stored || r.all_stored)
+                && base.is_some()
+                && r.remote(j) == base.and_then(|b| b.checked_add_signed(offset));
+            if m.state != State::Absent || !fits || !self.cache.try_reserve(&self.m) {
+                return false;
+            }
+            m.state = State::Fetching;
+            true
+        };
+        Around {
+            after: (idx + 1..end).take_while(|&j| take(j)).count(),
+            before: (first..idx).rev().take_while(|&j| take(j)).count(),
+        }
+    }
+
+    /// [`Shared::read_window`] on the bulk lane: the cluster, the page in
+    /// it, in one read.
+    fn read_window_bulk(
+        &self,
+        job: &FetchJob,
+        around: Around,
+        buf: &mut PageBuf,
+        run: &mut RunBuf,
+    ) -> bool {
+        let first = job.idx - around.before;
+        let Some(remote) = job.region.remote(first) else {
+            return false;
+        };
+        let pages = around.before + 1 + around.after;
+        let bytes = run.run(pages);
+        match self.store.read_bulk(remote, bytes) {
+            Ok(()) => {
+                let at = around.before * PAGE as usize;
+                buf.0.copy_from_slice(&bytes[at..at + PAGE as usize]);
+                true
+            }
+            Err(e) => {
+                self.m.fetch_errors.inc();
+                self.report(format!(
+                    "reading the cluster of {pages} pages at {:#x}: {e}; fetching the page alone",
+                    job.region.page_addr(first)
+                ));
+                false
+            }
+        }
+    }
+
+    /// Installs a cluster read whole into `run`: the page, then the pages
+    /// below and above it.
+    fn install_cluster(
+        &self,
+        job: FetchJob,
+        around: Around,
+        buf: &PageBuf,
+        run: &mut RunBuf,
+    ) -> bool {
+        let installed = self.install_or_report(&job, buf);
+        let below = job.idx - around.before;
+        self.install_read(&job, below, around.before, run, 0);
+        self.install_read(&job, job.idx + 1, around.after, run, around.before + 1);
+        installed
+    }
+
+    fn install_or_report(&self, job: &FetchJob, buf: &PageBuf) -> bool {
+        match self.install(job, buf, Ctx::Thread) {
+            Ok(()) => true,
+            Err(e) => {
+                let page = job.region.page_addr(job.idx);
+                self.report(format!("installing {page:#x}: {e}"));
+                false
+            }
+        }
+    }
+
+    /// The bulk thread's work: the pages of a cluster beside its fault's
+    /// page, below and above it, each run in one bulk read, installed
+    /// clean. A failed read gives its pages back, for each to be fetched
+    /// at its own fault.
+    fn read_cluster(&self, d: &Daemon, b: BulkJob, run: &mut RunBuf) {
+        d.selector.lock().cluster_issued(b.cluster);
+        let runs = [
+            (b.job.idx - b.around.before, b.around.before),
+            (b.job.idx + 1, b.around.after),
+        ];
+        for (first, n) in runs.into_iter().filter(|&(_, n)| n > 0) {
+            let t = std::time::Instant::now();
+            let read = match b.job.region.remote(first) {
+                Some(remote) => self
+                    .store
+                    .read_bulk(remote, run.run(n))
+                    .map_err(|e| e.to_string()),
+                None => Err("no remote address".into()),
+            };
+            self.m.st_fetch.since(t);
+            match read {
+                Ok(()) => {
+                    d.bulk_reads.inc();
+                    d.bulk_pages.add(n as u64);
+                    self.install_read(&b.job, first, n, run, 0);
+                }
+                Err(e) => {
+                    self.m.fetch_errors.inc();
+                    self.report(format!(
+                        "reading a cluster's {n} pages at {:#x}: {e}; each is fetched at its fault",
+                        b.job.region.page_addr(first)
+                    ));
+                    self.finish_run(&b.job, first, n, 0, Settle::Clean, Ctx::Thread);
+                }
+            }
+        }
+        d.selector.lock().cluster_done(b.cluster);
+    }
+
+    /// A cluster that will not be read: its pages Absent again, its
+    /// selector entry released.
+    fn give_back_cluster(&self, d: &Daemon, b: BulkJob) {
+        self.finish_around(&b.job, b.around, Ctx::Thread);
+        d.selector.lock().cluster_done(b.cluster);
+    }
+}
+
+/// The `farmem-bulk` thread: reads the clusters faults scheduled, until
+/// shutdown; those left then are given back.
+pub(crate) fn bulk_worker(sh: Arc<Shared>) {
+    let Some(d) = sh.daemon.as_ref() else { return };
+    let mut run = crate::page::FetchBufs::new().run;
+    while !sh.is_shutdown() {
+        if let Ok(b) = d.rx.recv_timeout(Duration::from_millis(20)) {
+            sh.read_cluster(d, b, &mut run);
+        }
+    }
+    while let Ok(b) = d.rx.try_recv() {
+        sh.give_back_cluster(d, b);
+    }
+}

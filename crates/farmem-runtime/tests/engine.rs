@@ -1,0 +1,111 @@
+//! `engine: daemon` (DaeMon's selection unit on real faults): exact
+//! decision counts on far data read in order and in a scattered order,
+//! every page's bytes checked, and the reads the store saw.
+
+use std::sync::Arc;
+
+use farmem_policy::readahead::ReadaheadConfig;
+use farmem_runtime::{Config, DirtyMode, Engine, FaultPath, MemStore, PAGE, Runtime, Stats};
+
+mod common;
+use common::skip;
+
+const PAGES: usize = 512;
+/// Pages per cluster (the selector's default, 256 KiB).
+const CLUSTER: usize = 64;
+
+fn cfg(engine: Engine) -> Config {
+    Config {
+        // Room for every page: nothing is evicted mid-test.
+        local_bytes: 2 * PAGES as u64 * PAGE,
+        zeroed_slabs: true,
+        slab_batch: 4 << 20,
+        dirty: DirtyMode::Line,
+        fault_path: FaultPath::Thread,
+        engine,
+        fault_around: ReadaheadConfig { max_blocks: 32 },
+        ..Config::default()
+    }
+}
+
+/// PAGES distinct pages written through one runtime: the store, and the
+/// extents holding them.
+fn stored_pages() -> (Arc<MemStore>, Vec<(u64, u64)>) {
+    let store = Arc::new(MemStore::new(1 << 30));
+    let rt = Runtime::new(cfg(Engine::Page), store.clone(), store.clone()).unwrap();
+    let r = rt.region(PAGES as u64 * PAGE).unwrap();
+    for p in 0..PAGES {
+        r.write_at(p * PAGE as usize, &[(p % 251) as u8 + 1; PAGE as usize])
+            .unwrap();
+    }
+    r.sync().unwrap();
+    let extents = r.extents().unwrap();
+    (store, extents)
+}
+
+/// Reads the pages in `order` through a fresh runtime, checking each;
+/// returns its stats and the store's reads meanwhile.
+fn read_pages(engine: Engine, order: &[usize]) -> (Stats, u64) {
+    let (store, extents) = stored_pages();
+    let before = store.stats().reads;
+    let rt = Runtime::new(cfg(engine), store.clone(), store.clone()).unwrap();
+    let r = rt.region_over(&extents).unwrap();
+    let mut page = vec![0u8; PAGE as usize];
+    for &p in order {
+        r.read_at(p * PAGE as usize, &mut page).unwrap();
+        assert!(page.iter().all(|&b| b == (p % 251) as u8 + 1), "page {p}");
+    }
+    let stats = rt.stats();
+    drop(r);
+    drop(rt);
+    (stats, store.stats().reads - before)
+}
+
+#[test]
+fn a_stream_takes_a_cluster_per_fault_after_its_first() {
+    if skip() {
+        return;
+    }
+    let order: Vec<usize> = (0..PAGES).collect();
+    let (s, reads) = read_pages(Engine::Daemon, &order);
+    let clusters = (PAGES / CLUSTER) as u64;
+    // Page 0 starts the stream (no locality yet): its page alone. Page 1
+    // continues it: page 1, and the rest of cluster 0 (pages 2-63) in the
+    // background. Every cluster after starts where the last ended.
+    assert_eq!(s.engine_pages_only, 1, "{s:?}");
+    assert_eq!(s.engine_no_locality, 1, "{s:?}");
+    assert_eq!(s.engine_page_and_cluster, clusters, "{s:?}");
+    assert_eq!(s.engine_cluster_only, 0, "{s:?}");
+    assert_eq!(s.engine_bulk_reads, clusters, "{s:?}");
+    assert_eq!(
+        s.engine_bulk_pages,
+        (CLUSTER - 2) as u64 + (clusters - 1) * (CLUSTER - 1) as u64,
+        "{s:?}"
+    );
+    assert_eq!(s.pages_fetched, PAGES as u64, "{s:?}");
+    // A read per demand page and one per cluster.
+    assert_eq!(reads, 1 + 2 * clusters);
+}
+
+#[test]
+fn scattered_faults_fetch_their_pages_alone() {
+    if skip() {
+        return;
+    }
+    // 101 is prime to 512, so every page comes once; and no page comes
+    // within 63 faults of a neighbour (k·101 mod 512 is never ±1 for
+    // k < 64), so none continues any of the readahead's 16 streams. (With
+    // 239, page 1 comes 15 faults after page 0: a stream, and locality.)
+    let order: Vec<usize> = (0..PAGES).map(|i| i * 101 % PAGES).collect();
+    let (s, reads) = read_pages(Engine::Daemon, &order);
+    assert_eq!(s.engine_pages_only, PAGES as u64, "{s:?}");
+    assert_eq!(s.engine_no_locality, PAGES as u64, "{s:?}");
+    assert_eq!(s.engine_page_and_cluster + s.engine_cluster_only, 0);
+    assert_eq!((s.engine_bulk_reads, s.engine_bulk_pages), (0, 0));
+    assert_eq!(reads, PAGES as u64);
+    // The page engine on the same order: the same pages, no decisions.
+    let (p, page_reads) = read_pages(Engine::Page, &order);
+    assert_eq!(p.engine_pages_only + p.engine_page_and_cluster, 0);
+    assert_eq!(page_reads, PAGES as u64);
+    assert_eq!(p.pages_fetched, s.pages_fetched);
+}
