@@ -26,6 +26,14 @@ impl Around {
     }
 }
 
+/// Which of the link's lanes a window is read on: a fault's own window
+/// on the demand lane, `--engine daemon`'s clusters on the bulk lane.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Lane {
+    Demand,
+    Bulk,
+}
+
 /// How the pages of a window that were installed start out.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Settle<'a> {
@@ -144,6 +152,7 @@ impl Shared {
         around: Around,
         buf: &mut PageBuf,
         run: &mut RunBuf,
+        lane: Lane,
     ) -> bool {
         let first = job.idx - around.before;
         let Some(remote) = job.region.remote(first) else {
@@ -151,7 +160,11 @@ impl Shared {
         };
         let pages = around.before + 1 + around.after;
         let bytes = run.run(pages);
-        match self.store.read(remote, bytes) {
+        let read = match lane {
+            Lane::Demand => self.store.read(remote, bytes),
+            Lane::Bulk => self.store.read_bulk(remote, bytes),
+        };
+        match read {
             Ok(()) => {
                 let at = around.before * PAGE as usize;
                 buf.0.copy_from_slice(&bytes[at..at + PAGE as usize]);

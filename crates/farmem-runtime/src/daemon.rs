@@ -19,7 +19,7 @@ use farmem_core::Counter;
 use farmem_policy::daemon::{FaultConfig, FaultSelector, FaultStats, Fetch};
 use parking_lot::Mutex;
 
-use crate::around::{Around, Settle};
+use crate::around::{Around, Lane, Settle};
 use crate::cache::Ctx;
 use crate::page::{FetchJob, PAGE, PageBuf, RunBuf, State};
 use crate::shared::Shared;
@@ -97,7 +97,7 @@ impl Shared {
         let filled = match fetch {
             Fetch::Cluster if !around.is_empty() => {
                 d.selector.lock().cluster_issued(cluster);
-                let read = self.read_window_bulk(&job, around, buf, run);
+                let read = self.read_window(&job, around, buf, run, Lane::Bulk);
                 d.selector.lock().cluster_done(cluster);
                 if read {
                     d.bulk_reads.inc();
@@ -203,38 +203,6 @@ impl Shared {
         Around {
             after: (idx + 1..end).take_while(|&j| take(j)).count(),
             before: (first..idx).rev().take_while(|&j| take(j)).count(),
-        }
-    }
-
-    /// [`Shared::read_window`] on the bulk lane: the cluster, the page in
-    /// it, in one read.
-    fn read_window_bulk(
-        &self,
-        job: &FetchJob,
-        around: Around,
-        buf: &mut PageBuf,
-        run: &mut RunBuf,
-    ) -> bool {
-        let first = job.idx - around.before;
-        let Some(remote) = job.region.remote(first) else {
-            return false;
-        };
-        let pages = around.before + 1 + around.after;
-        let bytes = run.run(pages);
-        match self.store.read_bulk(remote, bytes) {
-            Ok(()) => {
-                let at = around.before * PAGE as usize;
-                buf.0.copy_from_slice(&bytes[at..at + PAGE as usize]);
-                true
-            }
-            Err(e) => {
-                self.m.fetch_errors.inc();
-                self.report(format!(
-                    "reading the cluster of {pages} pages at {:#x}: {e}; fetching the page alone",
-                    job.region.page_addr(first)
-                ));
-                false
-            }
         }
     }
 

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use crate::around::{Around, Settle};
+use crate::around::{Around, Lane, Settle};
 use crate::cache::{Ctx, PolicyUpdate};
 use crate::page::{FetchBufs, FetchJob, PAGE, PageBuf, PageMeta, RegionInner, RunBuf, State};
 use crate::shared::{Handoff, Shared};
@@ -159,7 +159,9 @@ impl Shared {
             Around::default()
         };
         let window_read = match run.as_deref_mut() {
-            Some(run) if !around.is_empty() => self.read_window(&job, around, buf, run),
+            Some(run) if !around.is_empty() => {
+                self.read_window(&job, around, buf, run, Lane::Demand)
+            }
             _ => false,
         };
         if !around.is_empty() && !window_read {

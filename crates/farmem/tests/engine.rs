@@ -4,35 +4,15 @@
 //! the engine and its decisions, and a pairing the runtime cannot serve is
 //! refused before the program starts.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
+
+mod common;
+
+use common::far_memory_unavailable as unavailable;
 
 fn farmem() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_farmem"))
-}
-
-/// Why these tests cannot run here (no shim built, no userfaultfd).
-fn unavailable() -> Option<String> {
-    let dir = farmem().parent().map(Path::to_path_buf).unwrap_or_default();
-    if !dir.join("libfarmem_preload.so").is_file()
-        && !dir.join("deps/libfarmem_preload.so").is_file()
-    {
-        return Some(format!(
-            "libfarmem_preload.so is not in {} (scripts/test builds it with `cargo build --release -p farmem-preload`)",
-            dir.display()
-        ));
-    }
-    // SAFETY: userfaultfd(2) with flags only; the descriptor is closed at once.
-    let fd = unsafe { libc::syscall(libc::SYS_userfaultfd, libc::O_CLOEXEC | 1) };
-    if fd < 0 {
-        return Some(format!(
-            "userfaultfd is unavailable: {}",
-            std::io::Error::last_os_error()
-        ));
-    }
-    // SAFETY: fd is ours.
-    unsafe { libc::close(fd as i32) };
-    None
 }
 
 const WORKER: [&str; 8] = [

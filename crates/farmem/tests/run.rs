@@ -5,39 +5,12 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+mod common;
+
+use common::far_memory_unavailable as unavailable;
+
 fn farmem() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_farmem"))
-}
-
-/// Why the environment cannot run these tests, if it cannot.
-fn unavailable() -> Option<String> {
-    let dir = farmem().parent().map(Path::to_path_buf).unwrap_or_default();
-    if !dir.join("libfarmem_preload.so").is_file()
-        && !dir.join("deps/libfarmem_preload.so").is_file()
-    {
-        return Some(format!(
-            "libfarmem_preload.so is not in {} (scripts/test builds it with `cargo build --release -p farmem-preload`)",
-            dir.display()
-        ));
-    }
-    // SAFETY: userfaultfd(2) with flags only; the descriptor is closed at once.
-    let fd = unsafe {
-        let fd = libc::syscall(libc::SYS_userfaultfd, libc::O_CLOEXEC | 1);
-        if fd >= 0 {
-            fd
-        } else {
-            libc::syscall(libc::SYS_userfaultfd, libc::O_CLOEXEC)
-        }
-    };
-    if fd < 0 {
-        return Some(format!(
-            "userfaultfd is unavailable: {}",
-            std::io::Error::last_os_error()
-        ));
-    }
-    // SAFETY: our own descriptor.
-    unsafe { libc::close(fd as i32) };
-    None
 }
 
 /// The compiled alloc test, or None (reason printed) where these tests

@@ -3,8 +3,21 @@
 //! rack; a compacted capture replays; and `farmem eval validate` sets the
 //! two bodies side by side and writes its outputs.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+
+/// False (reason printed) where programs cannot run on far memory here.
+fn far_memory_or_skip() -> bool {
+    match common::far_memory_unavailable() {
+        Some(why) => {
+            eprintln!("skipped: {why}");
+            false
+        }
+        None => true,
+    }
+}
 
 fn farmem(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_farmem"))
@@ -33,6 +46,9 @@ fn s(p: &Path) -> &str {
 
 #[test]
 fn a_replayed_trace_answers_on_far_memory_as_on_local_memory() {
+    if !far_memory_or_skip() {
+        return;
+    }
     // Key/value gets and sets over 8 MiB at 2 MiB local: pages leave with
     // their written lines and come back, and every load feeds the checksum.
     let trace = tmp("kv.trace");
@@ -124,6 +140,9 @@ fn replay_refuses_a_trace_whose_pages_it_cannot_lay_out() {
 
 #[test]
 fn eval_validate_sets_both_bodies_side_by_side() {
+    if !far_memory_or_skip() {
+        return;
+    }
     let dir = tmp("eval");
     let out = farmem(&[
         "eval",

@@ -55,3 +55,39 @@ pub fn status_json(ctl: &str, extra: &[&str]) -> serde_json::Value {
     );
     serde_json::from_slice(&out.stdout).unwrap()
 }
+
+/// Why this machine cannot run programs on far memory (no shim built, no
+/// userfaultfd), if it cannot.
+pub fn far_memory_unavailable() -> Option<String> {
+    let farmem = std::path::Path::new(env!("CARGO_BIN_EXE_farmem"));
+    let dir = farmem
+        .parent()
+        .map(std::path::Path::to_path_buf)
+        .unwrap_or_default();
+    if !dir.join("libfarmem_preload.so").is_file()
+        && !dir.join("deps/libfarmem_preload.so").is_file()
+    {
+        return Some(format!(
+            "libfarmem_preload.so is not in {} (scripts/test builds it with `cargo build --release -p farmem-preload`)",
+            dir.display()
+        ));
+    }
+    // SAFETY: userfaultfd(2) with flags only; the descriptor is closed at once.
+    let fd = unsafe {
+        let fd = libc::syscall(libc::SYS_userfaultfd, libc::O_CLOEXEC | 1);
+        if fd >= 0 {
+            fd
+        } else {
+            libc::syscall(libc::SYS_userfaultfd, libc::O_CLOEXEC)
+        }
+    };
+    if fd < 0 {
+        return Some(format!(
+            "userfaultfd is unavailable: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    // SAFETY: our own descriptor.
+    unsafe { libc::close(fd as i32) };
+    None
+}
