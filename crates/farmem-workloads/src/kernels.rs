@@ -745,6 +745,8 @@ pub fn nw<S: Sink + ?Sized>(sink: &mut S, p: &Params) {
             left = v;
             em.st(&m_r, (i * dim + j) as u64, 6);
         }
+        // The row's scores, as they will be when its pages next move.
+        em.contents_span(&m_r, &m, i * dim, (i + 1) * dim);
     }
     std::hint::black_box(&m);
 }
@@ -1019,6 +1021,7 @@ pub fn linreg<S: Sink + ?Sized>(sink: &mut S, p: &Params) {
 mod tests {
     use super::*;
     use crate::record::Access;
+    use farmem_core::PAGE_SIZE;
 
     /// The stiffness matrix's structure: 6×6 blocks stored whole, the six
     /// rows of a node sharing one sorted column list that holds the node
@@ -1077,6 +1080,70 @@ mod tests {
     /// and vertex 0's pull in the dense edgeMap: its record, then for each
     /// in-edge the neighbour id, its frontier flag, p_curr and the
     /// neighbour's record, p_next read and written, the output flag set.
+    /// nw reports each row of scores once it is computed: replaying the
+    /// page records gives memory in which every cell satisfies the
+    /// recurrence from the reported sequences, and a page's records follow
+    /// its row's last store, so a page that moves later carries the
+    /// scores, not the zeros it started with.
+    #[test]
+    fn nw_pages_carry_the_scores_the_kernel_wrote() {
+        #[derive(Default)]
+        struct Capture {
+            stores: u64,
+            /// (page address, data, stores seen before the record).
+            pages: Vec<(u64, Vec<u8>, u64)>,
+        }
+        impl Sink for Capture {
+            fn access(&mut self, a: Access) {
+                self.stores += u64::from(a.write);
+            }
+            fn wants_contents(&self) -> bool {
+                true
+            }
+            fn page(&mut self, addr: u64, data: &[u8]) {
+                self.pages.push((addr, data.to_vec(), self.stores));
+            }
+        }
+        let p = Params {
+            factor: 1.0 / 4096.0,
+            seed: 5,
+        };
+        let mut c = Capture::default();
+        nw(&mut c, &p);
+        let len = (4096.0 * p.factor.sqrt()).round().max(16.0) as usize;
+        let dim = len + 1;
+        let mut space = Space::default();
+        let m_r = space.alloc("score", 4, (dim * dim) as u64);
+        let a_r = space.alloc("seq_a", 1, len as u64);
+        let b_r = space.alloc("seq_b", 1, len as u64);
+        let mut mem: std::collections::HashMap<u64, Vec<u8>> = Default::default();
+        for (addr, data, _) in &c.pages {
+            mem.insert(*addr, data.clone());
+        }
+        let byte = |a: u64| mem[&(a / PAGE_SIZE * PAGE_SIZE)][(a % PAGE_SIZE) as usize];
+        let score = |i: usize, j: usize| {
+            let a = m_r.addr((i * dim + j) as u64);
+            i32::from_le_bytes(std::array::from_fn(|k| byte(a + k as u64)))
+        };
+        for i in 1..dim {
+            for j in 1..dim {
+                let s = if byte(a_r.addr(i as u64 - 1)) == byte(b_r.addr(j as u64 - 1)) {
+                    5
+                } else {
+                    -3
+                };
+                let want = (score(i - 1, j - 1) + s)
+                    .max(score(i, j - 1) - 10)
+                    .max(score(i - 1, j) - 10);
+                assert_eq!(score(i, j), want, "cell ({i}, {j})");
+            }
+        }
+        // The last row's page is reported after every store of the run.
+        let last = m_r.addr((dim * dim - 1) as u64) / PAGE_SIZE * PAGE_SIZE;
+        let (_, _, seen) = c.pages.iter().rev().find(|r| r.0 == last).unwrap();
+        assert_eq!(*seen, c.stores);
+    }
+
     #[test]
     fn pr_is_ligras_dense_pull() {
         let p = Params {
