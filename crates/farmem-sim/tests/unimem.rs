@@ -152,6 +152,52 @@ fn a_fully_used_page_moves_to_host_memory_for_its_batch_cost() {
     assert_eq!(m.counters.remote_bytes_read, 8 * 512);
 }
 
+/// The mechanism behind UniMem's data amplification on pr at 25%
+/// (docs/unimem.md): host memory holds a promoted page only while it is
+/// in use; one idle scan interval and the next promotion drops it (host
+/// memory caches remote memory, so nothing is demoted), and its next
+/// access fetches its blocks from remote memory again.
+#[test]
+fn an_idle_promoted_page_is_dropped_for_the_next_and_fetched_again() {
+    // 3 pages of local memory: 1 host page, 16 device blocks (one pair),
+    // so a promotion scan every 16 device accesses.
+    let (mut s, mut m) = setup(
+        System::UniMem,
+        12 << 10,
+        &[
+            ("unimem.host_share", "\"34%\""),
+            ("unimem.filter.pairs", "1"),
+        ],
+    );
+    let mut now = 0.0;
+    let mut touch = |s: &mut UniMemScheme, m: &mut Machine, page: u64| {
+        for pass in 0..4 {
+            for b in 0..8 {
+                now = s.read_line(m, now, line(page, b * 8 + pass), false);
+            }
+        }
+    };
+    // Page 0 is promoted at the scan after its 32nd access (as above).
+    touch(&mut s, &mut m, 0);
+    assert_eq!(stat(&s, "host_pages"), 1.0);
+    assert_eq!(stat(&s, "promoted_pages"), 1.0);
+    // Page 1, used over the next two intervals while page 0 sits idle,
+    // takes the only host page at the second scan.
+    touch(&mut s, &mut m, 1);
+    assert_eq!(stat(&s, "promoted_pages"), 2.0);
+    assert_eq!(stat(&s, "host_evictions"), 1.0);
+    assert_eq!(m.counters.remote_bytes_read, 16 * 512);
+    // Page 0 comes back from remote memory, a block at a time.
+    let t = now;
+    let done = s.read_line(&mut m, t, line(0, 0), false);
+    assert_eq!(done - t, 2150.0);
+    assert_eq!(stat(&s, "fetches"), 17.0);
+    assert_eq!(m.counters.remote_bytes_read, 17 * 512);
+    // Page 1 is served by host memory.
+    let done2 = s.read_line(&mut m, done, line(1, 1), false);
+    assert_eq!(done2 - done, 80.0);
+}
+
 #[test]
 fn nopromote_uses_all_local_memory_and_bad_settings_are_errors() {
     let (mut s, mut m) = setup(System::NoPromote, 64 << 10, &[]);

@@ -708,42 +708,121 @@ pub fn spmv<S: Sink + ?Sized>(sink: &mut S, p: &Params) {
     std::hint::black_box(&x);
 }
 
-/// Needleman-Wunsch global alignment over two random DNA sequences (Rodinia `nw`).
+/// BLOSUM62 among the ten residues Rodinia's `nw` draws (its symbols
+/// 1..=10: R, N, D, C, Q, E, G, H, I, L), the scores its reference matrix
+/// holds.
+const BLOSUM62_10: [[i8; 10]; 10] = [
+    [5, 0, -2, -3, 1, 0, -2, 0, -3, -2],
+    [0, 6, 1, -3, 0, 0, 0, 1, -3, -3],
+    [-2, 1, 6, -3, 0, 2, -1, -1, -3, -4],
+    [-3, -3, -3, 9, -3, -4, -3, -3, -1, -1],
+    [1, 0, 0, -3, 5, 2, -2, 0, -3, -2],
+    [0, 0, 2, -4, 2, 5, -2, 0, -3, -3],
+    [-2, 0, -1, -3, -2, -2, 6, -2, -4, -4],
+    [0, 1, -1, -3, 0, 0, -2, 8, -3, -3],
+    [-3, -3, -3, -1, -3, -3, -4, -3, 4, 2],
+    [-2, -3, -4, -1, -2, -3, -4, -3, 2, 4],
+];
+
+/// Rodinia's `BLOCK_SIZE`: `nw` fills its matrix in tiles of this side.
+const NW_TILE: usize = 16;
+
+/// Needleman-Wunsch as Rodinia's `nw` (OpenMP `nw_optimized`, DaeMon's
+/// [20]) runs it on two random sequences: an `int` score matrix
+/// (`input_itemsets`) zeroed, the sequences put in its first row and
+/// column, an `int` reference matrix of the same size filled with their
+/// BLOSUM62 scores, then the first row and column set to the gap
+/// penalties. The recurrence runs in 16×16 tiles along anti-diagonals
+/// (the upper-left triangle of tiles, then the lower-right). Each tile
+/// copies 16×16 reference scores and 17×17 scores (its top and left
+/// borders too) into local arrays, computes there, and writes 16×16
+/// scores back, so a tile touches 64–68 B of each of 33 rows: low
+/// spatial locality within a page, unlike a row-by-row fill.
 pub fn nw<S: Sink + ?Sized>(sink: &mut S, p: &Params) {
-    let len = (4096.0 * p.factor.sqrt()).round().max(16.0) as usize;
+    let tiles = ((4096.0 * p.factor.sqrt()).round() as usize)
+        .div_ceil(NW_TILE)
+        .max(1);
+    let len = tiles * NW_TILE;
     let dim = len + 1;
     let mut rng = SmallRng::seed_from_u64(p.seed ^ 0x2a);
-    let a: Vec<u8> = (0..len).map(|_| b"ACGT"[rng.gen_range(0..4)]).collect();
-    let b: Vec<u8> = (0..len).map(|_| b"ACGT"[rng.gen_range(0..4)]).collect();
+    // Rodinia: `rand() % 10 + 1`, stored 0-based here.
+    let a: Vec<usize> = (0..len).map(|_| rng.gen_range(0..10)).collect();
+    let b: Vec<usize> = (0..len).map(|_| rng.gen_range(0..10)).collect();
     let mut space = Space::default();
-    let m_r = space.alloc("score", 4, (dim * dim) as u64);
-    let a_r = space.alloc("seq_a", 1, len as u64);
-    let b_r = space.alloc("seq_b", 1, len as u64);
+    let m_r = space.alloc("input_itemsets", 4, (dim * dim) as u64);
+    let r_r = space.alloc("referrence", 4, (dim * dim) as u64);
     begin(sink, &space);
     let mut em = Emitter::new(sink);
-    em.contents(&a_r, &a);
-    em.contents(&b_r, &b);
     let penalty = 10i32;
     let mut m = vec![0i32; dim * dim];
+    let mut reference = vec![0i32; dim * dim];
+    // Initialization, as Rodinia's main does it: zero the scores, put the
+    // sequences in column and row 0, fill the reference row by row (each
+    // row reads its symbol from column 0), set row and column 0 to the
+    // penalties. Fills are one access per line.
+    em.contents(&r_r, &reference);
+    em.scan(&m_r, 0, (dim * dim) as u64, true, 1);
+    for i in 1..dim {
+        m[i * dim] = a[i - 1] as i32 + 1;
+        m[i] = b[i - 1] as i32 + 1;
+        em.st(&m_r, (i * dim) as u64, 1);
+    }
+    em.scan(&m_r, 1, dim as u64, true, 1);
+    em.contents(&m_r, &m);
+    for i in 1..dim {
+        em.ld(&m_r, (i * dim) as u64, 1);
+        for j in 1..dim {
+            reference[i * dim + j] = i32::from(BLOSUM62_10[a[i - 1]][b[j - 1]]);
+        }
+        em.scan(&r_r, (i * dim + 1) as u64, ((i + 1) * dim) as u64, true, 2);
+        em.contents_span(&r_r, &reference, i * dim, (i + 1) * dim);
+    }
     for i in 0..dim {
         m[i * dim] = -(i as i32) * penalty;
         m[i] = -(i as i32) * penalty;
+        em.st(&m_r, (i * dim) as u64, 1);
     }
+    em.scan(&m_r, 0, dim as u64, true, 1);
     em.contents(&m_r, &m);
-    for i in 1..dim {
-        em.ld(&a_r, i as u64 - 1, 1);
-        let mut left = m[i * dim];
-        for j in 1..dim {
-            em.ld(&m_r, ((i - 1) * dim + j - 1) as u64, 1);
-            em.ld(&m_r, ((i - 1) * dim + j) as u64, 0);
-            em.ld(&b_r, j as u64 - 1, 0);
-            let s = if a[i - 1] == b[j - 1] { 5 } else { -3 };
-            let v = (m[(i - 1) * dim + j - 1] + s)
-                .max(left - penalty)
-                .max(m[(i - 1) * dim + j] - penalty);
-            m[i * dim + j] = v;
-            left = v;
-            em.st(&m_r, (i * dim + j) as u64, 6);
+
+    let mut tile = |em: &mut Emitter<'_, S>, bx: usize, by: usize| {
+        let (r0, c0) = (by * NW_TILE, bx * NW_TILE);
+        for i in 0..NW_TILE {
+            for j in 0..NW_TILE {
+                em.ld(&r_r, ((r0 + i + 1) * dim + c0 + j + 1) as u64, 1);
+            }
+        }
+        for i in 0..=NW_TILE {
+            for j in 0..=NW_TILE {
+                em.ld(&m_r, ((r0 + i) * dim + c0 + j) as u64, 1);
+            }
+        }
+        for i in 1..=NW_TILE {
+            for j in 1..=NW_TILE {
+                let at = (r0 + i) * dim + c0 + j;
+                m[at] = (m[at - dim - 1] + reference[at])
+                    .max(m[at - 1] - penalty)
+                    .max(m[at - dim] - penalty);
+            }
+        }
+        for i in 1..=NW_TILE {
+            let row = (r0 + i) * dim + c0;
+            for j in 1..=NW_TILE {
+                // The local recurrence's work is carried by the stores.
+                em.st(&m_r, (row + j) as u64, 8);
+            }
+            // The tile's scores, as its pages will hold them when they move.
+            em.contents_span(&m_r, &m, row + 1, row + NW_TILE + 1);
+        }
+    };
+    for blk in 1..=tiles {
+        for bx in 0..blk {
+            tile(&mut em, bx, blk - 1 - bx);
+        }
+    }
+    for blk in 2..=tiles {
+        for bx in blk - 1..tiles {
+            tile(&mut em, bx, tiles + blk - 2 - bx);
         }
     }
     std::hint::black_box(&m);
@@ -1019,6 +1098,7 @@ pub fn linreg<S: Sink + ?Sized>(sink: &mut S, p: &Params) {
 mod tests {
     use super::*;
     use crate::record::Access;
+    use farmem_core::PAGE_SIZE;
 
     /// The stiffness matrix's structure: 6×6 blocks stored whole, the six
     /// rows of a node sharing one sorted column list that holds the node
@@ -1077,6 +1157,88 @@ mod tests {
     /// and vertex 0's pull in the dense edgeMap: its record, then for each
     /// in-edge the neighbour id, its frontier flag, p_curr and the
     /// neighbour's record, p_next read and written, the output flag set.
+    /// nw reports each tile's scores once it is computed: replaying the
+    /// page records gives memory in which every cell satisfies the
+    /// recurrence over the reported reference scores, and the last tile's
+    /// pages are reported after the run's last store, so a page that moves
+    /// later carries the scores, not the zeros it started with. The tiles
+    /// run along anti-diagonals: the second tile written is (1, 0) or
+    /// (0, 1), 16 rows away from the first in one of them.
+    #[test]
+    fn nw_runs_rodinias_tiles_and_its_pages_carry_the_scores() {
+        #[derive(Default)]
+        struct Capture {
+            stores: Vec<u64>,
+            /// (page address, data, stores seen before the record).
+            pages: Vec<(u64, Vec<u8>, usize)>,
+        }
+        impl Sink for Capture {
+            fn access(&mut self, a: Access) {
+                if a.write {
+                    self.stores.push(a.addr);
+                }
+            }
+            fn wants_contents(&self) -> bool {
+                true
+            }
+            fn page(&mut self, addr: u64, data: &[u8]) {
+                self.pages.push((addr, data.to_vec(), self.stores.len()));
+            }
+        }
+        let p = Params {
+            factor: 1.0 / 1024.0,
+            seed: 5,
+        };
+        let mut c = Capture::default();
+        nw(&mut c, &p);
+        // 4096 / 32 = 128 symbols, 8 tiles a side.
+        let (tiles, dim) = (8usize, 129usize);
+        let mut space = Space::default();
+        let m_r = space.alloc("input_itemsets", 4, (dim * dim) as u64);
+        let r_r = space.alloc("referrence", 4, (dim * dim) as u64);
+        let mut mem: std::collections::HashMap<u64, Vec<u8>> = Default::default();
+        for (addr, data, _) in &c.pages {
+            mem.insert(*addr, data.clone());
+        }
+        let word = |r: &Region, i: usize| {
+            let a = r.addr(i as u64);
+            i32::from_le_bytes(std::array::from_fn(|k| {
+                let b = a + k as u64;
+                mem[&(b / PAGE_SIZE * PAGE_SIZE)][(b % PAGE_SIZE) as usize]
+            }))
+        };
+        for i in 0..dim {
+            assert_eq!(word(&m_r, i * dim), -10 * i as i32);
+            assert_eq!(word(&m_r, i), -10 * i as i32);
+        }
+        for i in 1..dim {
+            for j in 1..dim {
+                let at = i * dim + j;
+                let s = word(&r_r, at);
+                assert!((-4..=9).contains(&s), "reference ({i}, {j}) = {s}");
+                let want = (word(&m_r, at - dim - 1) + s)
+                    .max(word(&m_r, at - 1) - 10)
+                    .max(word(&m_r, at - dim) - 10);
+                assert_eq!(word(&m_r, at), want, "cell ({i}, {j})");
+            }
+        }
+        // Every cell off row and column 0 is stored once by the tiles.
+        let tile_stores = &c.stores[c.stores.len() - tiles * tiles * 256..];
+        let first = |k: usize| tile_stores[k * 256];
+        assert_eq!(first(0), m_r.addr((dim + 1) as u64));
+        assert!(
+            first(1) == m_r.addr((dim + 17) as u64) || first(1) == m_r.addr((17 * dim + 1) as u64)
+        );
+        let mut cells: Vec<u64> = tile_stores.to_vec();
+        cells.sort_unstable();
+        cells.dedup();
+        assert_eq!(cells.len(), tiles * tiles * 256);
+        // The last tile's pages are reported after every store of the run.
+        let last = m_r.addr((dim * dim - 1) as u64) / PAGE_SIZE * PAGE_SIZE;
+        let (_, _, seen) = c.pages.iter().rev().find(|r| r.0 == last).unwrap();
+        assert_eq!(*seen, c.stores.len());
+    }
+
     #[test]
     fn pr_is_ligras_dense_pull() {
         let p = Params {

@@ -30,7 +30,7 @@ pub const WORKLOADS: &[(&str, &str)] = &[
     ),
     (
         "nw",
-        "Needleman-Wunsch alignment of two 4096-base sequences",
+        "Needleman-Wunsch (Rodinia): two 4096-symbol sequences, 16x16 tiles along anti-diagonals, a reference matrix",
     ),
     ("stream", "STREAM copy/scale/add/triad over three arrays"),
     (
@@ -157,7 +157,7 @@ fn default_footprint(name: &str) -> u64 {
         "ycsb-a" | "ycsb-b" => 65 << 20,
         "etc" => 50 << 20,
         "spmv" => 50 << 20,
-        "nw" => 64 << 20,
+        "nw" => 128 << 20,
         "tc" => 3 << 20,
         "pr" | "bfs" => 40 << 20,
         _ => 20 << 20,

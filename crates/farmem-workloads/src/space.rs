@@ -152,6 +152,21 @@ impl<'a, S: Sink + ?Sized> Emitter<'a, S> {
             self.contents_page(r, values, p);
         }
     }
+    /// Reports again the pages that hold elements `from..to` of `r`, from
+    /// `values`: a kernel that fills an array in order calls it as it
+    /// finishes each stretch, so a page crosses the link with the values it
+    /// holds by then, not the ones it started with, at the cost of one page
+    /// record per stretch rather than a comparison of the whole array.
+    pub fn contents_span<T: Pod>(&mut self, r: &Region, values: &[T], from: usize, to: usize) {
+        let to = to.min(values.len());
+        if !self.sink.wants_contents() || from >= to {
+            return;
+        }
+        let per_page = PAGE_SIZE as usize / T::SIZE;
+        for p in from / per_page..=(to - 1) / per_page {
+            self.contents_page(r, values, p);
+        }
+    }
     /// Reports the content of page `p` of `r` (a page record may come
     /// again later in a trace: it then replaces the earlier one).
     fn contents_page<T: Pod>(&mut self, r: &Region, values: &[T], p: usize) {

@@ -125,7 +125,7 @@ fn quick_grid_prints_system_workload_percent_grids_and_writes_files() {
             assert_eq!(d("kona"), d("srrb-4sc"), "{w} {p}");
         }
     }
-    assert_eq!(v["checks"].as_array().unwrap().len(), 5);
+    assert_eq!(v["checks"].as_array().unwrap().len(), 7);
     assert!(v["paper"].as_array().unwrap().len() >= 20);
     assert_eq!(
         v["block_size"]["amat_miss_ns"]["ycsb-a"]

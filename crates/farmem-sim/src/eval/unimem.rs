@@ -329,6 +329,12 @@ pub fn summarize(points: &[Point]) -> UniMemEval {
             ours: avg(&da, "kona-pc", &singles, &all),
         },
         Compare {
+            what: "data amplification: share of 25%/10% pairs, unimem at or below (no claim)",
+            paper: f64::NAN,
+            // At or below: a tie (linreg, every system 1.0) counts.
+            ours: share_below(&da, "unimem", &["kona", "kona-pc"], &singles, &small, 1e-9),
+        },
+        Compare {
             what: "mixed: AMAT reduction, unimem vs kona (mean, §4.4)",
             paper: 0.269,
             ours: reduction(&amat, "unimem", "kona", &mixed, &all),
@@ -386,7 +392,18 @@ pub fn summarize(points: &[Point]) -> UniMemEval {
     ];
 
     let kv_amat = share_below(&amat, "unimem", &["kona", "kona-pc"], &kv, &small, 0.0);
-    let da_all = share_below(&da, "unimem", &["kona", "kona-pc"], &singles, &small, 0.01);
+    // Data amplification is checked as §4.3 and §4.4 state it: the mean
+    // over workloads and sizes (§4.3 gives only means), the random-access
+    // workloads at limited cache space (§4.3's reason for the gap), and
+    // the mixed run at 25% and 10% (§4.4). No claim is made per workload
+    // and size: §4.6 says host memory "introduces data amplification" on
+    // workloads with less spatial locality (docs/unimem.md, pr at 25%).
+    let da_mean = ["kona", "kona-pc"]
+        .iter()
+        .map(|r| avg(&da, "unimem", &singles, &all) / avg(&da, r, &singles, &all))
+        .fold(f64::NAN, f64::max);
+    let da_kv = share_below(&da, "unimem", &["kona", "kona-pc"], &kv, &small, 0.0);
+    let da_mixed = share_below(&da, "unimem", &["kona", "kona-pc"], &mixed, &small, 0.0);
     let srrb = share_below(&amat, "srrb-4sc", &["kona"], &singles, &all, 0.0);
     let promote = reduction(&amat, "unimem", "unimem-nopromote", &singles, &all);
     let linreg_flat = SYSTEMS
@@ -401,10 +418,22 @@ pub fn summarize(points: &[Point]) -> UniMemEval {
             pass: kv_amat == 1.0,
         },
         Check {
-            claim: "unimem data amplification at or below kona and kona-pc at 25% and 10%",
-            paper: "2.6x vs 20.6x / 13.6x",
-            measured: da_all,
-            pass: da_all == 1.0,
+            claim: "unimem mean data amplification below kona's and kona-pc's (largest ratio of means, §4.3)",
+            paper: "2.6x vs 20.6x / 13.6x on average",
+            measured: da_mean,
+            pass: da_mean < 1.0,
+        },
+        Check {
+            claim: "unimem data amplification below kona and kona-pc on key/value workloads at 25% and 10%",
+            paper: "lower \"for workloads with a random access pattern\" (§4.3)",
+            measured: da_kv,
+            pass: da_kv == 1.0,
+        },
+        Check {
+            claim: "mixed: unimem data amplification lowest at 25% and 10%",
+            paper: "2.9x / 4.1x lower (§4.4)",
+            measured: da_mixed,
+            pass: da_mixed == 1.0,
         },
         Check {
             claim: "srrb-4sc AMAT below kona everywhere",
@@ -634,6 +663,14 @@ mod tests {
                     lin + j as f64,
                     1.0,
                 ));
+                v.push(pt(
+                    Experiment::CacheSize,
+                    s,
+                    MIXED,
+                    &pc.to_string(),
+                    base * f,
+                    da * f,
+                ));
             }
         }
         v
@@ -689,6 +726,58 @@ mod tests {
         assert_eq!(srrb.measured, 0.8);
         assert!(!by("linreg").pass);
         assert!(by("unimem AMAT").pass);
+    }
+
+    /// §4.3 and §4.4 claim means, random-access workloads and the mixed
+    /// run; a non-key/value workload above a rival at one size is reported
+    /// but fails nothing, while the same on a key/value workload or the
+    /// mixed run fails its check.
+    #[test]
+    fn data_amplification_checks_follow_the_papers_claims() {
+        let by = |e: &UniMemEval, s: &str| {
+            e.checks
+                .iter()
+                .find(|c| c.claim.starts_with(s))
+                .unwrap()
+                .clone()
+        };
+        let share = |e: &UniMemEval| {
+            e.paper
+                .iter()
+                .find(|c| c.what.starts_with("data amplification: share"))
+                .unwrap()
+                .ours
+        };
+        let mut v = paper_shaped();
+        for p in &mut v {
+            if p.system == "unimem" && p.workload == "linreg" && p.x == "25" {
+                p.data_amplification = 1.5;
+            }
+        }
+        let e = summarize(&v);
+        assert!(by(&e, "unimem mean data amplification").pass);
+        assert!(by(&e, "unimem data amplification below").pass);
+        assert!(by(&e, "mixed: unimem data amplification").pass);
+        // ycsb-b and linreg × 25%, 10% × kona, kona-pc: 2 of 8 above (ties
+        // at 10% count as at or below).
+        assert_eq!(share(&e), 0.75);
+
+        for p in &mut v {
+            if p.system == "unimem" && p.workload == "ycsb-b" && p.x == "10" {
+                p.data_amplification = 14.0;
+            }
+            if p.system == "unimem" && p.workload == MIXED && p.x == "25" {
+                p.data_amplification = 1e3;
+            }
+        }
+        let e = summarize(&v);
+        let kv = by(&e, "unimem data amplification below");
+        assert!(!kv.pass);
+        // One of 2 sizes × 2 rivals: above kona-pc's 13, below kona's 20.
+        assert_eq!(kv.measured, 0.75);
+        assert!(!by(&e, "mixed: unimem data amplification").pass);
+        // Means over ycsb-b and linreg: unimem 2.95, kona-pc 7, kona 10.5.
+        assert!(by(&e, "unimem mean data amplification").pass);
     }
 
     #[test]

@@ -355,7 +355,13 @@ pub fn run(args: Args) -> Outcome {
         }
         println!("{:<72} {:>9} {:>9}", "paper vs ours", "paper", "ours");
         for c in &e.paper {
-            println!("{:<72} {:>9.3} {:>9.3}", c.what, c.paper, c.ours);
+            // NaN: a number the paper does not give.
+            let paper = if c.paper.is_nan() {
+                "-".to_string()
+            } else {
+                format!("{:.3}", c.paper)
+            };
+            println!("{:<72} {:>9} {:>9.3}", c.what, paper, c.ours);
         }
         println!();
         for c in &e.checks {
