@@ -83,31 +83,35 @@ impl Settings {
     }
 }
 
-pub fn run(args: Args) -> Outcome {
-    let list = args
-        .workloads
-        .clone()
-        .unwrap_or_else(|| DEFAULT_WORKLOADS.into());
-    let scale = if args.quick && args.scale == "1" {
-        "16MiB".to_string()
-    } else if args.scale == "1" {
-        "64MiB".to_string()
-    } else {
-        args.scale.clone()
+/// The workloads `--workloads` names (each a simulator workload or a
+/// captured program), and their size: `--scale`, else 64 MiB (16 MiB
+/// under `--quick`).
+fn workloads(args: &Args) -> anyhow::Result<(Vec<String>, Scale)> {
+    let list = args.workloads.as_deref().unwrap_or(DEFAULT_WORKLOADS);
+    let scale = match (args.scale.as_str(), args.quick) {
+        ("1", true) => "16MiB",
+        ("1", false) => "64MiB",
+        (s, _) => s,
     };
     let scale: Scale = scale.parse().context("--scale")?;
-    let names: Vec<&str> = list
+    let names: Vec<String> = list
         .split(',')
         .map(str::trim)
         .filter(|w| !w.is_empty())
+        .map(str::to_string)
         .collect();
     for w in &names {
         anyhow::ensure!(
-            CAPTURED.contains(w) || farmem_workloads::WORKLOADS.iter().any(|x| x.0 == *w),
+            CAPTURED.contains(&w.as_str()) || farmem_workloads::WORKLOADS.iter().any(|x| x.0 == w),
             "unknown workload `{w}`: a simulator workload (`farmem sim --list`) or {}",
             CAPTURED.join(", ")
         );
     }
+    Ok((names, scale))
+}
+
+pub fn run(args: Args) -> Outcome {
+    let (names, scale) = workloads(&args)?;
     let dir = args
         .out
         .clone()
@@ -117,7 +121,7 @@ pub fn run(args: Args) -> Outcome {
     let rounds = if args.quick { 2 } else { 3 };
     let mut rows = Vec::new();
     let bar = progress((names.len() * (1 + SHARES.len())) as u64);
-    for name in names {
+    for name in names.iter().map(String::as_str) {
         bar.set_message(format!("{name}: writing its trace"));
         let trace = dir.join(format!("{name}.trace"));
         let footprint = if CAPTURED.contains(&name) {
@@ -502,7 +506,7 @@ fn print_table(report: &Value) {
             "{:<12} {:>4.0}% {:>9} | {:>21} | {:>27} | {:>27} | {}",
             r["workload"].as_str().unwrap_or("?"),
             r["local_share"].as_f64().unwrap_or(0.0) * 100.0,
-            r["room_pages_mean"],
+            r["room_pages_mean"].as_u64().unwrap_or(0),
             cell("faults_missing"),
             cell("bytes_fetched"),
             cell("bytes_written_back"),
