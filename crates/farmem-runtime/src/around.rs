@@ -8,31 +8,8 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use crate::cache::{Ctx, PolicyUpdate};
-use crate::page::{FetchJob, MAX_FAULT_AROUND, PAGE, PageBuf, RunBuf, State};
+use crate::page::{Around, FetchJob, Lane, MAX_FAULT_AROUND, PAGE, PageBuf, RunBuf, State};
 use crate::shared::Shared;
-
-/// The pages fault-around took for a fault: `before` just below its page
-/// (a descending stream of stored pages, read with the page by a thread)
-/// and `after` just above it.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) struct Around {
-    pub before: usize,
-    pub after: usize,
-}
-
-impl Around {
-    pub fn is_empty(&self) -> bool {
-        self.before == 0 && self.after == 0
-    }
-}
-
-/// Which of the link's lanes a window is read on: a fault's own window
-/// on the demand lane, `--engine daemon`'s clusters on the bulk lane.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Lane {
-    Demand,
-    Bulk,
-}
 
 /// How the pages of a window that were installed start out.
 #[derive(Debug, Clone, Copy)]

@@ -38,6 +38,7 @@ pub mod preload_env;
 pub mod remote;
 mod resolve;
 mod runtime;
+mod selector;
 mod shared;
 pub mod signal;
 mod slab;

@@ -340,3 +340,26 @@ mod tests {
         assert_eq!(table.resident_pages(), 1, "entries touched: one page");
     }
 }
+
+/// The pages fault-around took for a fault: `before` just below its page
+/// (a descending stream of stored pages, read with the page by a thread)
+/// and `after` just above it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Around {
+    pub before: usize,
+    pub after: usize,
+}
+
+impl Around {
+    pub fn is_empty(&self) -> bool {
+        self.before == 0 && self.after == 0
+    }
+}
+
+/// Which of the link's lanes a window is read on: a fault's own window
+/// on the demand lane, `--engine daemon`'s clusters on the bulk lane.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Lane {
+    Demand,
+    Bulk,
+}

@@ -11,9 +11,11 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use crate::around::{Around, Lane, Settle};
+use crate::around::Settle;
 use crate::cache::{Ctx, PolicyUpdate};
-use crate::page::{FetchBufs, FetchJob, PAGE, PageBuf, PageMeta, RegionInner, RunBuf, State};
+use crate::page::{
+    Around, FetchBufs, FetchJob, Lane, PAGE, PageBuf, PageMeta, RegionInner, RunBuf, State,
+};
 use crate::shared::{Handoff, Shared};
 
 /// A fault on a far page, as either path saw it.

@@ -82,7 +82,7 @@ pub(crate) struct Shared {
     /// Fault path `signal`: where handlers pass what they cannot do at once.
     pub handoff: Option<(Sender<Handoff>, Receiver<Handoff>)>,
     /// `--engine daemon`: the selection unit and its bulk queue.
-    pub daemon: Option<crate::daemon::Daemon>,
+    pub daemon: Option<crate::selector::Daemon>,
     /// Fault path `thread`: when the first fault still waiting on each
     /// page in transition came, to time its wait when the page settles.
     pub waiting: Mutex<HashMap<u64, Instant>>,
@@ -168,7 +168,7 @@ impl Shared {
             daemon: match cfg.engine {
                 Engine::Page => None,
                 Engine::Daemon => Some(
-                    crate::daemon::Daemon::new(cfg.daemon_config())
+                    crate::selector::Daemon::new(cfg.daemon_config())
                         .map_err(RuntimeError::Config)?,
                 ),
             },
