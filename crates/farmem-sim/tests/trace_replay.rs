@@ -66,3 +66,42 @@ fn threads_of_one_trace_run_on_their_cores_in_time_order() {
     assert!(t1 < t0 / 10.0, "core1 {t1} core0 {t0}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A workload is generated on a thread of its own and stepped in batches
+/// with prefetching; the same accesses stepped one by one on this thread
+/// must give the same run, for schemes that see contents (daemon) or not.
+#[test]
+fn a_piped_batched_run_equals_the_accesses_stepped_one_by_one() {
+    let scale = Scale::Factor(1.0 / 32.0);
+    let mut accesses: Vec<farmem_workloads::Access> = Vec::new();
+    let info = farmem_workloads::run_workload("pr", scale, 2, &mut accesses).unwrap();
+    assert!(accesses.len() > 2 * farmem_workloads::pipe::BATCH);
+    let cfg = Config::preset("daemon").unwrap();
+    for scheme in ["remote", "unimem"] {
+        let piped = simulate(
+            &cfg,
+            scheme,
+            &Input::Workload {
+                name: "pr".into(),
+                scale,
+                seed: 2,
+            },
+        )
+        .unwrap();
+        let stepped =
+            farmem_sim::simulate_accesses(&cfg, scheme, info.footprint_bytes, &accesses).unwrap();
+        assert_eq!(piped.records, accesses.len() as u64, "{scheme}");
+        assert_eq!(piped.records, stepped.records, "{scheme}");
+        assert_eq!(piped.sim_time_ns, stepped.sim_time_ns, "{scheme}");
+        assert_eq!(piped.llc_misses, stepped.llc_misses, "{scheme}");
+        assert_eq!(
+            piped.remote_bytes_read, stepped.remote_bytes_read,
+            "{scheme}"
+        );
+        assert_eq!(
+            piped.remote_bytes_written, stepped.remote_bytes_written,
+            "{scheme}"
+        );
+        assert!(piped.sim_cpu_seconds <= piped.cpu_seconds, "{scheme}");
+    }
+}

@@ -13,6 +13,7 @@ pub mod kernels;
 pub mod lackey;
 pub mod ligra;
 pub mod native;
+pub mod pipe;
 pub mod record;
 pub mod registry;
 pub mod space;

@@ -39,6 +39,14 @@ pub trait Sink {
     /// `footprint` is the bytes of its data arrays (rounded up to pages).
     fn begin(&mut self, _footprint: u64) {}
     fn access(&mut self, a: Access);
+    /// Several accesses in order; a sink that looks ahead (prefetching its
+    /// state for later records) overrides it.
+    #[inline]
+    fn access_batch(&mut self, batch: &[Access]) {
+        for &a in batch {
+            self.access(a);
+        }
+    }
     /// Whether page contents are wanted (costly to produce; only traces and
     /// compression-aware schemes use them).
     fn wants_contents(&self) -> bool {

@@ -66,6 +66,12 @@ impl CacheLevel {
         }
     }
 
+    /// Brings `line`'s set into the host's cache ahead of its lookup.
+    #[inline]
+    pub fn prefetch(&self, line: u64) {
+        self.policy.prefetch(line);
+    }
+
     /// False when no line of `page` can be here.
     #[inline]
     pub fn may_hold_page(&self, page: u64) -> bool {
@@ -78,7 +84,9 @@ impl CacheLevel {
     #[inline(always)]
     pub fn lookup(&mut self, line: u64, write: bool) -> bool {
         if line == self.last_line {
-            self.dirty[self.last_slot] |= write;
+            if write {
+                self.dirty[self.last_slot] = true;
+            }
             self.hits += 1;
             return true;
         }
@@ -114,7 +122,11 @@ impl CacheLevel {
         self.last_line = line;
         self.last_slot = s;
         self.policy.touch_slot(s);
-        self.dirty[s] |= write;
+        // A read leaves the bit alone without loading it: the bits are an
+        // array apart from the set, another host cache line per lookup.
+        if write {
+            self.dirty[s] = true;
+        }
         self.hits += 1;
         true
     }

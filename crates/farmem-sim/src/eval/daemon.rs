@@ -932,6 +932,8 @@ mod tests {
             records_per_sec: 0.0,
             cpu_seconds: 0.0,
             records_per_cpu_sec: 0.0,
+            sim_cpu_seconds: 0.0,
+            records_per_sim_cpu_sec: 0.0,
             overrides: [
                 ("link.bw_factor".to_string(), bw.to_string()),
                 ("link.switch_ns".to_string(), sw.to_string()),
