@@ -91,9 +91,9 @@ const DRIVERS: [(&str, &[&str]); 3] = [
     (
         "bytes_written_back",
         &[
-            "snapshots_capped",
-            "snapshots_skipped",
             "snapshots",
+            "snapshots_skipped",
+            "snapshots_capped",
             "writes_predicted",
             "faults_wp",
             "pages_evicted_dirty",
@@ -395,9 +395,10 @@ fn compare(
 }
 
 /// For each metric off, the mechanism it moves with ([`DRIVERS`]) whose
-/// counter is off most (by the log of predicted / measured), among those
-/// off themselves: `{metric: {counter, mechanism, predicted, measured}}`;
-/// null when every metric is within, or none of its mechanisms is off.
+/// counter is off most (by the log of predicted / measured), those off
+/// themselves (outside the tolerance and the runs' spread) first:
+/// `{metric: {counter, mechanism, predicted, measured}}`; null when every
+/// metric is within.
 fn differs(
     metrics: &serde_json::Map<String, Value>,
     mechanisms: &serde_json::Map<String, Value>,
@@ -407,11 +408,16 @@ fn differs(
         .iter()
         .filter(|(m, _)| metrics.get(*m).is_some_and(|v| v["within"] != json!(true)))
         .filter_map(|(m, drivers)| {
+            // Those off themselves first; on a tie the later, narrower
+            // counter (refused at the cap, not refused).
+            let rank = |v: &Value| (v["within"] != json!(true), off(v));
             let (k, v) = drivers
                 .iter()
                 .filter_map(|k| mechanisms.get(*k).map(|v| (*k, v)))
-                .filter(|(_, v)| v["within"] != json!(true))
-                .max_by(|a, b| off(a.1).total_cmp(&off(b.1)))?;
+                .max_by(|a, b| {
+                    let (a, b) = (rank(a.1), rank(b.1));
+                    a.0.cmp(&b.0).then(a.1.total_cmp(&b.1))
+                })?;
             let what = MECHANISMS.iter().find(|x| x.0 == k).map_or(k, |x| x.1);
             Some((
                 m.to_string(),
@@ -637,7 +643,8 @@ mod tests {
             .iter()
             .map(|(k, _)| (k.to_string(), entry(10.0, 10.0, true)))
             .collect();
-        // Off most of all, but inside the runs' spread: not named.
+        // Off most of all, but inside the runs' spread: named only when
+        // no mechanism of the metric is off.
         mechanisms.insert("pages_zero_filled".into(), entry(1.0, 100.0, true));
         mechanisms.insert("pages_evicted_clean".into(), entry(70.0, 100.0, false));
         mechanisms.insert("pages_faulted_around".into(), entry(90.0, 100.0, false));
@@ -659,5 +666,17 @@ mod tests {
             .map(|k| (k.to_string(), entry(1.0, 1.0, true)))
             .collect();
         assert!(differs(&within, &mechanisms).is_null());
+
+        // A metric off with every mechanism inside its spread: the one
+        // most off still names where to look.
+        for k in ["pages_evicted_clean", "pages_faulted_around"] {
+            mechanisms.insert(k.into(), entry(10.0, 10.0, true));
+        }
+        let d = differs(&metrics, &mechanisms);
+        assert_eq!(d["faults_missing"]["counter"], "pages_zero_filled");
+        // Refused and refused at the cap alike: the cap is named.
+        mechanisms.insert("snapshots_skipped".into(), entry(0.0, 1000.0, false));
+        let d = differs(&metrics, &mechanisms);
+        assert_eq!(d["bytes_written_back"]["counter"], "snapshots_capped");
     }
 }
