@@ -85,13 +85,19 @@ impl DiffBase {
     /// `capacity` pages: true when it should keep one more.
     pub fn keep(&mut self, alive: u64, capacity: u64) -> bool {
         self.first_writes += 1;
-        if alive as f64 >= self.cfg.max_share * capacity as f64 {
+        if self.at_cap(alive, capacity) {
             return false;
         }
         !self.whole()
             || self
                 .first_writes
                 .is_multiple_of(u64::from(self.cfg.sample_every.max(1)))
+    }
+
+    /// Whether `alive` bases in a cache of `capacity` pages are at the
+    /// cap, so [`Self::keep`] refuses whatever the pages showed.
+    pub fn at_cap(&self, alive: u64, capacity: u64) -> bool {
+        alive as f64 >= self.cfg.max_share * capacity as f64
     }
 
     /// A page diffed at write-back had `dirty_lines` of its 64 changed.
@@ -129,6 +135,14 @@ mod tests {
         assert!(d.whole());
         let kept = (0..1600).filter(|_| d.keep(0, 1000)).count();
         assert_eq!(kept, 100, "one in 16");
+    }
+
+    #[test]
+    fn bases_past_the_cap_are_refused_whatever_pages_showed() {
+        // A sixteenth of 64 pages: 4 alive is the cap.
+        let mut d = DiffBase::new(DiffBaseConfig::default());
+        assert!(!d.at_cap(3, 64) && d.keep(3, 64));
+        assert!(d.at_cap(4, 64) && !d.keep(4, 64));
     }
 
     #[test]

@@ -391,10 +391,15 @@ impl Cache {
         let alive = self
             .buffers()
             .saturating_sub(ctx.lock(&self.pool).len() as u64);
-        if !ctx.lock(&self.diff).keep(alive, self.limit) {
+        let mut diff = ctx.lock(&self.diff);
+        if !diff.keep(alive, self.limit) {
             metrics.snapshots_skipped.inc();
+            if diff.at_cap(alive, self.limit) {
+                metrics.snapshots_capped.inc();
+            }
             return;
         }
+        drop(diff);
         match self.snapshot_buf(ctx) {
             Some(mut snap) => {
                 snap.copy_from_slice(current);

@@ -65,6 +65,9 @@ pub(crate) struct Metrics {
     /// mostly dirty, or bases already took their share of the cache
     /// ([`farmem_policy::diffbase`]): written back whole.
     pub snapshots_skipped: Counter,
+    /// Of those, the ones refused because bases alive (kept by pages, or
+    /// by victims awaiting their write-back) were at their cap.
+    pub snapshots_capped: Counter,
     pub fault_latency: LatencyHistogram,
     /// The missing faults whose page the store had (not filled with zeros).
     pub remote_fault_latency: LatencyHistogram,
@@ -140,6 +143,7 @@ pub struct Stats {
     pub faults_handed_off: u64,
     pub snapshots_missed: u64,
     pub snapshots_skipped: u64,
+    pub snapshots_capped: u64,
     pub resident_pages: u64,
     /// Page buffers held for diff bases (kept and pooled), counted
     /// against the limit with the resident pages.
@@ -236,6 +240,7 @@ impl Metrics {
             faults_handed_off: self.faults_handed_off.get(),
             snapshots_missed: self.snapshots_missed.get(),
             snapshots_skipped: self.snapshots_skipped.get(),
+            snapshots_capped: self.snapshots_capped.get(),
             resident_pages: books.resident,
             snapshot_pages: books.snapshots,
             table_pages: books.tables,

@@ -160,3 +160,39 @@ fn runtime_settings_are_checked() {
     let mut b = ConfigBuilder::preset("daemon").unwrap();
     assert!(b.set("runtime.fault_round", "4").is_err());
 }
+
+#[test]
+fn bases_the_shipper_holds_count_against_the_cap_until_the_next_fault() {
+    // 16 pages local (marks at 15 and 13: a round of 3 lands at the fault
+    // after the install that fills the cache), LRU, fault-around off, a
+    // 256 KiB limit: bases are capped at 4 (a sixteenth of 64 pages).
+    // Writing line 0 of 32 fresh pages: rounds at faults 16, 19, … 31 take
+    // pages 0..18 out, stored, each written in its last residency.
+    // Loading 0..20: each is predicted written, installed writable and
+    // asks for a base; rounds land at the loads of 2, 5, 8, 11, 14 and 17
+    // (18..32, then 0 at 14's, 1..4 at 17's). Bases kept: 0..4 (4, the
+    // cap); at 14's fault page 0's base is still with the shipper (3
+    // resident + 1: refused), at 15's it is back (kept); at 17's 1..4 are
+    // with the shipper (refused), at 18's and 19's they are back (kept).
+    // Without the shipper's hold 14, 17, 18 and 19 would keep theirs.
+    let mut acc: Vec<Access> = (0..32)
+        .map(|p| Access::store(BASE + p * PAGE, 8, 0))
+        .collect();
+    acc.extend((0..20).map(|p| Access::load(BASE + p * PAGE, 8, 0)));
+    let sets = [
+        ("local.size", "64KiB"),
+        ("runtime.fault_around", "1"),
+        ("runtime.limit", "\"256KiB\""),
+    ];
+    let r = run(&sets, 32 * PAGE, &acc);
+    assert_eq!(count(&r, "faults_missing"), 52);
+    assert_eq!(count(&r, "pages_zero_filled"), 32);
+    assert_eq!(count(&r, "pages_fetched"), 20);
+    assert_eq!(count(&r, "writes_predicted"), 20);
+    assert_eq!(count(&r, "snapshots"), 7);
+    assert_eq!(count(&r, "snapshots_skipped"), 13);
+    assert_eq!(count(&r, "snapshots_capped"), 13);
+    // 32 fresh pages' line 0 each (18 in the first part, 14 in the
+    // second); 0..4, evicted over their bases unwritten, ship nothing.
+    assert_eq!(count(&r, "dirty_lines_shipped"), 32);
+}

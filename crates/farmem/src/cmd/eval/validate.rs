@@ -6,10 +6,12 @@
 //! dirty tracking. The faults, bytes fetched and bytes written back the
 //! simulator predicts are set beside the runtime's, at 25% and 50% local.
 //!
-//! Where a prediction is off, the row names the mechanism whose own
-//! counters differ most: first touches (pages filled with zeros),
-//! fault-around (pages taken beside a fault), eviction (pages evicted),
-//! write tracking (write-protect faults) or dirty tracking (lines shipped).
+//! Where a prediction is off, the row names, for each metric off, the
+//! mechanism it moves with whose own counters differ most: first touches
+//! (pages filled with zeros), fault-around (pages taken beside a fault)
+//! or eviction (pages evicted) for faults and fetches; diff bases (kept,
+//! refused, refused at the cap), write prediction or write tracking
+//! (write-protect faults) for bytes written back.
 
 use std::ffi::OsString;
 use std::io::IsTerminal;
@@ -44,7 +46,7 @@ const THRESHOLD: &str = "2MiB";
 /// What is compared: the runtime's counter, the simulator's.
 const METRICS: [&str; 3] = ["faults_missing", "bytes_fetched", "bytes_written_back"];
 /// Each mechanism's own counters, to name the one that differs.
-const MECHANISMS: [(&str, &str); 9] = [
+const MECHANISMS: [(&str, &str); 10] = [
     ("pages_zero_filled", "first touches (zero fill)"),
     ("pages_faulted_around", "fault-around"),
     ("pages_evicted_clean", "eviction (clean pages)"),
@@ -56,7 +58,47 @@ const MECHANISMS: [(&str, &str); 9] = [
     ),
     ("snapshots", "diff bases kept"),
     ("snapshots_skipped", "diff bases refused (shipped whole)"),
+    (
+        "snapshots_capped",
+        "diff bases refused at the cap (shipped whole)",
+    ),
     ("dirty_lines_shipped", "dirty tracking (lines shipped)"),
+];
+/// The mechanisms each metric moves with: where a metric is off, the one
+/// of these whose counter is most off is named. A fault is a first touch,
+/// a page evicted before its next touch, or one fault-around did not take;
+/// a page ships whole when it was refused a base, and is dirty when it
+/// was written after a write-protect fault or installed writable.
+const DRIVERS: [(&str, &[&str]); 3] = [
+    (
+        "faults_missing",
+        &[
+            "pages_zero_filled",
+            "pages_faulted_around",
+            "pages_evicted_clean",
+            "pages_evicted_dirty",
+        ],
+    ),
+    (
+        "bytes_fetched",
+        &[
+            "pages_zero_filled",
+            "pages_faulted_around",
+            "pages_evicted_clean",
+            "pages_evicted_dirty",
+        ],
+    ),
+    (
+        "bytes_written_back",
+        &[
+            "snapshots",
+            "snapshots_skipped",
+            "snapshots_capped",
+            "writes_predicted",
+            "faults_wp",
+            "pages_evicted_dirty",
+        ],
+    ),
 ];
 
 /// The runtime's settings both bodies use.
@@ -335,15 +377,7 @@ fn compare(
         .iter()
         .map(|(k, _)| (k.to_string(), row(k)))
         .collect();
-    let differs = (!within).then(|| {
-        MECHANISMS
-            .iter()
-            .max_by(|a, b| {
-                let off = |k: &str| (ratio(predicted(k), spread(k).0).ln()).abs();
-                off(a.0).total_cmp(&off(b.0))
-            })
-            .map(|(_, what)| *what)
-    });
+    let differs = differs(&metrics, &mechanisms);
     Ok(json!({
         "workload": name,
         "local_share": share,
@@ -356,8 +390,75 @@ fn compare(
         "metrics": metrics,
         "mechanisms": mechanisms,
         "within": within,
-        "differs": differs.flatten(),
+        "differs": differs,
     }))
+}
+
+/// For each metric off, the mechanism it moves with ([`DRIVERS`]) whose
+/// counter is off most (by the log of predicted / measured), those off
+/// themselves (outside the tolerance and the runs' spread) first:
+/// `{metric: {counter, mechanism, predicted, measured}}`; null when every
+/// metric is within.
+fn differs(
+    metrics: &serde_json::Map<String, Value>,
+    mechanisms: &serde_json::Map<String, Value>,
+) -> Value {
+    let off = |v: &Value| (v["ratio"].as_f64().unwrap_or(1.0).ln()).abs();
+    let named: serde_json::Map<String, Value> = DRIVERS
+        .iter()
+        .filter(|(m, _)| metrics.get(*m).is_some_and(|v| v["within"] != json!(true)))
+        .filter_map(|(m, drivers)| {
+            // Those off themselves first; on a tie the later, narrower
+            // counter (refused at the cap, not refused).
+            let rank = |v: &Value| (v["within"] != json!(true), off(v));
+            let (k, v) = drivers
+                .iter()
+                .filter_map(|k| mechanisms.get(*k).map(|v| (*k, v)))
+                .max_by(|a, b| {
+                    let (a, b) = (rank(a.1), rank(b.1));
+                    a.0.cmp(&b.0).then(a.1.total_cmp(&b.1))
+                })?;
+            let what = MECHANISMS.iter().find(|x| x.0 == k).map_or(k, |x| x.1);
+            Some((
+                m.to_string(),
+                json!({"counter": k, "mechanism": what,
+                       "predicted": v["predicted"], "measured": v["measured"]}),
+            ))
+        })
+        .collect();
+    if named.is_empty() {
+        Value::Null
+    } else {
+        Value::Object(named)
+    }
+}
+
+/// The row's `differs`, for the table: `metric: mechanism (sim/run)`.
+fn differs_text(differs: &Value) -> Option<String> {
+    let named = differs.as_object()?;
+    fn short(m: &str) -> &str {
+        match m {
+            "faults_missing" => "faults",
+            "bytes_fetched" => "fetched",
+            "bytes_written_back" => "written back",
+            other => other,
+        }
+    }
+    Some(
+        named
+            .iter()
+            .map(|(m, d)| {
+                format!(
+                    "{}: {} ({:.0}/{:.0})",
+                    short(m),
+                    d["mechanism"].as_str().unwrap_or("?"),
+                    d["predicted"].as_f64().unwrap_or(0.0),
+                    d["measured"].as_f64().unwrap_or(0.0)
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("; "),
+    )
 }
 
 /// The median of `values`.
@@ -510,13 +611,72 @@ fn print_table(report: &Value) {
             cell("faults_missing"),
             cell("bytes_fetched"),
             cell("bytes_written_back"),
-            r["differs"]
-                .as_str()
-                .unwrap_or(if r["identical"] == json!(true) {
-                    "-"
-                } else {
-                    "OUTPUT DIFFERS"
-                })
+            if r["identical"] != json!(true) {
+                "OUTPUT DIFFERS".to_string()
+            } else {
+                differs_text(&r["differs"]).unwrap_or_else(|| "-".into())
+            }
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(predicted: f64, measured: f64, within: bool) -> Value {
+        json!({"predicted": predicted, "measured": measured,
+               "ratio": ratio(predicted, measured), "within": within})
+    }
+
+    #[test]
+    fn each_metric_off_names_its_own_mechanism_most_off() {
+        let metrics: serde_json::Map<String, Value> = [
+            ("faults_missing", entry(100.0, 130.0, false)),
+            ("bytes_fetched", entry(100.0, 101.0, true)),
+            ("bytes_written_back", entry(75.0, 100.0, false)),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+        let mut mechanisms: serde_json::Map<String, Value> = MECHANISMS
+            .iter()
+            .map(|(k, _)| (k.to_string(), entry(10.0, 10.0, true)))
+            .collect();
+        // Off most of all, but inside the runs' spread: named only when
+        // no mechanism of the metric is off.
+        mechanisms.insert("pages_zero_filled".into(), entry(1.0, 100.0, true));
+        mechanisms.insert("pages_evicted_clean".into(), entry(70.0, 100.0, false));
+        mechanisms.insert("pages_faulted_around".into(), entry(90.0, 100.0, false));
+        mechanisms.insert("snapshots_capped".into(), entry(0.0, 1000.0, false));
+        mechanisms.insert("writes_predicted".into(), entry(50.0, 100.0, false));
+        let d = differs(&metrics, &mechanisms);
+        assert_eq!(d["faults_missing"]["counter"], "pages_evicted_clean");
+        assert!(d["bytes_fetched"].is_null());
+        // None against some is off without bound.
+        assert_eq!(d["bytes_written_back"]["counter"], "snapshots_capped");
+        let text = differs_text(&d).unwrap_or_default();
+        assert!(
+            text.contains("faults: eviction (clean pages) (70/100)"),
+            "{text}"
+        );
+
+        let within: serde_json::Map<String, Value> = METRICS
+            .iter()
+            .map(|k| (k.to_string(), entry(1.0, 1.0, true)))
+            .collect();
+        assert!(differs(&within, &mechanisms).is_null());
+
+        // A metric off with every mechanism inside its spread: the one
+        // most off still names where to look.
+        for k in ["pages_evicted_clean", "pages_faulted_around"] {
+            mechanisms.insert(k.into(), entry(10.0, 10.0, true));
+        }
+        let d = differs(&metrics, &mechanisms);
+        assert_eq!(d["faults_missing"]["counter"], "pages_zero_filled");
+        // Refused and refused at the cap alike: the cap is named.
+        mechanisms.insert("snapshots_skipped".into(), entry(0.0, 1000.0, false));
+        let d = differs(&metrics, &mechanisms);
+        assert_eq!(d["bytes_written_back"]["counter"], "snapshots_capped");
     }
 }
