@@ -365,7 +365,7 @@ fn checks(c: &Grids) -> Vec<Check> {
         .fold(f64::NAN, f64::max);
     let da_kv = share_below(da, "unimem", &["kona", "kona-pc"], kv, small, 0.0);
     let da_mixed = share_below(da, "unimem", &["kona", "kona-pc"], mixed, small, 0.0);
-    let srrb = share_below(amat, "srrb-4sc", &["kona"], singles, &all, 0.0);
+    let srrb = share_below(amat, "srrb-4sc", &["kona"], singles, all, 0.0);
     let promote = reduction(amat, "unimem", "unimem-nopromote", singles, all);
     let linreg_flat = SYSTEMS
         .iter()
