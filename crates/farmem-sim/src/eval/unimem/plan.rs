@@ -93,22 +93,7 @@ pub fn plan(opts: &EvalOptions) -> Result<UniMemPlan, StudyError> {
             })
             .collect(),
     );
-    let mut cache = Vec::new();
-    for (input, cores) in singles
-        .iter()
-        .map(|i| (i, None))
-        .chain([(&mixed, Some(MIXED_INPUTS.len()))])
-    {
-        for &system in SYSTEMS {
-            for pc in CACHE_PERCENTS {
-                let mut extra = vec![("local.size", format!("{pc}%"))];
-                if let Some(n) = cores {
-                    extra.push(("core.count", n.to_string()));
-                }
-                cache.push(run(system, input, &common, &extra, pc.to_string()));
-            }
-        }
-    }
+    let cache = cache_size(&singles, &mixed, &common);
     let sweep_inputs: Vec<&Input> = singles
         .iter()
         .filter(|i| !opts.quick || QUICK_SWEEP_WORKLOADS.contains(&i.name().as_str()))
@@ -118,28 +103,7 @@ pub fn plan(opts: &EvalOptions) -> Result<UniMemPlan, StudyError> {
     } else {
         HOST_SHARES
     };
-    let ten = ("local.size", "10%".to_string());
-    let (mut block, mut host, mut pairs) = (Vec::new(), Vec::new(), Vec::new());
-    for input in sweep_inputs {
-        for b in BLOCK_SIZES {
-            let extra = [ten.clone(), ("unimem.block_bytes", b.to_string())];
-            block.push(run(
-                "unimem-nopromote",
-                input,
-                &common,
-                &extra,
-                b.to_string(),
-            ));
-        }
-        for h in hosts {
-            let extra = [ten.clone(), ("unimem.host_share", format!("\"{h}%\""))];
-            host.push(run("unimem", input, &common, &extra, h.to_string()));
-        }
-        for p in PAIRS {
-            let extra = [ten.clone(), ("unimem.filter.pairs", p.to_string())];
-            pairs.push(run("unimem", input, &common, &extra, p.to_string()));
-        }
-    }
+    let (block, host, pairs) = sweeps(&sweep_inputs, hosts, &common);
     let studies = [
         (Experiment::CacheSize, cache),
         (Experiment::BlockSize, block),
@@ -154,6 +118,60 @@ pub fn plan(opts: &EvalOptions) -> Result<UniMemPlan, StudyError> {
     })
     .collect();
     Ok(UniMemPlan { scale, studies })
+}
+
+/// Fig. 9-11: every system and cache size on each workload, and on the
+/// four interleaved (one core each).
+fn cache_size(singles: &[Input], mixed: &Input, common: &[(String, String)]) -> Vec<RunSpec> {
+    let mut cache = Vec::new();
+    for (input, cores) in singles
+        .iter()
+        .map(|i| (i, None))
+        .chain([(mixed, Some(MIXED_INPUTS.len()))])
+    {
+        for &system in SYSTEMS {
+            for pc in CACHE_PERCENTS {
+                let mut extra = vec![("local.size", format!("{pc}%"))];
+                if let Some(n) = cores {
+                    extra.push(("core.count", n.to_string()));
+                }
+                cache.push(run(system, input, common, &extra, pc.to_string()));
+            }
+        }
+    }
+    cache
+}
+
+/// Fig. 12-14 at 10% local: block sizes (promotion off), host shares and
+/// list pairs on each of `inputs`.
+fn sweeps(
+    inputs: &[&Input],
+    hosts: &[u32],
+    common: &[(String, String)],
+) -> (Vec<RunSpec>, Vec<RunSpec>, Vec<RunSpec>) {
+    let ten = ("local.size", "10%".to_string());
+    let (mut block, mut host, mut pairs) = (Vec::new(), Vec::new(), Vec::new());
+    for &input in inputs {
+        for b in BLOCK_SIZES {
+            let extra = [ten.clone(), ("unimem.block_bytes", b.to_string())];
+            block.push(run(
+                "unimem-nopromote",
+                input,
+                common,
+                &extra,
+                b.to_string(),
+            ));
+        }
+        for h in hosts {
+            let extra = [ten.clone(), ("unimem.host_share", format!("\"{h}%\""))];
+            host.push(run("unimem", input, common, &extra, h.to_string()));
+        }
+        for p in PAIRS {
+            let extra = [ten.clone(), ("unimem.filter.pairs", p.to_string())];
+            pairs.push(run("unimem", input, common, &extra, p.to_string()));
+        }
+    }
+    (block, host, pairs)
 }
 
 impl UniMemPlan {
