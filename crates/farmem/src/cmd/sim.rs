@@ -5,11 +5,10 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use anyhow::Context;
-use farmem_sim::config::sweep_values;
+use farmem_sim::eval::study::{Batch, Progress, RunSpec, StudyError, sweep};
 use farmem_sim::{ConfigBuilder, Input, SimResult};
 use farmem_workloads::Scale;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use rayon::prelude::*;
 
 use super::Outcome;
 
@@ -45,49 +44,16 @@ pub struct Args {
     pub json: bool,
 }
 
-/// One run of a sweep: a scheme and the overrides that make its config.
-#[derive(Clone)]
-pub struct Run {
-    pub scheme: String,
-    pub input: Input,
-    pub overrides: Vec<(String, String)>,
-}
+/// One run of a sweep: a scheme, an input and the overrides that make its config.
+pub type Run = RunSpec;
 
 /// Expands schemes × `--set` values into runs (cartesian product).
 pub fn plan(schemes: &str, inputs: &[Input], sets: &[String]) -> anyhow::Result<Vec<Run>> {
-    let mut combos: Vec<Vec<(String, String)>> = vec![Vec::new()];
-    for s in sets {
-        let (k, v) = s
-            .split_once('=')
-            .with_context(|| format!("--set {s}: expected KEY=VALUE"))?;
-        let values = sweep_values(v);
-        combos = combos
-            .into_iter()
-            .flat_map(|c| {
-                values.iter().map(move |val| {
-                    let mut c = c.clone();
-                    c.push((k.trim().to_string(), val.clone()));
-                    c
-                })
-            })
-            .collect();
-    }
-    let mut runs = Vec::new();
-    for input in inputs {
-        for scheme in schemes.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-            for c in &combos {
-                runs.push(Run {
-                    scheme: scheme.to_string(),
-                    input: input.clone(),
-                    overrides: c.clone(),
-                });
-            }
-        }
-    }
-    if runs.is_empty() {
-        anyhow::bail!("--scheme: no scheme given");
-    }
-    Ok(runs)
+    let schemes: Vec<&str> = schemes.split(',').collect();
+    sweep(&schemes, inputs, sets).map_err(|e| match e {
+        StudyError::NoScheme => anyhow::anyhow!("--scheme: no scheme given"),
+        e => e.into(),
+    })
 }
 
 /// Builds the base config: preset, then file.
@@ -114,21 +80,17 @@ pub fn base_config(preset: &str, file: Option<&PathBuf>) -> anyhow::Result<Confi
     Ok(b)
 }
 
-/// Runs every run in parallel, with a progress bar on a terminal.
+/// Runs every run in parallel (once per distinct config), with a progress
+/// bar on a terminal.
 pub fn execute(base: &ConfigBuilder, runs: &[Run], quiet: bool) -> anyhow::Result<Vec<SimResult>> {
-    // Check every config before spending time on any run.
-    let configs = runs
-        .iter()
-        .map(|r| {
-            let mut b = base.clone();
-            for (k, v) in &r.overrides {
-                b.set(k, v)?;
-            }
-            farmem_sim::scheme::build(&r.scheme)?;
-            Ok(b.build()?)
-        })
-        .collect::<anyhow::Result<Vec<_>>>()?;
-    let bar = ProgressBar::new(runs.len() as u64);
+    // Every config is checked before any run starts.
+    run_batch(&Batch::new(base, runs)?, quiet)
+}
+
+/// Runs a checked batch, with a progress bar of its distinct runs on a
+/// terminal; one result per run.
+pub fn run_batch(batch: &Batch, quiet: bool) -> anyhow::Result<Vec<SimResult>> {
+    let bar = ProgressBar::new(batch.distinct_len() as u64);
     if quiet || !std::io::stderr().is_terminal() {
         bar.set_draw_target(ProgressDrawTarget::hidden());
     }
@@ -142,28 +104,21 @@ pub fn execute(base: &ConfigBuilder, runs: &[Run], quiet: bool) -> anyhow::Resul
     // Records replayed by every run so far, and their rate since the start
     // (wall clock: what a user waiting for a long trace wants to see).
     let records = AtomicU64::new(0);
-    let tick = |n: u64| {
-        let total = records.fetch_add(n, Ordering::Relaxed) + n;
-        let secs = bar.elapsed().as_secs_f64().max(1e-3);
-        bar.set_message(format!(
-            "{:.1} M records, {:.1} M records/s",
-            total as f64 / 1e6,
-            total as f64 / secs / 1e6
-        ));
+    let progress = |p: Progress| match p {
+        Progress::Records(n) => {
+            let total = records.fetch_add(n, Ordering::Relaxed) + n;
+            let secs = bar.elapsed().as_secs_f64().max(1e-3);
+            bar.set_message(format!(
+                "{:.1} M records, {:.1} M records/s",
+                total as f64 / 1e6,
+                total as f64 / secs / 1e6
+            ));
+        }
+        Progress::RunDone => bar.inc(1),
     };
-    let results = runs
-        .par_iter()
-        .zip(configs.par_iter())
-        .map(|(r, cfg)| {
-            let mut res = farmem_sim::simulate_with_progress(cfg, &r.scheme, &r.input, &tick)
-                .with_context(|| format!("{} on {}", r.scheme, r.input.name()))?;
-            res.overrides = r.overrides.iter().cloned().collect();
-            bar.inc(1);
-            Ok(res)
-        })
-        .collect::<anyhow::Result<Vec<_>>>();
+    let results = batch.run(&progress);
     bar.finish_and_clear();
-    results
+    Ok(results?)
 }
 
 pub fn print_table(results: &[SimResult]) {

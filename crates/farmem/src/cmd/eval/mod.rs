@@ -13,6 +13,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use farmem_sim::Input;
+use farmem_sim::eval::study::EvalOptions;
 use farmem_workloads::Scale;
 
 use super::Outcome;
@@ -106,6 +107,20 @@ pub fn run(args: Args) -> Outcome {
         anyhow::bail!("unknown evaluation `{}` (`farmem eval --list`)", args.name);
     };
     (eval.2)(args)
+}
+
+/// The options a paper's plan takes (`farmem_sim::eval::*::plan`).
+fn options(args: &Args) -> EvalOptions {
+    EvalOptions {
+        quick: args.quick,
+        workloads: args
+            .workloads
+            .as_ref()
+            .map(|w| w.split(',').map(str::to_string).collect()),
+        // Scale 1 is the flag's default: the quick grid picks its own.
+        scale: (args.scale != "1").then(|| args.scale.clone()),
+        sets: args.cfg.set.clone(),
+    }
 }
 
 /// Parses `--workloads` and `--scale` into simulator inputs.
