@@ -54,6 +54,8 @@ pub(crate) fn test_result() -> crate::SimResult {
         records_per_sec: 0.0,
         cpu_seconds: 0.0,
         records_per_cpu_sec: 0.0,
+        sim_cpu_seconds: 0.0,
+        records_per_sim_cpu_sec: 0.0,
         overrides: Default::default(),
         stats: Default::default(),
     }

@@ -31,6 +31,8 @@ fn run(w: &str, s: &str, bw: &str, sw: &str, t: f64, hit: f64) -> SimResult {
         records_per_sec: 0.0,
         cpu_seconds: 0.0,
         records_per_cpu_sec: 0.0,
+        sim_cpu_seconds: 0.0,
+        records_per_sim_cpu_sec: 0.0,
         overrides: [
             ("link.bw_factor".to_string(), bw.to_string()),
             ("link.switch_ns".to_string(), sw.to_string()),
