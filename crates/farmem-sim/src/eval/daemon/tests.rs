@@ -13,26 +13,8 @@ fn run(w: &str, s: &str, bw: &str, sw: &str, t: f64, hit: f64) -> SimResult {
     SimResult {
         scheme: s.into(),
         workload: w.into(),
-        records: 1,
-        instructions: 1,
         sim_time_ns: t,
-        ipc: 1.0,
-        amat_ns: 1.0,
-        amat_miss_ns: 1.0,
-        llc_misses: 1,
         local_hit_ratio: hit,
-        remote_bytes_read: 0,
-        remote_bytes_written: 0,
-        footprint_bytes: 0,
-        local_memory_bytes: 0,
-        data_amplification: 0.0,
-        link_utilization: 0.0,
-        wall_seconds: 0.0,
-        records_per_sec: 0.0,
-        cpu_seconds: 0.0,
-        records_per_cpu_sec: 0.0,
-        sim_cpu_seconds: 0.0,
-        records_per_sim_cpu_sec: 0.0,
         overrides: [
             ("link.bw_factor".to_string(), bw.to_string()),
             ("link.switch_ns".to_string(), sw.to_string()),
@@ -40,6 +22,7 @@ fn run(w: &str, s: &str, bw: &str, sw: &str, t: f64, hit: f64) -> SimResult {
         .into_iter()
         .collect(),
         stats,
+        ..crate::eval::test_result()
     }
 }
 
