@@ -62,6 +62,46 @@ fn bench_wire_prints_one_json_object_with_every_key() {
 }
 
 #[test]
+fn bench_sim_reports_each_scheme_over_its_rounds() {
+    let v = json_of(&["bench", "sim", "--scale", "0.01", "--rounds", "2", "--json"]);
+    assert_eq!(v["rounds"].as_u64(), Some(2), "{v}");
+    let runs = v["runs"].as_array().unwrap();
+    let schemes: Vec<&str> = runs.iter().map(|r| r["scheme"].as_str().unwrap()).collect();
+    assert_eq!(schemes, ["remote", "daemon", "unimem"]);
+    let records = runs[0]["records"].as_u64().unwrap();
+    for r in runs {
+        // Every scheme replays the same accesses, every round.
+        assert_eq!(r["records"].as_u64(), Some(records), "{r}");
+        assert_eq!(r["rounds"].as_u64(), Some(2), "{r}");
+        for rate in ["records_per_sim_cpu_sec", "records_per_sec"] {
+            let mid = r[rate].as_f64().unwrap();
+            let range = &r[format!("{rate}_range")];
+            let (lo, hi) = (range[0].as_f64().unwrap(), range[1].as_f64().unwrap());
+            assert!(lo <= mid && mid <= hi, "{rate} in {r}");
+        }
+        // The simulating thread is one of the run's threads.
+        assert!(
+            r["sim_cpu_seconds"].as_f64() <= r["cpu_seconds"].as_f64(),
+            "{r}"
+        );
+        assert_eq!(
+            r["met"].as_bool(),
+            Some(
+                r["records_per_sim_cpu_sec"].as_f64().unwrap()
+                    >= r["target_records_per_sim_cpu_sec"].as_f64().unwrap()
+            ),
+            "{r}"
+        );
+    }
+    let out = farmem()
+        .args(["bench", "sim", "--rounds", "0"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--rounds"));
+}
+
+#[test]
 fn runtime_benches_report_both_modes_over_a_local_rack() {
     if !std::path::Path::new("/proc/sys/vm/unprivileged_userfaultfd").exists() {
         eprintln!("skipping: no userfaultfd");

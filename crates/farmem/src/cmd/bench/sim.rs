@@ -2,6 +2,8 @@
 //! workload under the schemes the issue sets targets for, side by side in
 //! one process, one run at a time. Each run simulates on this thread while
 //! the workload is generated on a second one (farmem_workloads::pipe).
+//! Rounds go through the schemes in turn, so a host that slows down slows
+//! them alike; each figure is the median of the rounds, with its range.
 
 use anyhow::Context;
 use farmem_sim::{Input, SimResult};
@@ -33,6 +35,10 @@ pub struct Args {
     /// Base configuration, as `farmem sim --preset`.
     #[arg(long, default_value = "daemon")]
     preset: String,
+    /// Runs of each scheme, in turn; figures are their medians (one run of
+    /// a binary varies by 20-40% on a shared VM).
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
+    rounds: u32,
     /// Print one JSON object on stdout.
     #[arg(long)]
     json: bool,
@@ -46,22 +52,30 @@ pub fn run(args: Args) -> Outcome {
         scale,
         seed: 1,
     };
-    let mut rows = Vec::new();
-    for &(scheme, target) in TARGETS {
-        let r = farmem_sim::simulate(&cfg, scheme, &input)
-            .with_context(|| format!("{scheme} on {}", args.workload))?;
-        rows.push(row(&r, target));
-        if !args.json {
-            print_row(&r, target);
+    let mut results: Vec<Vec<SimResult>> = vec![Vec::new(); TARGETS.len()];
+    for _ in 0..args.rounds {
+        for (i, &(scheme, _)) in TARGETS.iter().enumerate() {
+            let r = farmem_sim::simulate(&cfg, scheme, &input)
+                .with_context(|| format!("{scheme} on {}", args.workload))?;
+            results[i].push(r);
         }
+    }
+    let mut rows = Vec::new();
+    for (runs, &(_, target)) in results.iter().zip(TARGETS) {
+        let m = Medians::of(runs);
+        if !args.json {
+            print_row(runs, &m, target);
+        }
+        rows.push(row(runs, &m, target));
     }
     let all_met = rows.iter().all(|r| r["met"] == true);
     let report = serde_json::json!({
         "benchmark": "sim",
-        "what": "farmem sim of one workload under each scheme, one run after another in this process; each run simulates on one thread while a second generates the workload's accesses. records_per_sim_cpu_sec is records over the CPU seconds of the simulating thread (the simulator's speed per core); records_per_cpu_sec counts both threads' CPU; records_per_sec is over the run's wall-clock seconds, generation and simulation overlapped. A target is met when records_per_sim_cpu_sec reaches it; wall_met says whether records_per_sec does too (it needs two idle cores)",
+        "what": "farmem sim of one workload under each scheme, one run after another in this process; each run simulates on one thread while a second generates the workload's accesses. records_per_sim_cpu_sec is records over the CPU seconds of the simulating thread (the simulator's speed per core); records_per_cpu_sec counts both threads' CPU; records_per_sec is over the run's wall-clock seconds, generation and simulation overlapped. Each figure is the median of the scheme's rounds (schemes in turn each round), with the range beside the rates. A target is met when the median records_per_sim_cpu_sec reaches it; wall_met says whether the median records_per_sec does too (it needs two idle cores)",
         "workload": args.workload,
         "scale": args.scale,
         "preset": args.preset,
+        "rounds": args.rounds,
         "host": host(),
         "build": if cfg!(debug_assertions) { "debug" } else { "release" },
         "targets_are_for": TARGETS_ARE_FOR,
@@ -72,7 +86,8 @@ pub fn run(args: Args) -> Outcome {
         println!("{report}");
     } else {
         println!(
-            "(records per CPU second of the simulating thread, generation on another; targets are for {TARGETS_ARE_FOR}; {})",
+            "(medians of {} rounds, records per CPU second of the simulating thread, generation on another; targets are for {TARGETS_ARE_FOR}; {})",
+            args.rounds,
             if all_met {
                 "every target met"
             } else {
@@ -83,36 +98,75 @@ pub fn run(args: Args) -> Outcome {
     Ok(std::process::ExitCode::SUCCESS)
 }
 
-fn row(r: &SimResult, target: f64) -> serde_json::Value {
+/// One scheme's figures over its rounds: the median, and the range.
+struct Medians {
+    sim_cpu_seconds: f64,
+    cpu_seconds: f64,
+    wall_seconds: f64,
+    per_sim_cpu_sec: (f64, f64, f64),
+    per_cpu_sec: f64,
+    per_sec: (f64, f64, f64),
+}
+
+impl Medians {
+    fn of(runs: &[SimResult]) -> Self {
+        let pick = |f: fn(&SimResult) -> f64| spread(runs.iter().map(f).collect());
+        Self {
+            sim_cpu_seconds: pick(|r| r.sim_cpu_seconds).1,
+            cpu_seconds: pick(|r| r.cpu_seconds).1,
+            wall_seconds: pick(|r| r.wall_seconds).1,
+            per_sim_cpu_sec: pick(|r| r.records_per_sim_cpu_sec),
+            per_cpu_sec: pick(|r| r.records_per_cpu_sec).1,
+            per_sec: pick(|r| r.records_per_sec),
+        }
+    }
+}
+
+/// (min, median, max); the median of an even count is the mean of the
+/// two middles.
+fn spread(mut v: Vec<f64>) -> (f64, f64, f64) {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    match (v.first(), v.last()) {
+        (Some(&lo), Some(&hi)) => (lo, (v[(n - 1) / 2] + v[n / 2]) / 2.0, hi),
+        _ => (0.0, 0.0, 0.0),
+    }
+}
+
+fn row(runs: &[SimResult], m: &Medians, target: f64) -> serde_json::Value {
+    let first = runs.first();
     serde_json::json!({
-        "scheme": r.scheme,
-        "records": r.records,
-        "sim_cpu_seconds": r.sim_cpu_seconds,
-        "cpu_seconds": r.cpu_seconds,
-        "wall_seconds": r.wall_seconds,
-        "records_per_sim_cpu_sec": r.records_per_sim_cpu_sec,
-        "records_per_cpu_sec": r.records_per_cpu_sec,
-        "records_per_sec": r.records_per_sec,
+        "scheme": first.map(|r| r.scheme.clone()),
+        "records": first.map(|r| r.records),
+        "rounds": runs.len(),
+        "sim_cpu_seconds": m.sim_cpu_seconds,
+        "cpu_seconds": m.cpu_seconds,
+        "wall_seconds": m.wall_seconds,
+        "records_per_sim_cpu_sec": m.per_sim_cpu_sec.1,
+        "records_per_sim_cpu_sec_range": [m.per_sim_cpu_sec.0, m.per_sim_cpu_sec.2],
+        "records_per_cpu_sec": m.per_cpu_sec,
+        "records_per_sec": m.per_sec.1,
+        "records_per_sec_range": [m.per_sec.0, m.per_sec.2],
         "target_records_per_sim_cpu_sec": target,
-        "met": r.records_per_sim_cpu_sec >= target,
-        "wall_met": r.records_per_sec >= target,
+        "met": m.per_sim_cpu_sec.1 >= target,
+        "wall_met": m.per_sec.1 >= target,
     })
 }
 
-fn print_row(r: &SimResult, target: f64) {
+fn print_row(runs: &[SimResult], m: &Medians, target: f64) {
+    let Some(r) = runs.first() else { return };
+    let (lo, mid, hi) = m.per_sim_cpu_sec;
     println!(
-        "{:<8} {:>12} records  {:>6.2} CPU s simulating  {:>6.2} M rec/CPU s  (wall {:>6.2} M rec/s)  target {:>4.0} M: {}",
+        "{:<8} {:>12} records  {:>6.2} CPU s simulating  {:>6.2} M rec/CPU s ({:.2}-{:.2})  (wall {:>6.2} M rec/s)  target {:>4.0} M: {}",
         r.scheme,
         r.records,
-        r.sim_cpu_seconds,
-        r.records_per_sim_cpu_sec / 1e6,
-        r.records_per_sec / 1e6,
+        m.sim_cpu_seconds,
+        mid / 1e6,
+        lo / 1e6,
+        hi / 1e6,
+        m.per_sec.1 / 1e6,
         target / 1e6,
-        if r.records_per_sim_cpu_sec >= target {
-            "met"
-        } else {
-            "not met"
-        }
+        if mid >= target { "met" } else { "not met" }
     );
 }
 
@@ -135,4 +189,17 @@ fn host() -> serde_json::Value {
         "cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
         "load_1min": load,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::spread;
+
+    #[test]
+    fn the_median_is_the_middle_or_the_mean_of_the_two() {
+        assert_eq!(spread(vec![3.0, 1.0, 2.0]), (1.0, 2.0, 3.0));
+        assert_eq!(spread(vec![4.0, 1.0, 2.0, 3.0]), (1.0, 2.5, 4.0));
+        assert_eq!(spread(vec![5.0]), (5.0, 5.0, 5.0));
+        assert_eq!(spread(Vec::new()), (0.0, 0.0, 0.0));
+    }
 }
