@@ -51,6 +51,16 @@ pub struct EvalOptions {
     pub sets: Vec<String>,
 }
 
+impl EvalOptions {
+    /// The quick grid, everything else the paper's.
+    pub fn quick() -> Self {
+        Self {
+            quick: true,
+            ..Self::default()
+        }
+    }
+}
+
 /// Why a plan could not be made or run.
 #[derive(Debug, thiserror::Error)]
 pub enum StudyError {

@@ -387,16 +387,9 @@ mod tests {
     use crate::ConfigBuilder;
     use crate::eval::study::Batch;
 
-    fn quick() -> EvalOptions {
-        EvalOptions {
-            quick: true,
-            ..EvalOptions::default()
-        }
-    }
-
     #[test]
     fn the_quick_plan_has_its_runs_and_shares_the_repeated_ones() {
-        let p = plan(&quick()).unwrap();
+        let p = plan(&EvalOptions::quick()).unwrap();
         assert_eq!(p.scale, QUICK_SCALE);
         // 5 workloads × 5 schemes × 3 bandwidths × 2 switch latencies.
         assert_eq!(p.grid.len(), 150);
@@ -428,7 +421,7 @@ mod tests {
 
     #[test]
     fn user_sets_come_first_and_quick_caches_fill_in() {
-        let mut o = quick();
+        let mut o = EvalOptions::quick();
         o.sets = vec!["llc.size=1MiB".into(), "local.policy=fifo".into()];
         let p = plan(&o).unwrap();
         let ov = &p.grid[0].overrides;
@@ -439,19 +432,19 @@ mod tests {
 
     #[test]
     fn a_bad_set_workload_or_scale_is_refused_before_any_run() {
-        let mut o = quick();
+        let mut o = EvalOptions::quick();
         o.sets = vec!["link.bw_factor=1/2,1/4".into()];
         assert!(matches!(plan(&o), Err(StudyError::Sweep(_))));
         o.sets = vec!["no-equals".into()];
         assert!(matches!(plan(&o), Err(StudyError::NotKeyValue(_))));
-        let mut o = quick();
+        let mut o = EvalOptions::quick();
         o.workloads = Some(vec!["nope".into()]);
         assert!(matches!(plan(&o), Err(StudyError::UnknownWorkload(_))));
-        let mut o = quick();
+        let mut o = EvalOptions::quick();
         o.scale = Some("-1".into());
         assert!(matches!(plan(&o), Err(StudyError::Scale(_))));
         // A key the config does not have: planned, refused by the batch.
-        let mut o = quick();
+        let mut o = EvalOptions::quick();
         o.sets = vec!["no.such.key=1".into()];
         let runs = plan(&o).unwrap().runs();
         let base = ConfigBuilder::preset("daemon").unwrap();
@@ -460,7 +453,7 @@ mod tests {
 
     #[test]
     fn one_workload_has_no_several_core_study() {
-        let mut o = quick();
+        let mut o = EvalOptions::quick();
         o.workloads = Some(vec!["stream".into()]);
         let p = plan(&o).unwrap();
         let cores = p.studies.iter().find(|s| s.name == "cores").unwrap();
@@ -475,7 +468,7 @@ mod tests {
 
     #[test]
     fn results_split_back_per_study() {
-        let p = plan(&quick()).unwrap();
+        let p = plan(&EvalOptions::quick()).unwrap();
         let n = p.runs().len();
         let fake: Vec<SimResult> = (0..n).map(|_| crate::eval::test_result()).collect();
         let (grid, studies) = p.split(&fake);

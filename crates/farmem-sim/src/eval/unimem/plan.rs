@@ -214,16 +214,9 @@ mod tests {
     use crate::ConfigBuilder;
     use crate::eval::study::Batch;
 
-    fn quick() -> EvalOptions {
-        EvalOptions {
-            quick: true,
-            ..EvalOptions::default()
-        }
-    }
-
     #[test]
     fn the_quick_plan_has_its_points_and_shares_the_repeated_runs() {
-        let p = plan(&quick()).unwrap();
+        let p = plan(&EvalOptions::quick()).unwrap();
         assert_eq!(p.scale, QUICK_SCALE);
         let per: Vec<(&str, usize)> = p.studies.iter().map(|s| (s.name, s.runs.len())).collect();
         // 6 workloads and the mixed run × 5 systems × 5 sizes; the sweeps
@@ -247,7 +240,7 @@ mod tests {
 
     #[test]
     fn points_are_named_by_system_workload_and_value() {
-        let p = plan(&quick()).unwrap();
+        let p = plan(&EvalOptions::quick()).unwrap();
         let runs = p.runs();
         let fake: Vec<SimResult> = runs.iter().map(|_| crate::eval::test_result()).collect();
         let pts = p.points(&fake);
@@ -265,7 +258,7 @@ mod tests {
 
     #[test]
     fn a_bad_set_is_refused_before_any_run() {
-        let mut o = quick();
+        let mut o = EvalOptions::quick();
         o.sets = vec!["unimem.block_bytes=128,256".into()];
         assert!(matches!(plan(&o), Err(StudyError::Sweep(_))));
         o.sets = vec!["unimem.block_bytes".into()];
