@@ -119,6 +119,27 @@ impl<S: farmem_workloads::Sink> farmem_workloads::Sink for Progress<'_, S> {
     }
 }
 
+/// Feeds `sink` from `produce`, run on a thread of its own, counting
+/// progress here; returns what `produce` returned and that thread's CPU
+/// seconds.
+fn feed<S, T, F>(sink: &mut S, tick: &(dyn Fn(u64) + Sync), produce: F) -> (T, f64)
+where
+    S: farmem_workloads::Sink,
+    T: Send,
+    F: FnOnce(&mut dyn farmem_workloads::Sink) -> T + Send,
+{
+    let mut sink = Progress {
+        inner: sink,
+        since: 0,
+        tick,
+    };
+    piped(&mut sink, |s| {
+        let c0 = thread_cpu_seconds();
+        let out = produce(s);
+        (out, thread_cpu_seconds() - c0)
+    })
+}
+
 fn simulate_on<C: core::CoreModel>(
     cfg: &Config,
     scheme: &str,
@@ -132,15 +153,8 @@ fn simulate_on<C: core::CoreModel>(
     let mut feed_cpu = 0.0;
     match input {
         Input::Workload { name, scale, seed } => {
-            let mut sink = Progress {
-                inner: &mut engine,
-                since: 0,
-                tick,
-            };
-            let (out, cpu) = piped(&mut sink, |s| {
-                let c0 = thread_cpu_seconds();
-                let out = farmem_workloads::run_workload(name, *scale, *seed, s);
-                (out, thread_cpu_seconds() - c0)
+            let (out, cpu) = feed(&mut engine, tick, |s| {
+                farmem_workloads::run_workload(name, *scale, *seed, s)
             });
             out?;
             feed_cpu = cpu;
@@ -158,16 +172,7 @@ fn simulate_on<C: core::CoreModel>(
             } else {
                 // Streams through the reader's fixed buffer: memory does
                 // not grow with the trace's length.
-                let mut sink = Progress {
-                    inner: &mut engine,
-                    since: 0,
-                    tick,
-                };
-                let (out, cpu) = piped(&mut sink, |s| {
-                    let c0 = thread_cpu_seconds();
-                    let out = reader.replay(s);
-                    (out, thread_cpu_seconds() - c0)
-                });
+                let (out, cpu) = feed(&mut engine, tick, |s| reader.replay(s));
                 out?;
                 feed_cpu = cpu;
             }
