@@ -141,6 +141,57 @@ fn runtime_benches_report_both_modes_over_a_local_rack() {
 }
 
 #[test]
+fn bench_fault_times_a_real_programs_faults_beside_the_wire() {
+    // PageRank over 16 MiB at a quarter local: it must fault, and fetch.
+    let v = json_of(&[
+        "bench",
+        "fault",
+        "--workload",
+        "demo",
+        "--size",
+        "16MiB",
+        "--iterations",
+        "2",
+        "--rounds",
+        "1",
+        "--reads",
+        "200",
+        "--json",
+    ]);
+    assert_eq!(v["answers_match"], true, "{v}");
+    // A probe before the run and one after.
+    assert_eq!(v["wire_reads"].as_u64(), Some(400), "{v}");
+    let runs = v["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 1, "{v}");
+    let run = &runs[0];
+    assert!(run["faults_missing"].as_u64().unwrap() > 0, "{v}");
+    assert!(run["pages_fetched"].as_u64().unwrap() > 0, "{v}");
+    for key in [
+        "wire_read4k_us_p50",
+        "fault_mean_ratio",
+        "fault_p50_ratio",
+        "stall_per_page_ratio",
+    ] {
+        assert!(v[key].as_f64().is_some_and(|x| x > 0.0), "{key} in {v}");
+    }
+    // The local limit comes from what the local run measured (a share,
+    // at least 16 MiB), below it.
+    let (limit, footprint) = (
+        v["local_mem_bytes"].as_u64().unwrap(),
+        v["footprint_bytes"].as_u64().unwrap(),
+    );
+    assert!(limit < footprint, "{v}");
+    // A workload and a command together are refused, naming both.
+    let out = farmem()
+        .args(["bench", "fault", "--workload", "demo", "--", "true"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--workload") && err.contains("--"), "{err}");
+}
+
+#[test]
 fn trace_capture_converts_an_unmodified_program() {
     if Command::new("valgrind").arg("--version").output().is_err() {
         eprintln!("skipping: valgrind is not installed");

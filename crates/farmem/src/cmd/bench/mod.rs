@@ -3,6 +3,7 @@
 
 pub mod delay;
 mod failover;
+mod fault_program;
 mod fuzz;
 pub mod kernel_swap;
 pub mod measure;

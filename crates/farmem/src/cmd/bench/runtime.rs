@@ -217,22 +217,80 @@ pub fn kona(args: KonaArgs) -> Outcome {
 
 /// Latency of a remote 4 KiB page fault as the application sees it, beside
 /// a bare 4 KiB read from the same store in the same run.
+///
+/// By default the benchmark's own loop touches fresh pages one at a time.
+/// With --workload or a command after `--`, a real program runs under
+/// `farmem run` on the rack instead, and its faults (from the runtime's
+/// histograms) are compared with bare reads timed before and after each of
+/// its runs: per fault, and per page fetched (a fault-around window's pages
+/// share its time).
 #[derive(clap::Args)]
 pub struct FaultArgs {
-    /// Faults to time, each on a fresh page.
+    /// Faults to time, each on a fresh page (the loop).
     #[arg(long, default_value_t = 20_000)]
     pages: usize,
-    /// Bare reads to time for the comparison.
+    /// Bare reads to time for the comparison (with a program: before and
+    /// after each run).
     #[arg(long, default_value_t = 20_000)]
     reads: usize,
     #[command(flatten)]
     store: StoreArgs,
+    /// A built-in program instead of the loop: `demo` (PageRank), `kv`,
+    /// `scan`, `text`, `noise`, `redis`, `sqlite` (as `bench swap
+    /// --workload`). --fault-path, --wait and --fault-around then do not
+    /// apply: the program runs with `farmem run`'s defaults and --farmem-arg.
+    #[arg(long, conflicts_with = "in_process")]
+    workload: Option<String>,
+    /// Memory of the built-in program.
+    #[arg(long, default_value = "256MiB")]
+    size: ByteSize,
+    /// Rounds of the built-in program (PageRank rounds, passes).
+    #[arg(long, default_value_t = 3)]
+    iterations: usize,
+    /// The program's local memory: a share of the footprint a local run
+    /// measured (`25%`) or a size (`64MiB`).
+    #[arg(long, default_value = "25%")]
+    local: String,
+    /// Runs of the program, each between two probes of the wire.
+    #[arg(long, default_value_t = 2)]
+    rounds: u32,
+    /// A flag passed on to `farmem run` (repeatable), e.g.
+    /// `--farmem-arg=--fault-path=signal`.
+    #[arg(long = "farmem-arg", value_name = "FLAG", allow_hyphen_values = true)]
+    farmem_args: Vec<String>,
     /// Print one JSON object on stdout.
     #[arg(long)]
     json: bool,
+    /// A program and its arguments, instead of --workload.
+    #[arg(last = true, conflicts_with = "in_process")]
+    cmd: Vec<std::ffi::OsString>,
 }
 
 pub fn fault(args: FaultArgs) -> Outcome {
+    let program = super::fault_program::workload(
+        args.workload.as_deref(),
+        args.cmd.clone(),
+        args.size,
+        args.iterations,
+    )?;
+    if let Some(workload) = program {
+        let report = super::fault_program::run(super::fault_program::ProgramOpts {
+            workload,
+            local: super::swap_plan::LocalMem::parse(&args.local)?,
+            rounds: args.rounds,
+            reads: args.reads,
+            farmem_args: args.farmem_args.clone(),
+            controller: args.store.controller.clone(),
+            token_file: args.store.token_file.clone(),
+            json: args.json,
+        })?;
+        if args.json {
+            println!("{report}");
+        } else {
+            super::fault_program::print(&report);
+        }
+        return Ok(std::process::ExitCode::SUCCESS);
+    }
     anyhow::ensure!(
         args.pages >= 10 && args.reads >= 10,
         "--pages and --reads must be at least 10"
