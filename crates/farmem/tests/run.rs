@@ -8,6 +8,7 @@ use std::process::Command;
 mod common;
 
 use common::far_memory_unavailable as unavailable;
+use common::installed;
 
 fn farmem() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_farmem"))
@@ -628,25 +629,6 @@ fn a_process_whose_runtime_cannot_start_is_stopped_and_reported() {
         1,
         "{stderr}"
     );
-}
-
-/// The path of `program`, or None (a skip) when it is not installed.
-/// scripts/test installs the programs these tests drive and sets
-/// FARMEM_TEST_REQUIRE_PROGRAMS, so there a missing one fails instead.
-fn installed(program: &str) -> Option<PathBuf> {
-    let found = std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|d| d.join(program))
-            .find(|p| p.is_file())
-    });
-    if found.is_none() {
-        assert!(
-            std::env::var_os("FARMEM_TEST_REQUIRE_PROGRAMS").is_none(),
-            "{program} is not installed (scripts/test installs it)"
-        );
-        eprintln!("skipping: {program} is not installed");
-    }
-    found
 }
 
 /// A loopback TCP port nobody listens on right now.

@@ -91,3 +91,22 @@ pub fn far_memory_unavailable() -> Option<String> {
     unsafe { libc::close(fd as i32) };
     None
 }
+
+/// The path of `program`, or None (a skip) when it is not installed.
+/// scripts/test installs the programs these tests drive and sets
+/// FARMEM_TEST_REQUIRE_PROGRAMS, so there a missing one fails instead.
+pub fn installed(program: &str) -> Option<std::path::PathBuf> {
+    let found = std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|d| d.join(program))
+            .find(|p| p.is_file())
+    });
+    if found.is_none() {
+        assert!(
+            std::env::var_os("FARMEM_TEST_REQUIRE_PROGRAMS").is_none(),
+            "{program} is not installed (scripts/test installs it)"
+        );
+        eprintln!("skipping: {program} is not installed");
+    }
+    found
+}
