@@ -35,14 +35,19 @@ struct Batcher {
     recycled: Receiver<Vec<Access>>,
     batch: Vec<Access>,
     contents: bool,
-    /// The consumer hung up (it panicked); drop everything after.
-    closed: bool,
 }
+
+/// What the producer's thread unwinds with once the consumer is gone.
+struct ConsumerGone;
 
 impl Batcher {
     fn send(&mut self, m: Msg) {
-        if !self.closed && self.tx.send(m).is_err() {
-            self.closed = true;
+        if self.tx.send(m).is_err() {
+            // The consumer hung up: it panicked, and its panic waits for
+            // this thread to end before it propagates. A generator has no
+            // way to be told to stop, so it is unwound from here (without
+            // the panic hook: the consumer's panic is the one reported).
+            std::panic::resume_unwind(Box::new(ConsumerGone));
         }
     }
 
@@ -91,7 +96,8 @@ impl Sink for Batcher {
 /// Returns what `produce` returned once both are done.
 ///
 /// # Panics
-/// Re-raises a panic of the producer.
+/// Re-raises a panic of the producer, or of `sink` (the producer then
+/// stops at its next batch rather than run to its end).
 pub fn piped<S, T, F>(sink: &mut S, produce: F) -> T
 where
     S: Sink + ?Sized,
@@ -108,7 +114,6 @@ where
                 recycled,
                 batch: Vec::with_capacity(BATCH),
                 contents,
-                closed: false,
             };
             let out = produce(&mut batcher);
             batcher.flush();
@@ -187,6 +192,32 @@ mod tests {
             assert_eq!(through.calls.len(), direct.calls.len());
             assert_eq!(through, direct);
         }
+    }
+
+    #[test]
+    fn a_consumer_that_panics_stops_the_producer_at_its_next_batch() {
+        struct Panics;
+        impl Sink for Panics {
+            fn access(&mut self, _: Access) {
+                panic!("the simulation failed");
+            }
+        }
+        let produced = std::sync::atomic::AtomicU64::new(0);
+        let got = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            piped(&mut Panics, |s| {
+                // Years of accesses, were it not stopped.
+                for i in 0..u64::MAX {
+                    s.access(Access::load(i * 64, 8, 0));
+                    produced.store(i, std::sync::atomic::Ordering::Relaxed);
+                }
+            })
+        }));
+        // The consumer's panic is the one reported.
+        let panic = got.unwrap_err();
+        assert_eq!(panic.downcast_ref::<&str>(), Some(&"the simulation failed"));
+        // The producer ran at most the channel's depth of batches past it.
+        let n = produced.load(std::sync::atomic::Ordering::Relaxed);
+        assert!(n < (BATCH * (DEPTH + 3)) as u64, "{n}");
     }
 
     #[test]
