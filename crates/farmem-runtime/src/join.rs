@@ -37,7 +37,7 @@ pub fn connect(env: &PreloadEnv, controller: &str) -> Result<Arc<RackStore>, Str
         let gate = match env.delay_partition {
             None => farmem_net::delay::EgressDelay::new(model.clone(), 0),
             Some(ratio) => {
-                let share = demand_share(ratio)?;
+                let share = demand_share(ratio, env.engine)?;
                 farmem_net::delay::EgressDelay::partitioned(model.clone(), 0, share)
             }
         };
@@ -81,16 +81,32 @@ pub fn connect(env: &PreloadEnv, controller: &str) -> Result<Arc<RackStore>, Str
 /// DaeMon's partitioning for the link (§4.1), in the runtime's reading of
 /// §4.7: 4 KiB demand pages as its lines, 64 KiB bulk clusters as its
 /// pages; an idle class lends its share.
-fn demand_share(ratio: farmem_core::Ratio) -> Result<farmem_policy::daemon::ShareServer, String> {
+fn demand_share(
+    ratio: farmem_core::Ratio,
+    engine: crate::Engine,
+) -> Result<farmem_policy::daemon::ShareServer, String> {
     use farmem_policy::daemon::{BandwidthPartitioner, PartitionConfig, ShareServer};
     let config = PartitionConfig {
         ratio,
         line_bytes: 4096,
-        page_bytes: 64 << 10,
+        page_bytes: bulk_unit_bytes(engine),
     };
     let partitioner = BandwidthPartitioner::from_config(&config)
         .map_err(|e| format!("FARMEM_DELAY_PARTITION {ratio}: {e}"))?;
     Ok(ShareServer::new(&partitioner, true))
+}
+
+/// The bulk class's unit in `--delay-partition`'s ratio: `--engine
+/// daemon` reads whole clusters on the bulk lane, so its unit is theirs;
+/// the page engine's bulk traffic (write-backs, log batches) comes in
+/// batches, taken at the 64 KiB of DaeMon's own example (seed 000 §4.7).
+fn bulk_unit_bytes(engine: crate::Engine) -> u64 {
+    match engine {
+        crate::Engine::Daemon => {
+            u64::from(farmem_policy::daemon::FaultConfig::default().cluster_pages) * 4096
+        }
+        crate::Engine::Page => 64 << 10,
+    }
 }
 
 /// The link's bytes per second when a `rate:` delay throttles it (the
@@ -148,5 +164,26 @@ pub fn keep_lease(
         Err(e) => Err(format!(
             "cannot hold remote memory on a lease ({e}): if this process is killed, the controller keeps it"
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_delay_partition_counts_bulk_in_the_engines_unit() {
+        let quarter: farmem_core::Ratio = "25%".parse().unwrap();
+        let page = demand_share(quarter, crate::Engine::Page).unwrap();
+        let daemon = demand_share(quarter, crate::Engine::Daemon).unwrap();
+        // 25% over 4 KiB pages and 64 KiB batches reserves 24% of the link
+        // (--delay-partition's documented figure: 5 pages to a batch, in
+        // bytes); over 256 KiB clusters 21 pages to one, 24.7%.
+        assert_eq!(page.line_share(), 5.0 * 4096.0 / (5.0 * 4096.0 + 65536.0));
+        assert_eq!(
+            daemon.line_share(),
+            21.0 * 4096.0 / (21.0 * 4096.0 + 262144.0)
+        );
+        assert_eq!(bulk_unit_bytes(crate::Engine::Daemon), 256 << 10);
     }
 }

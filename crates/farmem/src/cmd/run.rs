@@ -212,7 +212,8 @@ pub struct Args {
     /// and either class takes the whole link while the other has nothing
     /// in service. Without it the gate is first come, first served, as
     /// ThymesisFlow's injector is. The share is DaeMon's ratio over 4 KiB
-    /// demand pages and 64 KiB bulk clusters (§4.7): 25% reserves 24%.
+    /// demand pages and a bulk unit (§4.7): 64 KiB (write-back batches),
+    /// or the 256 KiB cluster with --engine daemon: 25% reserves 24%.
     #[arg(
         long,
         value_name = "RATIO",
