@@ -654,6 +654,9 @@ fn fallback_reason(fallbacks: &[Value]) -> String {
 }
 
 /// What the run did, for the `farmem:` lines at its end.
+/// Peak resident set over --local-mem by this factor gets a line saying why.
+const OVER_LIMIT_NOTED: f64 = 1.1;
+
 struct Summary<'a> {
     shown: &'a str,
     code: i32,
@@ -709,6 +712,7 @@ impl Summary<'_> {
                 get("pages_evicted_dirty"),
             );
             self.print_compressed();
+            self.print_over_limit(args);
             if let Some(amp) = page_amplification(self.total, dirty(args)) {
                 eprintln!(
                     "farmem: dirty amplification avoided: whole dirty pages would have been {amp:.1}x the lines written back"
@@ -716,6 +720,33 @@ impl Summary<'_> {
             }
         }
         self.print_fallbacks();
+    }
+
+    /// Why the program's peak resident set went past --local-mem, when it
+    /// went well past: memory farmem cannot move is charged against the
+    /// limit only up to half of it, so a program whose own small
+    /// allocations, libraries and stacks (and farmem's buffers) take more
+    /// runs over, where a cgroup's limit would swap them.
+    fn print_over_limit(&self, args: &Args) {
+        let limit = args.local_mem.bytes();
+        if limit == 0 || (self.resident as f64) < limit as f64 * OVER_LIMIT_NOTED {
+            return;
+        }
+        let outside = self
+            .processes
+            .iter()
+            .filter_map(|p| p["stats"]["outside_pages"].as_u64())
+            .max()
+            .unwrap_or(0)
+            * 4096;
+        eprintln!(
+            "farmem: peak resident set {} is {:.0}% over --local-mem {}: {} of it was memory farmem does not move (allocations under --threshold {}, libraries, stacks, farmem's own buffers), and only half the limit is set aside for that; a lower --threshold moves more of it far",
+            ByteSize(self.resident),
+            (self.resident as f64 / limit as f64 - 1.0) * 100.0,
+            args.local_mem,
+            ByteSize(outside),
+            args.threshold,
+        );
     }
 
     /// What the compressed pool kept, passed on, and served.
