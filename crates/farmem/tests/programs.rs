@@ -11,6 +11,16 @@ mod common;
 use common::far_memory_unavailable as unavailable;
 use common::installed;
 
+/// `program`'s path, or None (a skip, said on stderr) when it is not
+/// installed or this machine cannot run programs on far memory.
+fn runnable(program: &str) -> Option<PathBuf> {
+    if let Some(why) = unavailable() {
+        eprintln!("skipping: {why}");
+        return None;
+    }
+    installed(program)
+}
+
 fn scratch(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("farmem-programs-{name}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -76,11 +86,7 @@ fn same_output_under_farmem(
 
 #[test]
 fn gnu_sort_sorts_the_same_lines_on_far_memory() {
-    if let Some(why) = unavailable() {
-        eprintln!("skipping: {why}");
-        return;
-    }
-    let Some(sort) = installed("sort") else {
+    let Some(sort) = runnable("sort") else {
         return;
     };
     let dir = scratch("sort");
@@ -116,11 +122,7 @@ print(len(index), sum(k for k, _ in rows), hashlib.sha256(repr(rows[::97]).encod
 
 #[test]
 fn a_python_job_prints_the_same_digest_on_far_memory() {
-    if let Some(why) = unavailable() {
-        eprintln!("skipping: {why}");
-        return;
-    }
-    let Some(python) = installed("python3") else {
+    let Some(python) = runnable("python3") else {
         return;
     };
     // About 30 MiB resident without farmem. The remote backend keeps the
@@ -138,11 +140,7 @@ fn a_python_job_prints_the_same_digest_on_far_memory() {
 
 #[test]
 fn bzip2_compresses_to_the_same_bytes_on_far_memory() {
-    if let Some(why) = unavailable() {
-        eprintln!("skipping: {why}");
-        return;
-    }
-    let Some(bzip2) = installed("bzip2") else {
+    let Some(bzip2) = runnable("bzip2") else {
         return;
     };
     let dir = scratch("bzip2");
