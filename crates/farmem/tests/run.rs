@@ -990,6 +990,31 @@ int main(void) {
         format!("child signal {}\nparent ok\n", libc::SIGSEGV),
         "{stderr}"
     );
+    // And the child said why it stopped, once, before the signal.
+    assert_eq!(
+        stderr.matches("touched far memory it inherited").count(),
+        1,
+        "{stderr}"
+    );
+    // (The shim's module is not built for unit tests: its message, made
+    // without allocating in the signal handler, is checked here.)
+    let line = stderr
+        .lines()
+        .find(|l| l.starts_with("farmem: a forked child (pid "))
+        .unwrap_or_else(|| panic!("{stderr}"));
+    let pid = line["farmem: a forked child (pid ".len()..]
+        .split(')')
+        .next()
+        .unwrap();
+    assert!(pid.parse::<u32>().is_ok_and(|p| p > 1), "{line}");
+    let at = line
+        .split("inherited, at 0x")
+        .nth(1)
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap();
+    assert!(u64::from_str_radix(at, 16).is_ok_and(|a| a > 0), "{line}");
 }
 
 /// A program with a SIGBUS handler of its own: far-memory faults are still

@@ -1,7 +1,6 @@
 //! Fork and exit: a forked child loses far memory loudly, and an exiting
 //! process writes its stats line and gives its remote memory back.
 
-use std::ffi::c_void;
 use std::path::Path;
 use std::sync::atomic::Ordering;
 
@@ -54,14 +53,10 @@ pub(super) extern "C" fn fork_child() {
     // The child has no runtime and no userfaultfd registration: a far page
     // that was remote at the fork would read as zeros. Make every touch of
     // inherited far memory fault loudly instead of computing on zeros.
-    let (base, end) = (
+    super::child::guard(
         HEAP_BASE.load(Ordering::Acquire),
         HEAP_END.load(Ordering::Acquire),
     );
-    if end > base {
-        // SAFETY: our own heap range; mprotect is async-signal-safe.
-        unsafe { libc::mprotect(base as *mut c_void, end - base, libc::PROT_NONE) };
-    }
 }
 
 pub(super) extern "C" fn at_exit() {

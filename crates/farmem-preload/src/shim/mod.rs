@@ -7,7 +7,8 @@
 //!   below them (the allocators under us; glibc's real functions; masks
 //!   without SIGBUS; far buffers made local before a system call; live
 //!   statistics for `farmem run --metrics`);
-//! * `exit`, `init`: fork and exit; starting the runtime;
+//! * `child`, `exit`, `init`: a forked child's far memory; fork and exit;
+//!   starting the runtime;
 //! * `far`: the far heap's blocks;
 //! * the interposers: `malloc`, `mmap`, `sigmask`, `fileio`, `socket`,
 //!   `stdio`, `poll`.
@@ -20,6 +21,7 @@ mod real;
 mod sigbus;
 mod touch;
 
+mod child;
 mod exit;
 mod init;
 
