@@ -7,10 +7,10 @@
 //! random key/value program at 50% local the pool was read back 0.32 times
 //! per page written, over that measure's bar, and still took 1.45x the
 //! time without it. So this tuner measures the sum: epochs of wall time,
-//! alternately with the pool on and off, compared by the share of the
-//! epoch the program spent stalled in faults (stall ns per ns of wall
-//! time, the unit of progress: the runtime cannot see the program's work,
-//! and a program that waits less gets more done in the same time).
+//! alternately with the pool on and off, compared by the ns the program
+//! stalled in faults per ns it ran (wall time less stall: the unit of
+//! progress, as the runtime cannot see the program's work; a share of wall
+//! time would hide the difference in a program that mostly waits).
 //!
 //! The setting in force (the incumbent) runs; after `backoff` epochs of it
 //! the other is tried for a probe: `settle` epochs not counted (a pool
@@ -20,7 +20,7 @@
 //! not flap) than the incumbent's epochs before it; then it is the
 //! incumbent. A probe that loses doubles `backoff` up to `max_backoff`, so
 //! a steady workload pays little for exploring; one that wins resets it.
-//! A phase change re-probes at once: two epochs in a row whose stall share
+//! A phase change re-probes at once: two epochs in a row whose stall rate
 //! moved by more than `phase_shift` from the incumbent's when last judged.
 //!
 //! Pure: time, stall and fault counts are numbers the caller passes in,
@@ -58,14 +58,15 @@ pub struct AbConfig {
     /// (default 64, 6.4 s).
     pub backoff: u32,
     pub max_backoff: u32,
-    /// The probe wins when its stall share is below the incumbent's times
+    /// The probe wins when its stall rate is below the incumbent's times
     /// 1 - `hysteresis` (default 0.10: the VM's same run moves 10-20%
     /// between runs, less between neighbouring epochs of one run)...
     pub hysteresis: f64,
-    /// ... and below it by at least `min_gap` (default 0.02, 2% of wall
-    /// time: less is not worth a switch that drains or refills the pool).
+    /// ... and below it by at least `min_gap` (default 0.02 ns of stall
+    /// per ns run: less is not worth a switch that drains or refills the
+    /// pool).
     pub min_gap: f64,
-    /// An incumbent epoch whose stall share differs from the incumbent's
+    /// An incumbent epoch whose stall rate differs from the incumbent's
     /// when last judged by more than this share of it (plus `min_gap`),
     /// twice in a row, is a phase change: probe now (default 0.5).
     pub phase_shift: f64,
@@ -134,7 +135,7 @@ enum Stage {
     /// The incumbent runs; `settle` epochs left uncounted.
     Steady { settle: u32 },
     /// The other setting is tried: `settle` epochs left uncounted, then
-    /// `n` measured with these shares summed.
+    /// `n` measured with these rates summed.
     Probe { settle: u32, sum: f64, n: u32 },
 }
 
@@ -152,9 +153,9 @@ pub struct AbTuner {
     fill: u64,
     /// Settling epochs past `settle` spent waiting for the pool to fill.
     filling: u32,
-    /// The incumbent's latest measured stall shares, newest last (two).
+    /// The incumbent's latest measured stall rates, newest last (two).
     recent: [Option<f64>; 2],
-    /// The incumbent's share when last judged (phase changes).
+    /// The incumbent's rate when last judged (phase changes).
     reference: Option<f64>,
     /// Epochs in a row that moved from it.
     shifted: u32,
@@ -233,7 +234,13 @@ impl AbTuner {
             s.stall_off_ns = s.stall_off_ns.saturating_add(stall);
             s.wall_off_ns = s.wall_off_ns.saturating_add(wall);
         }
-        self.epoch(stall as f64 / wall as f64)
+        // Stall per ns the program ran, not per ns of wall time: a program
+        // stalled 95% of the time with one setting and 97% with the other
+        // runs 1.6x as long with the second, a 2% difference of shares of wall time.
+        // (Threads stalling more than the wall time in all are counted
+        // against a hundredth of it.)
+        let ran = wall.saturating_sub(stall).max(wall / 100).max(1);
+        self.epoch(stall as f64 / ran as f64)
     }
 
     /// Whether an epoch after a switch is still settling; counts it down.
@@ -250,7 +257,7 @@ impl AbTuner {
         false
     }
 
-    /// An epoch of stall share `share` ended; true when the pool switched.
+    /// An epoch of stall rate `share` (ns per ns run) ended; true when the pool switched.
     fn epoch(&mut self, share: f64) -> bool {
         match self.stage {
             Stage::Steady { mut settle } => {
@@ -359,7 +366,7 @@ mod tests {
         }
     }
 
-    /// Feeds a program whose stall share is `on` or `off` (of each epoch)
+    /// Feeds a program stalled `on` or `off` of each epoch's wall time
     /// with the pool on or off, for `epochs`; the setting after each.
     struct Run {
         t: AbTuner,
