@@ -49,7 +49,9 @@ pub struct AbConfig {
     /// size's worth of pages written back (default 3): until then it has
     /// not yet taken its cache nor been read back.
     pub max_fill: u32,
-    /// Epochs a probe is measured (default 1).
+    /// Epochs a probe is measured (default 2): each must win (below).
+    /// With one, a kv run at 6 MiB of 24 MiB, both settings within 10%
+    /// of each other, flapped: 18 of 32 probes won on one epoch's noise.
     pub probe: u32,
     /// Incumbent's epochs before the first probe (default 2).
     pub first_probe: u32,
@@ -58,9 +60,10 @@ pub struct AbConfig {
     /// (default 64, 6.4 s).
     pub backoff: u32,
     pub max_backoff: u32,
-    /// The probe wins when its stall rate is below the incumbent's times
-    /// 1 - `hysteresis` (default 0.10: the VM's same run moves 10-20%
-    /// between runs, less between neighbouring epochs of one run)...
+    /// The probe wins when its stall rate in each of its epochs is below
+    /// the incumbent's (the mean of its last two epochs) times
+    /// 1 - `hysteresis` (default 0.15: a program stalled 95% of the time
+    /// runs 5% of it, and that 5% moves by 10% between epochs)...
     pub hysteresis: f64,
     /// ... and below it by at least `min_gap` (default 0.02 ns of stall
     /// per ns run: less is not worth a switch that drains or refills the
@@ -79,11 +82,11 @@ impl Default for AbConfig {
             min_faults: 64,
             settle: 1,
             max_fill: 3,
-            probe: 1,
+            probe: 2,
             first_probe: 2,
             backoff: 4,
             max_backoff: 64,
-            hysteresis: 0.10,
+            hysteresis: 0.15,
             min_gap: 0.02,
             phase_shift: 0.5,
         }
@@ -135,8 +138,13 @@ enum Stage {
     /// The incumbent runs; `settle` epochs left uncounted.
     Steady { settle: u32 },
     /// The other setting is tried: `settle` epochs left uncounted, then
-    /// `n` measured with these rates summed.
-    Probe { settle: u32, sum: f64, n: u32 },
+    /// `n` measured, the worst of their rates and their sum.
+    Probe {
+        settle: u32,
+        worst: f64,
+        sum: f64,
+        n: u32,
+    },
 }
 
 /// The pool on or off by the fault stall of each (module docs).
@@ -287,6 +295,7 @@ impl AbTuner {
                     self.stats.probes += 1;
                     self.stage = Stage::Probe {
                         settle: self.cfg.settle,
+                        worst: 0.0,
                         sum: 0.0,
                         n: 0,
                     };
@@ -294,15 +303,25 @@ impl AbTuner {
                 }
                 false
             }
-            Stage::Probe { mut settle, sum, n } => {
+            Stage::Probe {
+                mut settle,
+                worst,
+                sum,
+                n,
+            } => {
                 let settling = self.settling(&mut settle);
-                let (sum, n) = if settling {
-                    (sum, n)
+                let (worst, sum, n) = if settling {
+                    (worst, sum, n)
                 } else {
-                    (sum + share, n + 1)
+                    (worst.max(share), sum + share, n + 1)
                 };
                 if n < self.cfg.probe.max(1) {
-                    self.stage = Stage::Probe { settle, sum, n };
+                    self.stage = Stage::Probe {
+                        settle,
+                        worst,
+                        sum,
+                        n,
+                    };
                     return false;
                 }
                 let probe = sum / f64::from(n);
@@ -312,7 +331,7 @@ impl AbTuner {
                 } else {
                     measured.iter().sum::<f64>() / measured.len() as f64
                 };
-                let won = probe <= incumbent * (1.0 - self.cfg.hysteresis)
+                let won = worst <= incumbent * (1.0 - self.cfg.hysteresis)
                     && incumbent - probe >= self.cfg.min_gap;
                 self.waited = 0;
                 self.shifted = 0;
@@ -356,11 +375,11 @@ mod tests {
             min_faults: 10,
             settle: 1,
             max_fill: 0,
-            probe: 1,
+            probe: 2,
             first_probe: 2,
             backoff: 4,
             max_backoff: 16,
-            hysteresis: 0.10,
+            hysteresis: 0.15,
             min_gap: 0.02,
             phase_shift: 0.5,
         }
@@ -408,10 +427,10 @@ mod tests {
     fn a_pool_that_saves_stall_stays_on_and_probes_ever_less_often() {
         let mut r = Run::new(cfg());
         let seen = r.epochs(200, |on, _| if on { 0.30 } else { 0.50 });
-        // Probes off: after 1 settle + 2, then 4, 8, 16, 16, ...: each two
-        // epochs (settle, measure).
+        // Probes off: after 1 settle + 2, then 4, 8, 16, 16, ...: each
+        // three epochs (settle, measure two).
         let off = count(&seen, false);
-        assert!(off <= 2 * 16, "{off} epochs off of 200");
+        assert!(off <= 3 * 12, "{off} epochs off of 200");
         assert!(seen.last().copied().unwrap_or(false));
         let st = r.t.stats();
         assert_eq!(st.probes_won, 0);
@@ -425,7 +444,7 @@ mod tests {
     }
 
     #[test]
-    fn a_pool_that_costs_stall_turns_off_within_four_epochs_and_stays_off() {
+    fn a_pool_that_costs_stall_is_probed_off_within_four_epochs_and_stays_off() {
         let mut r = Run::new(cfg());
         let seen = r.epochs(200, |on, _| if on { 0.45 } else { 0.30 });
         let first_off = seen.iter().position(|on| !on).unwrap();
@@ -433,15 +452,15 @@ mod tests {
         // The probe off won: it stays off but for probes on, ever sparser.
         assert!(!seen[first_off..first_off + 5].iter().any(|&on| on));
         // Probes after 4, 8, then every 16 epochs (max_backoff), each of
-        // two epochs on.
-        assert!(count(&seen, true) <= 3 + 2 * 12, "{seen:?}");
+        // three epochs on.
+        assert!(count(&seen, true) <= 3 + 3 * 11, "{seen:?}");
         let starts: Vec<usize> = (1..seen.len())
             .filter(|&i| seen[i] && !seen[i - 1])
             .collect();
         let gaps: Vec<usize> = starts.windows(2).map(|w| w[1] - w[0]).collect();
         assert!(gaps.windows(2).all(|g| g[1] >= g[0]), "{gaps:?}");
-        // A settling epoch, 16 measured, a probe of two.
-        assert_eq!(gaps.last(), Some(&(1 + 16 + 2)), "{gaps:?}");
+        // A settling epoch, 16 measured, a probe of three.
+        assert_eq!(gaps.last(), Some(&(1 + 16 + 3)), "{gaps:?}");
         assert!(!seen.last().copied().unwrap_or(true));
         assert_eq!(r.t.stats().probes_won, 1);
     }
@@ -451,7 +470,7 @@ mod tests {
         let mut r = Run::new(cfg());
         // On and off alike, each epoch moving by +-4%: the probe never
         // wins, so the pool stays on but for probes.
-        let wobble = |i: usize| if i % 3 == 0 { 1.04 } else { 0.96 };
+        let wobble = |i: usize| if i.is_multiple_of(3) { 1.04 } else { 0.96 };
         let seen = r.epochs(300, |on, i| {
             if on {
                 0.40 * wobble(i)
@@ -490,8 +509,9 @@ mod tests {
         // finds it within max_backoff epochs and a probe.
         let seen = r.epochs(100, |on, _| if on { 0.1 } else { 0.3 });
         let on = seen.iter().position(|&on| on).unwrap();
-        assert!(on <= 16 + 2, "found after {on} epochs");
-        assert!(seen.last().copied().unwrap_or(false));
+        assert!(on <= 16 + 3, "found after {on} epochs");
+        // The probe (a settling epoch and two measured) won: on it stays.
+        assert!(seen[on..on + 3 + 4].iter().all(|&on| on), "{seen:?}");
     }
 
     #[test]
@@ -507,7 +527,10 @@ mod tests {
         assert!(seen.iter().all(|&on| on), "held: never probed");
         r.t.hold(false);
         let seen = r.epochs(10, |on, _| if on { 0.5 } else { 0.1 });
-        assert!(!seen.last().copied().unwrap_or(true));
+        // Probed off after two epochs; the probe wins, and off it stays
+        // (but for a probe back on four epochs later).
+        assert!(seen[1..8].iter().all(|&on| !on), "{seen:?}");
+        assert_eq!(r.t.stats().probes_won, 1);
     }
 
     #[test]

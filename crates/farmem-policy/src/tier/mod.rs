@@ -560,10 +560,10 @@ mod tests {
             assert!(window(&mut t, 0));
         }
         // Epochs where the pool costs stall: off after settle, the two
-        // measured epochs, and the probe's settle and measure.
+        // measured epochs, and the probe's settle and two measured.
         let (mut now, mut stall) = (0, 0);
         t.progress(now, stall, 0);
-        for f in 1..=5 {
+        for f in 1..=6 {
             now += 100;
             stall += if t.is_on() { 60 } else { 20 };
             t.progress(now, stall, f);
@@ -571,7 +571,7 @@ mod tests {
         assert!(!t.is_on());
         assert_eq!(t.switches(), 1);
         let st = t.ab_stats().unwrap();
-        assert_eq!((st.epochs_on, st.epochs_off, st.probes_won), (3, 2, 1));
+        assert_eq!((st.epochs_on, st.epochs_off, st.probes_won), (3, 3, 1));
         // A pool kept at a quarter of the page with room to spare holds
         // its probe off however it stalls.
         let mut t = PoolTuner::new(cfg, 4 * 2048);
