@@ -219,6 +219,30 @@ impl AbTuner {
         self.held = held;
     }
 
+    /// The pool, on, is known not to pay (its caller's reads say so): off
+    /// at once, as the setting in force, and the next probe on waits as
+    /// after a probe lost. True when it was on.
+    pub fn veto(&mut self) -> bool {
+        if !self.on {
+            return false;
+        }
+        if matches!(self.stage, Stage::Steady { .. }) {
+            // Off is the incumbent now, not yet measured.
+            self.reference = None;
+        }
+        self.backoff = (self.backoff.saturating_mul(2))
+            .max(self.cfg.backoff)
+            .min(self.cfg.max_backoff.max(1));
+        self.waited = 0;
+        self.shifted = 0;
+        self.recent = [None; 2];
+        self.switch();
+        self.stage = Stage::Steady {
+            settle: self.cfg.settle,
+        };
+        true
+    }
+
     /// Running totals at `now_ns`: ns the program stalled in faults and
     /// the faults. True when the pool was switched.
     pub fn progress(&mut self, now_ns: u64, stall_ns: u64, faults: u64) -> bool {
