@@ -371,6 +371,8 @@ impl Shared {
             self.cache.force_out(v);
         }
         let took = job.t0.elapsed();
+        // What `auto`'s tuner weighs the pool by: the fault's whole wait.
+        crate::backend::FAULT_CLOCK.fault(took);
         let remote = (!job.zero).then_some(&self.m.remote_fault_latency);
         for hist in std::iter::once(&self.m.fault_latency).chain(remote) {
             match ctx {

@@ -10,9 +10,11 @@
 //!
 //! Data that does not shrink is soon passed down untried
 //! ([`CompressionGate`]), one page in sixteen still tried. Under `auto` a
-//! pool whose pages are not read back is turned off ([`PoolTuner`]): it
-//! demotes what it holds, passes every page down as it comes, and is tried
-//! again later.
+//! pool that does not pay is turned off ([`PoolTuner`]): it demotes what
+//! it holds, passes every page down as it comes, and is tried again later.
+//! The tuner judges by the program's fault stall with the pool on and off,
+//! which the fault path leaves in a [`FaultClock`]; the pool hands it the
+//! totals as it is written and read.
 //!
 //! The pool's bytes are local memory: [`RemoteStore::local_bytes`] reports
 //! them and the runtime counts them against its limit.
@@ -35,6 +37,7 @@ use farmem_core::Counter;
 use farmem_policy::tier::{Admit, CompressedTierConfig, CompressionGate, GateConfig, PoolTuner};
 
 use super::page_groups;
+use super::stall::{FAULT_CLOCK, FaultClock};
 use crate::store::{RemoteStore, StoreError, page_pieces};
 
 const PAGE: usize = farmem_core::PAGE_SIZE as usize;
@@ -77,6 +80,18 @@ pub struct CompressedStats {
     /// it was turned off or on.
     pub off_passed: u64,
     pub switches: u64,
+    /// What the stall tuner saw (`auto`): epochs of the program's run with
+    /// the pool on and off, the mean ns it stalled in faults per epoch of
+    /// each, and per 1000 ns of wall time; probes of the other setting,
+    /// and those that won.
+    pub epochs_on: u64,
+    pub epochs_off: u64,
+    pub epoch_stall_ns_on: u64,
+    pub epoch_stall_ns_off: u64,
+    pub stall_per_mille_on: u64,
+    pub stall_per_mille_off: u64,
+    pub probes: u64,
+    pub probes_won: u64,
 }
 
 #[derive(Default)]
@@ -166,6 +181,14 @@ impl Pool {
     fn demoting(&mut self, pages: u32) {
         if let Some(t) = &mut self.tuner {
             t.demoted(pages);
+        }
+    }
+
+    /// Hands the tuner the fault stall so far.
+    fn tick(&mut self, clock: &FaultClock) {
+        if let Some(t) = &mut self.tuner {
+            let (now, stall, faults) = clock.totals();
+            t.progress(now, stall, faults);
         }
     }
 
@@ -268,11 +291,23 @@ pub struct CompressedStore {
     /// `pool.bytes`, readable without the lock.
     bytes: AtomicU64,
     counters: Counters,
+    /// Where the fault path leaves the stall the tuner decides on.
+    clock: &'static FaultClock,
 }
 
 impl CompressedStore {
     /// A pool of at most `max_bytes` (from [`CompressedTierConfig::pool_bytes`]).
     pub fn new(below: Arc<dyn RemoteStore>, cfg: CompressedTierConfig, max_bytes: u64) -> Self {
+        Self::with_clock(below, cfg, max_bytes, &FAULT_CLOCK)
+    }
+
+    /// The same, its tuner fed from `clock` rather than the runtime's.
+    pub fn with_clock(
+        below: Arc<dyn RemoteStore>,
+        cfg: CompressedTierConfig,
+        max_bytes: u64,
+        clock: &'static FaultClock,
+    ) -> Self {
         Self {
             below,
             cfg,
@@ -285,12 +320,18 @@ impl CompressedStore {
             demoted: Condvar::new(),
             bytes: AtomicU64::new(0),
             counters: Counters::default(),
+            clock,
         }
     }
 
     pub fn stats(&self) -> CompressedStats {
         let pool = self.pool.lock();
         let c = &self.counters;
+        let ab = pool
+            .tuner
+            .as_ref()
+            .and_then(PoolTuner::ab_stats)
+            .unwrap_or_default();
         CompressedStats {
             pages: pool.pages.len() as u64,
             bytes: pool.bytes,
@@ -305,6 +346,14 @@ impl CompressedStore {
             misses: c.misses.get(),
             off_passed: c.off_passed.get(),
             switches: pool.tuner.as_ref().map_or(0, PoolTuner::switches),
+            epochs_on: ab.epochs_on,
+            epochs_off: ab.epochs_off,
+            epoch_stall_ns_on: ab.mean_stall_ns(true),
+            epoch_stall_ns_off: ab.mean_stall_ns(false),
+            stall_per_mille_on: ab.stall_per_mille(true),
+            stall_per_mille_off: ab.stall_per_mille(false),
+            probes: ab.probes,
+            probes_won: ab.probes_won,
         }
     }
 
@@ -315,7 +364,12 @@ impl CompressedStore {
     /// Compresses a whole page and keeps it, or says it goes below (after
     /// forgetting any older copy here, once a demotion of it has landed).
     fn store_page(&self, page: u64, data: &[u8]) -> Staged {
-        if !self.pool.lock().is_on() {
+        let on = {
+            let mut pool = self.pool.lock();
+            pool.tick(self.clock);
+            pool.is_on()
+        };
+        if !on {
             self.counters.off_passed.inc();
             return self.pass_down(page);
         }
@@ -491,6 +545,7 @@ impl CompressedStore {
     /// caller writes them below as they are.
     fn out_of_the_way<'a>(&self, groups: impl Iterator<Item = super::PageGroup<'a>>) -> bool {
         let mut pool = self.pool.lock();
+        pool.tick(self.clock);
         if pool.is_on() || !pool.pages.is_empty() {
             return false;
         }
@@ -517,6 +572,7 @@ impl CompressedStore {
         // Pieces the pool does not hold, read below in contiguous runs.
         let mut runs: Vec<std::ops::Range<usize>> = Vec::new();
         let mut whole = [0u8; PAGE];
+        self.pool.lock().tick(self.clock);
         for (page, off, r) in page_pieces(addr, buf.len()) {
             let mut pool = self.pool.lock();
             let Some(e) = pool.pages.get(&page) else {

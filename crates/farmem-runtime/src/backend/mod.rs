@@ -5,7 +5,7 @@
 //! | `remote`                  | the rack's memory nodes ([`crate::remote::RackStore`]) |
 //! | `file:PATH`               | a file or block device, direct I/O ([`FileStore`]) |
 //! | `compressed`              | [`CompressedStore`] over the memory nodes (`tiered:compressed,remote`) |
-//! | `auto`                    | the same, its pool turned off while it does not pay ([`farmem_policy::tier::PoolTuner`]) |
+//! | `auto`                    | the same, its pool turned off while it costs the program fault stall ([`farmem_policy::tier::PoolTuner`], [`FaultClock`]) |
 //! | `tiered:compressed,file:PATH` | [`CompressedStore`] over a file |
 //!
 //! A backend is chosen by name (`farmem run --backend`, `FARMEM_BACKEND`)
@@ -14,6 +14,7 @@
 
 pub mod compressed;
 pub mod file;
+pub mod stall;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -22,6 +23,7 @@ use farmem_policy::tier::CompressedTierConfig;
 
 pub use compressed::{CompressedStats, CompressedStore};
 pub use file::{FileBackendError, FileStats, FileStore};
+pub use stall::{FAULT_CLOCK, FaultClock};
 
 use crate::config::DirtyMode;
 use crate::store::{RemoteStore, SlabSource};
@@ -167,8 +169,8 @@ pub struct Built {
 }
 
 impl Backend {
-    /// `auto`: a compressed pool over the memory nodes, on only while its
-    /// pages are read back enough to pay for the cache it takes.
+    /// `auto`: a compressed pool over the memory nodes, on only while the
+    /// program stalls less in faults with it than without.
     pub fn auto() -> Self {
         Self {
             compressed: Some(CompressedTierConfig {

@@ -2,6 +2,7 @@
 //! against a plain store, with and without `auto`'s tuner.
 
 use super::*;
+use crate::backend::FaultClock;
 use crate::store::{FaultOp, MemStore, SlabSource};
 use proptest::prelude::*;
 
@@ -29,6 +30,7 @@ fn tuned(window: u32) -> CompressedTierConfig {
             min_reads_per_write: 0.5,
             max_backoff: 1,
             min_shrink: f64::INFINITY,
+            ab: None,
         }),
         ..Default::default()
     }
@@ -227,6 +229,143 @@ fn a_tuned_pool_not_read_back_turns_off_gives_its_memory_back_and_loses_nothing(
     assert_eq!((s.stats().stored, s.stats().pages), (5, 1));
     assert!(s.local_bytes() > 0);
     check(0..13);
+}
+
+/// A program under a cache of `LIMIT` pages less the pool's bytes, over a
+/// store whose fetches from below cost `below_ns` and from the pool
+/// `hit_ns`, each access 1 µs of work, on a clock of its own: the stall
+/// `auto`'s tuner sees is the one these costs make, whatever the machine.
+struct Sim {
+    below: Arc<MemStore>,
+    store: CompressedStore,
+    clock: &'static FaultClock,
+    base: u64,
+    /// Resident pages, oldest first.
+    cache: VecDeque<u64>,
+}
+
+const LIMIT: u64 = 100;
+
+impl Sim {
+    fn new(pages: u64) -> Self {
+        let below = Arc::new(MemStore::new(1 << 30));
+        let base = below.allocate(pages * P).unwrap()[0].0;
+        let clock: &'static FaultClock = Box::leak(Box::new(FaultClock::manual()));
+        let cfg = CompressedTierConfig {
+            tuner: Some(farmem_policy::tier::TunerConfig {
+                ab: Some(farmem_policy::tier::AbConfig {
+                    // A few hundred faults an epoch, as the runtime's
+                    // 100 ms have thousands: fewer, and the epochs' own
+                    // sampling noise passes the hysteresis.
+                    epoch_ns: 20_000_000,
+                    min_faults: 64,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let max = cfg.pool_bytes(LIMIT * P);
+        let store = CompressedStore::with_clock(below.clone(), cfg, max, clock);
+        // The program's data, far before it starts.
+        for page in 0..pages {
+            below
+                .write_lines(&lines_of(base + page * P, &Self::contents(page)))
+                .unwrap();
+        }
+        Self {
+            below,
+            store,
+            clock,
+            base,
+            cache: VecDeque::new(),
+        }
+    }
+
+    /// Half noise, half text: kept at about half its size (not the
+    /// quarter that would hold the tuner's probes off).
+    fn contents(page: u64) -> Vec<u8> {
+        let mut v = random(page);
+        v[PAGE / 2..].copy_from_slice(&compressible(page as u8)[PAGE / 2..]);
+        v
+    }
+
+    /// Writes `page`, faulting it in if not resident; evicts (writes
+    /// back) the oldest while the cache is over its room.
+    fn access(&mut self, page: u64, below_ns: u64, hit_ns: u64) {
+        let addr = self.base + page * P;
+        if !self.cache.contains(&addr) {
+            let missed = self.store.stats().misses;
+            let got = read(&self.store, addr, PAGE);
+            assert!(got == Self::contents(page), "page {page}");
+            let hit = self.store.stats().misses == missed;
+            let stall = 5_000 + if hit { hit_ns } else { below_ns };
+            self.clock.stall(stall);
+            self.clock.advance(stall);
+            self.cache.push_back(addr);
+        }
+        self.clock.advance(1_000);
+        let room = (LIMIT * P).saturating_sub(self.store.local_bytes()) / P;
+        while self.cache.len() as u64 > room {
+            let Some(victim) = self.cache.pop_front() else {
+                break;
+            };
+            let page = (victim - self.base) / P;
+            self.store
+                .write_lines(&lines_of(victim, &Self::contents(page)))
+                .unwrap();
+        }
+    }
+
+    /// Uniform random accesses over `pages` (1.3 times the limit).
+    fn run(&mut self, pages: u64, accesses: u64, below_ns: u64, hit_ns: u64) {
+        let mut x = 0x2545_F491_4F6C_DD1Du64;
+        for _ in 0..accesses {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            self.access(x % pages, below_ns, hit_ns);
+        }
+    }
+
+    fn is_on(&self) -> bool {
+        self.store.pool.lock().is_on()
+    }
+}
+
+#[test]
+fn auto_keeps_the_pool_over_a_slow_tier_and_turns_it_off_over_a_fast_one() {
+    let pages = LIMIT * 13 / 10;
+    // Slow below (100 µs a fetch, a hit 2 µs): the pool's hits save more
+    // than its cache costs.
+    let mut slow = Sim::new(pages);
+    slow.run(pages, 100_000, 100_000, 2_000);
+    let st = slow.store.stats();
+    assert!(slow.is_on(), "{st:?}");
+    assert!(st.probes >= 1 && st.probes_won == 0, "{st:?}");
+    assert!(st.epochs_on > st.epochs_off && st.epochs_off >= 1, "{st:?}");
+    assert!(st.stall_per_mille_on < st.stall_per_mille_off, "{st:?}");
+    assert!(st.epoch_stall_ns_on > 0, "{st:?}");
+    // Fast below (2 µs, a hit 10 µs): the pool only adds faults and
+    // slower ones; the first probe turns it off, and it stays off.
+    let mut fast = Sim::new(pages);
+    fast.run(pages, 100_000, 2_000, 10_000);
+    let st = fast.store.stats();
+    assert!(!fast.is_on(), "{st:?}");
+    assert_eq!(st.probes_won, 1, "{st:?}");
+    assert!(st.epochs_off > st.epochs_on, "{st:?}");
+    assert!(st.stall_per_mille_off < st.stall_per_mille_on, "{st:?}");
+    // Nothing lost either way.
+    for sim in [&slow, &fast] {
+        for page in 0..pages {
+            let addr = sim.base + page * P;
+            if !sim.cache.contains(&addr) {
+                let got = read(&sim.store, addr, PAGE);
+                assert!(got == Sim::contents(page), "page {page}");
+            }
+        }
+        assert!(sim.below.stats().lines_written > 0);
+    }
 }
 
 #[test]

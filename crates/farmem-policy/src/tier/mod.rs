@@ -16,20 +16,25 @@
 //! see the data change (zswap tries every page).
 //!
 //! Keeping pages costs the pool's memory, taken from the page cache, and a
-//! compression per write-back; it pays only when kept pages are read back
-//! before they leave. Under `auto`, [`PoolTuner`] measures that (reads
-//! from the pool per page written back) and turns the pool off when it
-//! does not pay, so the runtime runs as the plain remote backend; off, it
-//! goes on measuring what the pool would have served (a ghost list of the
-//! pages it would hold) and turns it on again when that would pay: xDM's
-//! switching of backend mid-run and tuning of the pool's size, as an
-//! on/off choice.
+//! compression per write-back; it pays only when its hits save more fault
+//! time than the faults its cache brings cost. Under `auto`, [`PoolTuner`]
+//! turns the pool off when it does not pay, so the runtime runs as the
+//! plain remote backend: xDM's switching of backend mid-run and tuning of
+//! the pool's size, as an on/off choice. By default it measures what it
+//! decides on, the program's fault stall in epochs with the pool on and
+//! off ([`ab`], [`AbTuner`]); without [`TunerConfig::ab`] it judges by
+//! reads from the pool per page written back (and, off, by the reads a
+//! ghost list of the pages it would hold says it would have served).
 //!
 //! Where the seed is silent: xDM chooses a backend per application, not per
 //! page, and gives no pool size; the defaults here are zswap's
 //! (`max_pool_percent` 20, pages that do not shrink are rejected), with the
 //! rejection threshold lowered to 3/4 of a page because a slot of the pool's
 //! allocator costs more than the bytes it holds.
+
+pub mod ab;
+
+pub use ab::{AbConfig, AbStats, AbTuner};
 
 /// The compressed pool's parameters.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -209,6 +214,14 @@ pub struct TunerConfig {
     /// four times what the pool held, and kept on it took 1.18x the time
     /// without.
     pub min_shrink: f64,
+    /// Decide by fault stall, pool on against off ([`AbTuner`]; default).
+    /// Then the windows' reads only turn the pool off (a window after the
+    /// first since it went on, read back under `min_reads_per_write`,
+    /// without room to spare: [`AbTuner::veto`]), never on; the shrink
+    /// rule (`min_shrink`, judged every window, not only before the first
+    /// switch) holds off the probes while the pool has room to spare.
+    /// None: reads per page written decide, as above.
+    pub ab: Option<AbConfig>,
 }
 
 impl Default for TunerConfig {
@@ -218,13 +231,17 @@ impl Default for TunerConfig {
             min_reads_per_write: 0.25,
             max_backoff: 16,
             min_shrink: 4.0,
+            ab: Some(AbConfig::default()),
         }
     }
 }
 
 /// Whether the compressed pool takes pages now (`auto`).
 ///
-/// On, it counts the pages written back and those read from the pool; at
+/// With [`TunerConfig::ab`] (the default) the [`AbTuner`] decides from
+/// the fault stall the pool calls [`Self::progress`] with; the windows
+/// below then only hold its probes off while the pool has room. Without:
+/// on, it counts the pages written back and those read from the pool; at
 /// the end of each window of `window` pages written back it stays on if
 /// enough were read, else it goes off. Off, nothing is compressed or
 /// kept: the pages written back go into a ghost list as long as the pool
@@ -255,15 +272,20 @@ pub struct PoolTuner {
     ghost_set: std::collections::HashSet<u64>,
     /// Times the pool went off, and on again.
     switches: u64,
+    /// Deciding by fault stall ([`TunerConfig::ab`]).
+    ab: Option<AbTuner>,
+    /// Windows ended since the pool last went on (stall mode).
+    windows_on: u32,
 }
 
 impl PoolTuner {
     /// A tuner for a pool of `pool_bytes`, whose pages are kept at about
     /// half their size.
     pub fn new(cfg: TunerConfig, pool_bytes: u64) -> Self {
+        let capacity = (pool_bytes / 2048).max(1);
         Self {
             cfg,
-            capacity: (pool_bytes / 2048).max(1) as usize,
+            capacity: capacity as usize,
             on: true,
             written: 0,
             reads: 0,
@@ -276,6 +298,8 @@ impl PoolTuner {
             ghost: Default::default(),
             ghost_set: Default::default(),
             switches: 0,
+            ab: cfg.ab.map(|ab| AbTuner::new(ab, true, capacity)),
+            windows_on: 0,
         }
     }
 
@@ -289,11 +313,33 @@ impl PoolTuner {
         self.switches
     }
 
+    /// What the stall tuner saw (None: reads decide).
+    pub fn ab_stats(&self) -> Option<AbStats> {
+        self.ab.as_ref().map(AbTuner::stats)
+    }
+
+    /// Running totals at `now_ns` of the ns the program stalled in faults
+    /// and of its faults (the stall tuner's input; ignored without one).
+    pub fn progress(&mut self, now_ns: u64, stall_ns: u64, faults: u64) {
+        if let Some(ab) = &mut self.ab
+            && ab.progress(now_ns, stall_ns, faults)
+        {
+            self.on = ab.is_on();
+            self.switches += 1;
+            // The window's counts were of the other setting.
+            (self.written, self.reads, self.kept, self.kept_bytes) = (0, 0, 0, 0);
+            self.demoted = 0;
+            self.windows_on = 0;
+        }
+    }
+
     /// Page `page` was written back: kept in the pool in `kept` bytes
     /// (zero for a page of zeros), or None (passed down, or the pool off).
     pub fn written(&mut self, page: u64, kept: Option<u64>) {
-        if !self.on {
-            self.remember(page);
+        match &mut self.ab {
+            Some(ab) => ab.written(),
+            None if !self.on => self.remember(page),
+            None => {}
         }
         self.written += 1;
         if let Some(bytes) = kept {
@@ -314,9 +360,29 @@ impl PoolTuner {
             && 2 * self.kept > self.written
             && self.cfg.min_shrink.is_finite()
             && self.kept_bytes as f64 * self.cfg.min_shrink <= f64::from(self.kept) * 4096.0;
+        let roomy = 4 * self.demoted <= self.kept
+            && 2 * self.kept > self.written
+            && self.kept_bytes as f64 * self.cfg.min_shrink <= f64::from(self.kept) * 4096.0;
         let pays = read_back || shrunk;
         (self.written, self.reads, self.kept, self.kept_bytes) = (0, 0, 0, 0);
         self.demoted = 0;
+        if let Some(ab) = &mut self.ab {
+            ab.hold(self.on && roomy);
+            self.windows_on += u32::from(self.on);
+            // Reads overrate what a pool saves (kv at 50% local: 0.32 per
+            // page written, and 1.45x the time), but a pool read back less
+            // than the bar, without room to spare, saves little for sure:
+            // off at once rather than after a probe's epochs (which put
+            // auto at 1.29x remote on text at 25% local, 3-second runs,
+            // where the pool took 1.7x). Not in the first window after
+            // the pool went on: it was filling.
+            if self.on && !read_back && !roomy && self.windows_on >= 2 && ab.veto() {
+                self.on = false;
+                self.switches += 1;
+                self.windows_on = 0;
+            }
+            return;
+        }
         match (self.on, pays) {
             (true, true) => {
                 self.trial = false;
@@ -387,6 +453,7 @@ mod tests {
                 min_reads_per_write: 0.5,
                 max_backoff: 4,
                 min_shrink: 4.0,
+                ab: None,
             },
             four_pages,
         )
@@ -494,6 +561,70 @@ mod tests {
         assert!(!window(&mut t, 0));
         assert!(window(&mut t, 5));
         assert_eq!(t.switches(), 8);
+    }
+
+    #[test]
+    fn by_stall_the_pools_reads_do_not_switch_it_and_a_pool_with_room_is_not_probed() {
+        let ab = AbConfig {
+            epoch_ns: 100,
+            min_faults: 1,
+            max_fill: 0,
+            ..AbConfig::default()
+        };
+        let cfg = TunerConfig {
+            window: 10,
+            ab: Some(ab),
+            ..TunerConfig::default()
+        };
+        let mut t = PoolTuner::new(cfg, 4 * 2048);
+        // Read back over the bar: on, as stall decides and there is none
+        // yet.
+        for _ in 0..5 {
+            assert!(window(&mut t, 5));
+        }
+        // Epochs where the pool costs stall: off after settle, the two
+        // measured epochs, and the probe's settle and two measured.
+        let (mut now, mut stall) = (0, 0);
+        t.progress(now, stall, 0);
+        for f in 1..=6 {
+            now += 100;
+            stall += if t.is_on() { 60 } else { 20 };
+            t.progress(now, stall, f);
+        }
+        assert!(!t.is_on());
+        assert_eq!(t.switches(), 1);
+        let st = t.ab_stats().unwrap();
+        assert_eq!((st.epochs_on, st.epochs_off, st.probes_won), (3, 3, 1));
+        // A pool kept at a quarter of the page with room to spare holds
+        // its probe off however it stalls.
+        let mut t = PoolTuner::new(cfg, 4 * 2048);
+        t.progress(0, 0, 0);
+        for f in 1..=20u64 {
+            for p in 0..10 {
+                t.written(p, Some(512));
+            }
+            t.progress(100 * f, 60 * f, f);
+        }
+        assert!(t.is_on());
+        assert_eq!(t.switches(), 0);
+        // Read back under the bar, kept at half size: off at the second
+        // window (the first after going on was filling), no probe taken;
+        // stall probes it back on later.
+        let mut t = PoolTuner::new(cfg, 4 * 2048);
+        assert!(window(&mut t, 1));
+        assert!(!window(&mut t, 1));
+        assert_eq!(t.switches(), 1);
+        assert_eq!(t.ab_stats().unwrap().probes, 0);
+        t.progress(0, 0, 0);
+        for f in 1..=4 {
+            t.progress(100 * f, 10 * f, f);
+        }
+        assert!(!t.is_on());
+        t.progress(500, 50, 5);
+        assert!(t.is_on(), "probed after settling and four epochs");
+        assert!(window(&mut t, 1), "filling: not judged");
+        assert!(!window(&mut t, 1), "the probe is cut short");
+        assert_eq!(t.switches(), 3);
     }
 
     fn run(gate: &mut CompressionGate, n: u32, kept: impl Fn(u32) -> bool) -> u32 {
