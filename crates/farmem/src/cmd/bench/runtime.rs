@@ -220,7 +220,8 @@ pub fn kona(args: KonaArgs) -> Outcome {
 ///
 /// By default the benchmark's own loop touches fresh pages one at a time.
 /// With --workload or a command after `--`, a real program runs under
-/// `farmem run` on the rack instead, and its faults (from the runtime's
+/// `farmem run` on the rack instead (after one run without farmem, for its
+/// footprint and its answer), and its faults (from the runtime's
 /// histograms) are compared with bare reads timed before and after each of
 /// its runs: per fault, and per page fetched (a fault-around window's pages
 /// share its time).
