@@ -22,6 +22,23 @@ pub mod track;
 /// CLI prints with its context chain.
 pub type Outcome = anyhow::Result<std::process::ExitCode>;
 
+/// The middle of `values` (the mean of the middle two for an even count),
+/// what is not a number left out; None for none. Every benchmark's and
+/// eval's medians are this one.
+pub fn median(values: &[f64]) -> Option<f64> {
+    let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    let m = v.len() / 2;
+    Some(if v.len() % 2 == 1 {
+        v[m]
+    } else {
+        (v[m - 1] + v[m]) / 2.0
+    })
+}
+
 /// A flag's comma-separated list of delay models; a `steps:` model's own
 /// commas are kept ([`farmem_policy::delay::DelayModel::parse_list`]).
 #[derive(Debug, Clone)]
@@ -144,5 +161,19 @@ pub fn wait_for_signal() -> &'static str {
         "SIGINT"
     } else {
         "SIGTERM"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::median;
+
+    #[test]
+    fn median_of_odd_and_even_counts() {
+        assert_eq!(median(&[3.0, 1.0, 2.0]), Some(2.0));
+        // Two runs: their mean, not the larger.
+        assert_eq!(median(&[512.0, 287.0]), Some(399.5));
+        assert_eq!(median(&[]), None);
+        assert_eq!(median(&[f64::NAN, 1.0]), Some(1.0));
     }
 }

@@ -170,16 +170,6 @@ fn label(a: Assignment) -> String {
     }
 }
 
-fn median(mut v: Vec<f64>) -> Option<f64> {
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    match n {
-        0 => None,
-        _ if n % 2 == 1 => Some(v[n / 2]),
-        _ => Some((v[n / 2 - 1] + v[n / 2]) / 2.0),
-    }
-}
-
 fn report(
     jobs: &Jobs,
     profiles: &[runner::Profile],
@@ -188,11 +178,12 @@ fn report(
     capacity: Pressure,
 ) -> Value {
     let makespan = |name: &str| {
-        median(
-            runs.iter()
+        super::median(
+            &runs
+                .iter()
                 .filter(|r| r["assignment"] == name && r["all_ok"] == json!(true))
                 .filter_map(|r| r["makespan_seconds"].as_f64())
-                .collect(),
+                .collect::<Vec<_>>(),
         )
     };
     let dispatch = makespan("dispatch");

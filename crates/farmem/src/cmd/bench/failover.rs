@@ -44,8 +44,11 @@ pub fn run(args: Args) -> Outcome {
             by_copies.entry(copies).or_default().push(far_seconds(&d)?);
         }
     }
-    let one = median(&by_copies[&1]);
-    let two = median(&by_copies[&2]);
+    let median = |copies: u8| {
+        crate::cmd::median(by_copies.get(&copies).map_or(&[][..], Vec::as_slice))
+            .unwrap_or(f64::NAN)
+    };
+    let (one, two) = (median(1), median(2));
     let mut kills = Vec::new();
     for victim in 0..2 {
         eprintln!(
@@ -121,12 +124,6 @@ fn far_seconds(d: &Value) -> anyhow::Result<f64> {
     d["far"]["seconds"]
         .as_f64()
         .context("the demo's JSON has no far.seconds")
-}
-
-fn median(v: &[f64]) -> f64 {
-    let mut v = v.to_vec();
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
 }
 
 /// Runs the demo with two copies and SIGKILLs the `victim`-th memory node

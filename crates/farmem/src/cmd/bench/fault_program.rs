@@ -114,7 +114,14 @@ pub fn run(o: ProgramOpts) -> anyhow::Result<Value> {
     let answers_match = runs
         .iter()
         .all(|r| r["answer"].as_str() == local_answer.as_deref() && local_answer.is_some());
-    let median = |k: &str| median(runs.iter().filter_map(|r| r[k].as_f64()));
+    let median = |k: &str| {
+        crate::cmd::median(
+            &runs
+                .iter()
+                .filter_map(|r| r[k].as_f64())
+                .collect::<Vec<_>>(),
+        )
+    };
     let wire_p50 = wire.p50_us.max(1e-3);
     let fault_mean = median("fault_mean_us");
     let per_page = median("stall_per_page_fetched_us");
@@ -220,18 +227,6 @@ pub(crate) fn fault_summary(report: &Value) -> Value {
         // shared out over the pages the runtime brought in.
         "stall_per_page_fetched_us": mean(fetched, remote_us + wait_us),
     })
-}
-
-/// The middle value (the mean of the two middle ones for an even count).
-fn median(xs: impl Iterator<Item = f64>) -> Option<f64> {
-    let mut v: Vec<f64> = xs.filter(|x| x.is_finite()).collect();
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    match n {
-        0 => None,
-        _ if n % 2 == 1 => Some(v[n / 2]),
-        _ => Some((v[n / 2 - 1] + v[n / 2]) / 2.0),
-    }
 }
 
 /// Bare 4 KiB reads at random pages of a filled region, one at a time.
@@ -382,13 +377,5 @@ mod tests {
             .unwrap();
         assert_eq!(cmd.shown(), "true");
         assert!(workload(Some("no-such"), vec![], size, 1).is_err());
-    }
-
-    #[test]
-    fn medians_skip_what_is_not_a_number() {
-        assert_eq!(median([3.0, f64::NAN, 1.0, 2.0].into_iter()), Some(2.0));
-        // Two rounds: their mean, not the larger.
-        assert_eq!(median([512.0, 287.0].into_iter()), Some(399.5));
-        assert_eq!(median(std::iter::empty()), None);
     }
 }

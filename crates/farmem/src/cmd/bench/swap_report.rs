@@ -7,6 +7,7 @@ use farmem_core::ByteSize;
 use serde_json::{Value, json};
 
 use super::swap_plan::Config;
+use crate::cmd::median;
 
 /// Everything the report is built from.
 pub struct Report<'a> {
@@ -20,21 +21,6 @@ pub struct Report<'a> {
     pub skipped: &'a [(Config, String)],
     pub runs: &'a [Value],
     pub host: Value,
-}
-
-/// The middle value (the mean of the middle two for an even count).
-pub fn median(v: &[f64]) -> Option<f64> {
-    let mut v: Vec<f64> = v.iter().copied().filter(|x| x.is_finite()).collect();
-    if v.is_empty() {
-        return None;
-    }
-    v.sort_by(f64::total_cmp);
-    let m = v.len() / 2;
-    Some(if v.len() % 2 == 1 {
-        v[m]
-    } else {
-        (v[m - 1] + v[m]) / 2.0
-    })
 }
 
 fn min(v: &[f64]) -> Option<f64> {
@@ -267,14 +253,6 @@ mod tests {
     use super::*;
     use crate::cmd::bench::kernel_swap::Backing;
     use crate::cmd::bench::swap_plan::FarBackend;
-
-    #[test]
-    fn median_of_odd_and_even_counts() {
-        assert_eq!(median(&[3.0, 1.0, 2.0]), Some(2.0));
-        assert_eq!(median(&[4.0, 1.0]), Some(2.5));
-        assert_eq!(median(&[]), None);
-        assert_eq!(median(&[f64::NAN, 1.0]), Some(1.0));
-    }
 
     fn run(config: &str, outcome: &str, secs: f64, result: &str) -> Value {
         json!({"config": config, "outcome": outcome, "wall_seconds": secs, "result": result,

@@ -385,7 +385,7 @@ fn compare(
         "rounds": rounds,
         "room_pages_mean": room,
         "limit_pages": runs[0].stats["limit_pages"],
-        "seconds": median_of(runs.iter().map(|r| r.measured.seconds)),
+        "seconds": crate::cmd::median(&runs.iter().map(|r| r.measured.seconds).collect::<Vec<_>>()),
         "identical": identical,
         "metrics": metrics,
         "mechanisms": mechanisms,
@@ -459,13 +459,6 @@ fn differs_text(differs: &Value) -> Option<String> {
             .collect::<Vec<_>>()
             .join("; "),
     )
-}
-
-/// The median of `values`.
-fn median_of(values: impl Iterator<Item = f64>) -> f64 {
-    let mut v: Vec<f64> = values.collect();
-    v.sort_by(f64::total_cmp);
-    v.get(v.len() / 2).copied().unwrap_or(0.0)
 }
 
 /// The trace replayed under `farmem run` at `local_mem`.
