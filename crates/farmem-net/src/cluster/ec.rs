@@ -243,6 +243,8 @@ pub enum StripeSplit {
 const PROBE_BYTES: u64 = 512 << 10;
 /// Reads in flight while measuring.
 const PROBE_READ: u64 = 64 << 10;
+/// Rounds of measuring; each path keeps its best.
+const PROBE_ROUNDS: usize = 3;
 
 /// The erasure-coded stripes a cluster holds.
 pub(super) struct Stripes {
@@ -447,9 +449,25 @@ impl Cluster {
     }
 
     /// Each shard's path bandwidth in bytes per second, measured one path
-    /// at a time with reads of its (fresh) granule, several in flight; 0
-    /// for a path that failed.
+    /// at a time with reads of its (fresh) granule, several in flight, the
+    /// best of [`PROBE_ROUNDS`] rounds (a busy host only ever slows a
+    /// measurement, and one slowed on the fast path would split the stripe
+    /// evenly); 0 for a path that failed.
     fn measure_paths(&self, shards: &[Shard], shard_len: u64) -> Vec<f64> {
+        let mut best = vec![0.0f64; shards.len()];
+        for _ in 0..PROBE_ROUNDS {
+            for (b, m) in best
+                .iter_mut()
+                .zip(self.measure_paths_once(shards, shard_len))
+            {
+                *b = b.max(m);
+            }
+        }
+        best
+    }
+
+    /// One round of [`Self::measure_paths`].
+    fn measure_paths_once(&self, shards: &[Shard], shard_len: u64) -> Vec<f64> {
         let bytes = PROBE_BYTES.min(shard_len);
         shards
             .iter()
