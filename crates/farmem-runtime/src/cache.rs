@@ -305,26 +305,43 @@ impl Cache {
             return;
         }
         let have = self.pool.lock().len() as u64;
+        let target = self.pool_target();
         let (want, refill_below) = if self.handlers_need_pool() {
             // Signal handlers cannot allocate a missing buffer: keep the
             // pool full even when the cache is (4 MiB at most).
-            let want = self.pool_cap;
-            (want, want)
+            (target, target)
         } else {
-            let want = self.pool_cap.min(self.limit.saturating_sub(self.used()));
+            let want = target.min(self.limit.saturating_sub(self.used()));
             (want, want / 2)
         };
-        if have < refill_below {
+        if have > target {
+            // Pages turned out rewritten whole: the samples need fewer
+            // spare buffers, and the rest go back to the cache.
+            let mut pool = self.pool.lock();
+            let extra = pool.len().saturating_sub(target as usize);
+            let spare: Vec<Buf> = pool.drain(..extra).collect();
+            drop(pool);
+            self.discard(spare);
+        } else if have < refill_below {
             let fresh = (have..want).map_while(|_| self.new_buf()).collect();
             self.put_bufs(fresh);
         }
     }
 
-    /// Returns buffers to the pool, which keeps at most `pool_cap`; the
-    /// rest are discarded.
+    /// Spare snapshot buffers worth pooling: `pool_cap`, and no more than
+    /// half the bases [`DiffBase::budget`] allows now (few while pages are
+    /// written back whole).
+    fn pool_target(&self) -> u64 {
+        let budget = self.diff.lock().budget(self.limit);
+        self.pool_cap.min(budget.div_ceil(2))
+    }
+
+    /// Returns buffers to the pool, which keeps at most
+    /// [`Self::pool_target`]; the rest are discarded.
     pub(crate) fn put_bufs(&self, mut bufs: Vec<Buf>) {
+        let target = self.pool_target();
         let mut pool = self.pool.lock();
-        let room = (self.pool_cap as usize).saturating_sub(pool.len());
+        let room = (target as usize).saturating_sub(pool.len());
         let keep = bufs.len().saturating_sub(room);
         pool.extend(bufs.drain(keep..));
         drop(pool);

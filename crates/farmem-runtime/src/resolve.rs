@@ -409,6 +409,7 @@ mod tests {
     use crate::config::{Config, DirtyMode, FaultPath};
     use crate::slab::{Backing, LazyTable, SlabTable};
     use crate::store::{FaultOp, MemStore, RemoteStore};
+    use farmem_policy::diffbase::DiffBaseConfig;
     use farmem_policy::readahead::ReadaheadConfig;
 
     /// A runtime's shared state with no thread started, over an in-memory
@@ -436,6 +437,11 @@ mod tests {
             zeroed_slabs: !stored,
             slab_batch: 1 << 20,
             fault_around: ReadaheadConfig { max_blocks: around },
+            // Room for a few diff bases and a pool of two in 64 pages.
+            diff_base: DiffBaseConfig {
+                max_share: 1.0 / 16.0,
+                ..DiffBaseConfig::default()
+            },
             ..Config::default()
         };
         let sh = Shared::new(cfg, store.clone(), store.clone()).unwrap();

@@ -489,7 +489,9 @@ fn diff_bases_take_no_more_than_their_share_of_the_cache() {
         return;
     }
     let store = Arc::new(MemStore::new(1 << 30));
-    let rt = Runtime::new(cfg(256, DirtyMode::Line), store.clone(), store.clone()).unwrap();
+    let mut c = cfg(256, DirtyMode::Line);
+    c.diff_base.max_share = 1.0 / 16.0;
+    let rt = Runtime::new(c, store.clone(), store.clone()).unwrap();
     let pages = 2048;
     let r = rt.region(pages as u64 * PAGE).unwrap();
     // 8 bytes a page: diffing pays, but only 16 bases (a sixteenth of 256

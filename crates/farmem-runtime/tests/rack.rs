@@ -144,7 +144,7 @@ fn connections_cut_mid_batch_lose_nothing() {
         }));
         addr
     });
-    // 60 k random writes: with diff bases capped at a sixteenth of the
+    // 60 k random writes: with diff bases capped at a 256th of the
     // cache most go back as whole pages, about 250 MB a run, so the
     // proxy cuts about 75 connections a run (200 k took 340 s for 760
     // cuts, every message paying the proxy's two thread hand-offs).

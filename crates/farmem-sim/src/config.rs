@@ -7,6 +7,7 @@ use farmem_codec::CodecKind;
 use farmem_core::{ByteSize, CACHE_LINE, PAGE_SIZE, Ratio};
 use farmem_policy::cache::{FilterConfig, PolicyConfig, SetRuleKind};
 use farmem_policy::daemon::EngineConfig;
+use farmem_policy::diffbase::DiffBaseConfig;
 use farmem_policy::promote::PromotionConfig;
 use farmem_policy::readahead::ReadaheadConfig;
 use farmem_policy::watermark::Watermarks;
@@ -110,6 +111,14 @@ pub struct RuntimeSimConfig {
     /// fault that finds the cache full goes on once the first is out.
     #[serde(default = "default_evict_batch")]
     pub evict_batch: u32,
+    /// Most of `limit` diff bases alive at once may take (the runtime's
+    /// `DiffBaseConfig::max_share`).
+    #[serde(default = "default_diff_share")]
+    pub diff_share: Ratio,
+}
+
+fn default_diff_share() -> Ratio {
+    Ratio::new(DiffBaseConfig::default().max_share).unwrap_or_default()
 }
 
 fn default_evict_batch() -> u32 {
@@ -127,6 +136,7 @@ impl Default for RuntimeSimConfig {
             dirty: DirtyUnit::Line,
             limit: ByteSize(0),
             evict_batch: default_evict_batch(),
+            diff_share: default_diff_share(),
         }
     }
 }
@@ -275,6 +285,7 @@ pub const OPTIONAL_KEYS: &[&str] = &[
     "runtime.dirty",
     "runtime.limit",
     "runtime.evict_batch",
+    "runtime.diff_share",
 ];
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

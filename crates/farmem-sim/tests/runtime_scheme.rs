@@ -76,14 +76,18 @@ fn fresh_pages_fill_with_zeros_and_stored_ones_are_fetched() {
     let r = run(&sets, n * PAGE, &write_three_lines_then_read(n));
     assert_eq!(count(&r, "bytes_written_back"), 308 * PAGE);
 
-    // With the runtime's cap on diff bases (a sixteenth of the limit:
-    // 6.25 of 100 pages), a predicted page keeps one only while fewer
+    // With the runtime's cap on diff bases at a sixteenth of the limit
+    // (6.25 of 100 pages), a predicted page keeps one only while fewer
     // than 7 are alive; past it, none, and it ships whole. Bases: pages
     // 0..7; once the 9th round takes those out, 94..101; as the 7th and
     // 8th rounds of the second half take those out, 3 and then 4 more
     // (pages evicted by then). 21 kept. Of the 108 predicted pages
     // evicted, the 14 with a base ship nothing, the other 94 ship whole.
-    let sets = [("local.size", "400KiB"), ("runtime.fault_around", "1")];
+    let sets = [
+        ("local.size", "400KiB"),
+        ("runtime.fault_around", "1"),
+        ("runtime.diff_share", "\"1/16\""),
+    ];
     let r = run(&sets, n * PAGE, &write_three_lines_then_read(n));
     assert_eq!(count(&r, "snapshots"), 21);
     assert_eq!(count(&r, "dirty_lines_shipped"), 600 + 94 * 64);
@@ -165,7 +169,7 @@ fn runtime_settings_are_checked() {
 fn bases_the_shipper_holds_count_against_the_cap_until_the_next_fault() {
     // 16 pages local (marks at 15 and 13: a round of 3 lands at the fault
     // after the install that fills the cache), LRU, fault-around off, a
-    // 256 KiB limit: bases are capped at 4 (a sixteenth of 64 pages).
+    // 256 KiB limit, bases capped at a sixteenth of it: 4 of 64 pages.
     // Writing line 0 of 32 fresh pages: rounds at faults 16, 19, … 31 take
     // pages 0..18 out, stored, each written in its last residency.
     // Loading 0..20: each is predicted written, installed writable and
@@ -183,6 +187,7 @@ fn bases_the_shipper_holds_count_against_the_cap_until_the_next_fault() {
         ("local.size", "64KiB"),
         ("runtime.fault_around", "1"),
         ("runtime.limit", "\"256KiB\""),
+        ("runtime.diff_share", "\"1/16\""),
     ];
     let r = run(&sets, 32 * PAGE, &acc);
     assert_eq!(count(&r, "faults_missing"), 52);

@@ -147,7 +147,10 @@ impl Runtime {
             readahead: Readahead::new(ReadaheadConfig {
                 max_blocks: cfg.fault_around,
             }),
-            diff: DiffBase::new(DiffBaseConfig::default()),
+            diff: DiffBase::new(DiffBaseConfig {
+                max_share: cfg.diff_share.get(),
+                ..DiffBaseConfig::default()
+            }),
             snapshots: 0,
             limit_pages: 0,
             shipping_bases: 0,
