@@ -53,6 +53,8 @@ fn bench_wire_prints_one_json_object_with_every_key() {
         "tcp_stream_gbps",
         "read4k_stream_gbps",
         "throughput_ratio",
+        "read256k_stream_gbps",
+        "bulk_throughput_ratio",
     ] {
         assert!(
             v[key].as_f64().is_some_and(|x| x > 0.0),
