@@ -19,6 +19,7 @@ mod conn;
 pub mod delay;
 mod frame;
 mod lane;
+mod lend;
 pub mod link;
 pub mod metrics;
 mod page_reader;

@@ -28,6 +28,8 @@ use crate::NetError;
 use crate::compress::{LinkStats, Packer, unpack};
 use crate::delay::{EgressDelay, wait_until};
 use crate::frame::{await_frame, read_frame};
+use crate::lend::LentBatch;
+pub use crate::lend::{Lent, PendingRead};
 
 /// Who is on the other end of a connection, once authenticated.
 #[derive(Debug, Clone)]
@@ -76,6 +78,30 @@ pub trait Service: Send + Sync + 'static {
 
     /// Called once per connection after its last request.
     fn disconnected(&self, _peer: &Peer) {}
+
+    /// True when [`Self::lend_reads`] answers `Read`s: the server then
+    /// collects a connection's pipelined reads and writes their replies
+    /// straight from the lent bytes ([`crate::lend`]).
+    fn lends_reads(&self) -> bool {
+        false
+    }
+
+    /// Answers `reads`, in order: for each, pushes exactly its `len` bytes
+    /// to `parts` and the range of `parts` they took to `answers`, or a
+    /// refusal. The parts stay borrowed (their locks held) while the
+    /// replies are written, without waiting for the peer; the checks of
+    /// every read are made before, or under the same locks as, its bytes
+    /// are lent, so no read is answered with memory its check did not
+    /// cover. A read left unanswered, or answered with a wrong length, is
+    /// refused.
+    fn lend_reads<'s>(
+        &'s self,
+        _peer: &Peer,
+        _reads: &[PendingRead],
+        _parts: &mut Vec<Lent<'s>>,
+        _answers: &mut Vec<Result<std::ops::Range<usize>, Refusal>>,
+    ) {
+    }
 }
 
 /// Server settings.
@@ -398,6 +424,10 @@ fn request_loop(
     // Link compression, once the client asked for it and we agreed.
     let mut packer: Option<Packer> = None;
     let mut unpacked = Vec::new();
+    // Reads answered from lent bytes: only where nothing rewrites a reply
+    // (no packing) and nothing holds replies back (no ingress delay).
+    let lends = service.lends_reads() && cfg.ingress_delay.is_none();
+    let mut lent = LentBatch::default();
     loop {
         await_frame(reader, &mut poll);
         let header = match read_frame(reader, &mut body, cfg.max_frame) {
@@ -408,7 +438,7 @@ fn request_loop(
                 if let Some(at) = release.take() {
                     wait_until(at);
                 }
-                writer.write_all(&out)?;
+                lent.flush(writer.get_ref(), &mut out, service, peer, stats)?;
                 reply_error(writer, 0, ErrorCode::BadRequest, &e.to_string());
                 return Err(NetError::Wire(e));
             }
@@ -422,7 +452,7 @@ fn request_loop(
                 if let Some(at) = release.take() {
                     wait_until(at);
                 }
-                writer.write_all(&out)?;
+                lent.flush(writer.get_ref(), &mut out, service, peer, stats)?;
                 reply_error(writer, header.id, ErrorCode::BadRequest, &e.to_string());
                 return Err(NetError::Wire(e));
             }
@@ -436,8 +466,29 @@ fn request_loop(
             let at = Instant::now() + hold;
             release = Some(release.map_or(at, |r| r.max(at)));
         }
-        let mark = out.len();
         let started = Instant::now();
+        if let Msg::Read { addr, len } = msg
+            && lends
+            && packer.is_none()
+        {
+            lent.push(
+                PendingRead {
+                    id: header.id,
+                    addr,
+                    len,
+                },
+                started,
+            );
+            if reader.buffer().is_empty() || lent.full(FLUSH_AT) {
+                lent.flush(writer.get_ref(), &mut out, service, peer, stats)?;
+            }
+            continue;
+        }
+        if !lent.is_empty() {
+            // Replies go in request order: the reads before this request first.
+            lent.flush(writer.get_ref(), &mut out, service, peer, stats)?;
+        }
+        let mark = out.len();
         let handled = match msg {
             Msg::Link {
                 mode,
