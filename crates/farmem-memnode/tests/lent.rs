@@ -23,11 +23,8 @@ fn pattern(at: u64, len: usize) -> Vec<u8> {
 /// A standalone node of four chunks, chunks 0 and 1 written, 2 and 3 not.
 fn node() -> (MemNode, Connection) {
     let node = MemNode::start(MemNodeConfig::new("127.0.0.1:0", 4 * CHUNK)).unwrap();
-    let conn = Connection::connect(
-        node.addr(),
-        &ClientConfig::new("cn-lent", Role::Compute),
-    )
-    .unwrap();
+    let conn =
+        Connection::connect(node.addr(), &ClientConfig::new("cn-lent", Role::Compute)).unwrap();
     for at in (0..2 * CHUNK).step_by(1 << 20) {
         conn.write(at, &pattern(at, 1 << 20)).unwrap();
     }

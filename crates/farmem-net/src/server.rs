@@ -737,6 +737,82 @@ mod tests {
         }
     }
 
+    /// Lends a read as its bytes but the last 3 from one buffer, then 3
+    /// zeros; at 1 a byte short, at 2 nothing, and past 99 no answer.
+    struct Lender(parking_lot::RwLock<Vec<u8>>);
+
+    impl Service for Lender {
+        fn handle(&self, _: &Peer, _: u64, msg: Msg<'_>, _: &mut Vec<u8>) -> Result<(), Refusal> {
+            Err(Refusal::unsupported("lender", &msg))
+        }
+
+        fn lends_reads(&self) -> bool {
+            true
+        }
+
+        fn lend_reads<'s>(
+            &'s self,
+            _: &Peer,
+            reads: &[PendingRead],
+            parts: &mut Vec<Lent<'s>>,
+            answers: &mut Vec<Result<std::ops::Range<usize>, Refusal>>,
+        ) {
+            for r in reads.iter().filter(|r| r.addr < 100) {
+                let start = parts.len();
+                let len = (r.len as usize).saturating_sub(3 + usize::from(r.addr == 1));
+                if r.addr != 2 {
+                    let at = r.addr as usize;
+                    let held = parking_lot::RwLockReadGuard::map(self.0.read_recursive(), |d| {
+                        &d[at..at + len]
+                    });
+                    parts.push(Lent::Held(held));
+                    parts.push(Lent::Zeros(3));
+                }
+                answers.push(Ok(start..parts.len()));
+            }
+        }
+    }
+
+    #[test]
+    fn a_read_lent_the_wrong_bytes_or_none_is_refused_and_the_rest_go_whole() {
+        let data: Vec<u8> = (0..256u32).map(|i| (i * 7) as u8).collect();
+        let lender = Arc::new(Lender(parking_lot::RwLock::new(data.clone())));
+        let server = Server::start("127.0.0.1:0", ServerConfig::default(), lender).unwrap();
+        let client = ClientConfig::new("cn-0", Role::Compute);
+        let conn = Connection::connect(&server.local_addr().to_string(), &client).unwrap();
+        // Each lent as `len - 3` bytes and 3 zeros.
+        let reads = [(10, 20), (1, 20), (40, 8), (2, 20), (7, 100), (200, 8)];
+        let msgs: Vec<Msg> = reads
+            .iter()
+            .map(|&(addr, len)| Msg::Read { addr, len: len + 3 })
+            .collect();
+        let tickets = conn.submit_batch(&msgs).unwrap();
+        for (t, &(addr, len)) in tickets.into_iter().zip(&reads) {
+            let mut buf = vec![0xeeu8; len as usize + 3];
+            let got = t.wait_into(&mut buf).and_then(|l| l.into_buf(&mut buf));
+            if matches!(addr, 1 | 2 | 200) {
+                assert!(
+                    matches!(
+                        &got,
+                        Err(NetError::Remote {
+                            code: ErrorCode::BadRequest,
+                            ..
+                        })
+                    ),
+                    "read at {addr}: {got:?}"
+                );
+                continue;
+            }
+            got.unwrap();
+            let at = addr as usize;
+            let mut want = data[at..at + len as usize].to_vec();
+            want.extend([0; 3]);
+            assert_eq!(buf, want, "read at {addr}");
+        }
+        assert!(conn.is_alive());
+        assert_eq!(server.stats().refused.get(), 3);
+    }
+
     fn until(what: &str, f: impl Fn() -> bool) {
         let start = std::time::Instant::now();
         while !f() {
