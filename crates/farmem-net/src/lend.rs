@@ -18,40 +18,8 @@ use std::os::fd::AsRawFd;
 use std::time::Instant;
 
 use farmem_wire::{Msg, Op};
-use parking_lot::MappedRwLockReadGuard;
 
-use crate::server::{Peer, Refusal, ServerStats, Service};
-
-/// Bytes a service lends for a read's reply (see [`Service::lend_reads`]).
-pub enum Lent<'s> {
-    /// Held under the read lock of where they are kept until the reply
-    /// has been written (or copied out).
-    Held(MappedRwLockReadGuard<'s, [u8]>),
-    /// Never-written memory: this many zeros.
-    Zeros(usize),
-}
-
-impl Lent<'_> {
-    pub fn len(&self) -> usize {
-        match self {
-            Self::Held(b) => b.len(),
-            Self::Zeros(n) => *n,
-        }
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-}
-
-/// A pipelined read waiting for its bytes to be lent.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PendingRead {
-    /// The request's frame id, which its reply carries.
-    pub id: u64,
-    pub addr: u64,
-    pub len: u32,
-}
+use crate::service::{Lent, Peer, PendingRead, Refusal, ServerStats, Service};
 
 /// Zeros to send for never-written memory without allocating them.
 static ZEROS: [u8; 64 << 10] = [0; 64 << 10];

@@ -24,6 +24,7 @@ pub mod link;
 pub mod metrics;
 mod page_reader;
 pub mod server;
+mod service;
 
 use std::time::Duration;
 
