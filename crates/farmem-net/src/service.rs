@@ -64,7 +64,7 @@ pub trait Service: Send + Sync + 'static {
 
     /// True when [`Self::lend_reads`] answers `Read`s: the server then
     /// collects a connection's pipelined reads and writes their replies
-    /// straight from the lent bytes ([`crate::lend`]).
+    /// straight from the lent bytes, with no copy.
     fn lends_reads(&self) -> bool {
         false
     }
