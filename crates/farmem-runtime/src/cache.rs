@@ -18,6 +18,7 @@ use farmem_policy::watermark::Watermarks;
 use crate::bufs::{Arena, Buf};
 use crate::config::{Config, DirtyMode, FaultPath};
 use crate::error::RuntimeError;
+use crate::filepages::FilePages;
 use crate::page::{PAGE, PageMeta};
 use crate::stats::Metrics;
 
@@ -118,6 +119,9 @@ pub(crate) struct Cache {
     outside_pages: AtomicU64,
     /// When the process's resident memory was last measured.
     measured: Mutex<Instant>,
+    /// The process's read-only file pages, reclaimed while the cache
+    /// evicts when the limit counts them (None otherwise).
+    file_pages: Option<FilePages>,
     /// Whether first writes keep a diff base.
     diff: Mutex<DiffBase>,
     /// Line mode: first writes take snapshots from the pool.
@@ -162,6 +166,7 @@ impl Cache {
             count_process: cfg.limit_counts_process,
             outside_pages: AtomicU64::new(0),
             measured: Mutex::new(Instant::now()),
+            file_pages: cfg.limit_counts_process.then(FilePages::new),
             diff: Mutex::new(DiffBase::new(cfg.diff_base)),
             line_mode: cfg.dirty == DirtyMode::Line,
             policy_updates: signal.then(|| crossbeam_channel::bounded(2 * limit as usize + 64)),
@@ -254,6 +259,15 @@ impl Cache {
         let counted = self.resident() + self.buffers() + self.table_pages() + self.store_pages();
         self.outside_pages
             .store(rss.saturating_sub(counted), Ordering::SeqCst);
+    }
+
+    /// The cache is evicting: what the process maps read-only from files
+    /// goes back to the kernel too, at most once a second, when the limit
+    /// counts it ([`crate::filepages`]).
+    pub(crate) fn reclaim_file_pages(&self) {
+        if let Some(f) = &self.file_pages {
+            f.trim_if_due();
+        }
     }
 
     /// Local pages in use besides resident ones: snapshot buffers, page
@@ -602,6 +616,12 @@ impl Cache {
             }
         }
         blocks
+    }
+
+    /// Whether resident pages are past the low watermark (room to make).
+    pub(crate) fn wants_room(&self) -> bool {
+        let leaving = self.in_flight.load(Ordering::SeqCst);
+        self.marks.to_evict(self.resident(), leaving, self.room()) > 0
     }
 
     /// `n` dirty victims' write-backs started (`started`) or ended.

@@ -200,9 +200,9 @@ pub struct Config {
     pub local_bytes: u64,
     /// Eviction starts when resident pages exceed this share of the
     /// cache's room ([`farmem_policy::watermark`]: the limit less what
-    /// else is charged against it)...
+    /// else is charged against it; default 0.99)...
     pub high_watermark: f64,
-    /// ... and stops once they are at or below this share.
+    /// ... and stops once they are at or below this share (default 0.97).
     pub low_watermark: f64,
     /// Victim selection; every [`farmem_policy::cache::ReplacementPolicy`]
     /// plugs in here. Default: `workingset` (Linux's active/inactive lists
@@ -266,14 +266,25 @@ pub struct Config {
     /// process holds more than the runtime's program (a test's in-memory
     /// store).
     pub limit_counts_process: bool,
+    /// Share of `local_bytes` whose pages are kept on probation before
+    /// eviction ([`crate::park`]): the policy's victims are unmapped first,
+    /// and evicted only if the program does not touch them while they
+    /// wait, so pages in use stay although faults never show their use.
+    /// 0 evicts victims at once. Needs `UFFDIO_MOVE` (Linux 6.8+).
+    #[serde(default = "default_park_share")]
+    pub park_share: f64,
+}
+
+fn default_park_share() -> f64 {
+    Config::default().park_share
 }
 
 impl Default for Config {
     fn default() -> Self {
         Self {
             local_bytes: 256 << 20,
-            high_watermark: 0.95,
-            low_watermark: 0.85,
+            high_watermark: Watermarks::default().high,
+            low_watermark: Watermarks::default().low,
             // Linux's active/inactive lists with its refault-distance test:
             // the runtime sees only misses, and a page that misses again
             // soon after its eviction is what a scan must not push out. On
@@ -297,6 +308,7 @@ impl Default for Config {
             fault_around: ReadaheadConfig::default(),
             diff_base: DiffBaseConfig::default(),
             limit_counts_process: false,
+            park_share: 0.125,
         }
     }
 }
@@ -328,6 +340,12 @@ impl Config {
             return err("handlers must be at least 1".into());
         }
         self.watermarks().validate().map_err(RuntimeError::Config)?;
+        if !(0.0..=0.5).contains(&self.park_share) {
+            return err(format!(
+                "park_share {} is not between 0 and 0.5",
+                self.park_share
+            ));
+        }
         if self.log_lines < 64 {
             return err(format!(
                 "log_lines {} must hold at least one page (64 lines)",

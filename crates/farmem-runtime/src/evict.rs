@@ -14,6 +14,7 @@ use crate::bufs::Buf;
 use crate::config::DirtyMode;
 use crate::error::RuntimeError;
 use crate::page::{LINE, PAGE, RegionInner, State};
+use crate::park::Parking;
 use crate::shared::Shared;
 use crate::store::StoreError;
 
@@ -435,10 +436,16 @@ pub(crate) fn evictor(sh: Arc<Shared>, ship_tx: Sender<Segment>, free_rx: Receiv
             // process's memory grow.
             sh.cache.measure_process();
             let blocks = sh.cache.victims(sh.cfg.evict_batch, sh.now());
-            if blocks.is_empty() {
+            // The policy has nothing left but pages on probation: their
+            // probation ends now.
+            let all = blocks.is_empty()
+                && sh.park.as_ref().is_some_and(|p| p.parked() > 0)
+                && sh.cache.wants_room();
+            if blocks.is_empty() && !all {
                 break;
             }
-            evict_round(&sh, blocks, &mut seg, &ship_tx, &free_rx);
+            evict_round(&sh, blocks, all, &mut seg, &ship_tx, &free_rx);
+            sh.cache.reclaim_file_pages();
             // Ship what the round produced now rather than wait for a full
             // segment: fillers may be waiting on these pages' slots.
             if let Some(s) = seg.take() {
@@ -471,13 +478,78 @@ fn ship_inline(sh: &Shared, mut seg: Segment) {
     let _ = ship(sh, &mut seg);
 }
 
+/// Probation ([`crate::park`]): parks this round's victims and returns
+/// the blocks to evict instead, those parked longest past the target
+/// (every parked one with `all`: the policy has no victim left). A clean
+/// one leaves here; a dirty one comes back into sight (Dirty) for the
+/// write-back to take like any other. Victims that cannot be parked are
+/// evicted at once.
+fn probation(sh: &Shared, park: &Parking, blocks: Vec<u64>, all: bool) -> Vec<u64> {
+    let mut out = Vec::new();
+    for b in blocks {
+        let addr = b * PAGE;
+        let Some(r) = sh.lookup(addr) else { continue };
+        let mut m = r.pages[r.page_index(addr)].lock();
+        if matches!(m.state, State::Clean | State::Dirty) && park.park(&sh.uffd, addr, &mut m) {
+            sh.m.pages_parked.inc();
+        } else {
+            out.push(b);
+        }
+    }
+    let mut discarded = 0;
+    for (b, parking) in park.overflow(all) {
+        let addr = b * PAGE;
+        let Some(r) = sh.lookup(addr) else { continue };
+        let mut m = r.pages[r.page_index(addr)].lock();
+        if !Parking::still_parked(&m, parking) {
+            // Touched and unparked since: in use (if parked again, its
+            // probation starts over).
+            continue;
+        }
+        if m.parked_dirty {
+            match park.unpark(&sh.uffd, addr, &mut m) {
+                Ok(()) => out.push(b),
+                Err(e) => {
+                    park.requeue(b, parking);
+                    sh.report(format!("unparking {addr:#x} for write-back: {e}"));
+                }
+            }
+        } else {
+            m.streak.evicted(Seen::Clean);
+            park.discard(&mut m);
+            drop(m);
+            sh.cache.release_page();
+            discarded += 1;
+        }
+    }
+    sh.m.pages_evicted_clean.add(discarded);
+    out
+}
+
+/// A parked dirty page of `r` back in sight (Dirty), for a sync to write
+/// back; a page in any other state is left as it is.
+fn unpark_for_sync(sh: &Shared, r: &RegionInner, idx: usize) -> Result<(), RuntimeError> {
+    let mut m = r.pages[idx].lock();
+    match &sh.park {
+        Some(park) if m.state == State::Parked && m.parked_dirty => park
+            .unpark(&sh.uffd, r.page_addr(idx), &mut m)
+            .map_err(RuntimeError::Uffd),
+        _ => Ok(()),
+    }
+}
+
 fn evict_round(
     sh: &Shared,
     blocks: Vec<u64>,
+    all: bool,
     seg: &mut Option<Segment>,
     ship_tx: &Sender<Segment>,
     free_rx: &Receiver<Segment>,
 ) {
+    let blocks = match &sh.park {
+        Some(park) => probation(sh, park, blocks, all),
+        None => blocks,
+    };
     let mut dirty = Vec::new();
     let mut clean = Vec::new();
     for b in blocks {
@@ -551,6 +623,11 @@ pub(crate) fn sync_region(sh: &Shared, r: &Arc<RegionInner>) -> Result<(), Runti
         }
     };
     for idx in r.pages.touched() {
+        if let Err(e) = unpark_for_sync(sh, r, idx) {
+            failed += 1;
+            last = Some(StoreError::Other(e.to_string().into()));
+            continue;
+        }
         // A page mid-fetch may be about to turn dirty (a write fault is
         // installed writable before its state is set), and one mid-eviction
         // is not yet on the store: wait for both to settle.

@@ -26,8 +26,6 @@ fn handle_fault(sh: &Shared, f: Fault, tx: Option<&Sender<FetchJob>>, bufs: &mut
     let page = f.addr & !(PAGE - 1);
     if f.wp {
         sh.m.faults_wp.inc();
-    } else {
-        sh.m.faults_missing.inc();
     }
     let Some(r) = sh.lookup(page) else {
         sh.report(format!("fault at {page:#x} outside every region"));
@@ -39,7 +37,11 @@ fn handle_fault(sh: &Shared, f: Fault, tx: Option<&Sender<FetchJob>>, bufs: &mut
         wp: f.wp,
         t0,
     };
-    match sh.resolve(r, fault, Ctx::Thread) {
+    let step = sh.resolve(r, fault, Ctx::Thread);
+    if !f.wp && !matches!(step, Step::Unparked) {
+        sh.m.faults_missing.inc();
+    }
+    match step {
         Step::Fetch(job) => match tx {
             Some(tx) => {
                 if let Err(e) = tx.send(job) {
@@ -52,7 +54,7 @@ fn handle_fault(sh: &Shared, f: Fault, tx: Option<&Sender<FetchJob>>, bufs: &mut
             }
         },
         Step::Written => sh.m.wp_latency.record(t0.elapsed()),
-        Step::Spurious => {
+        Step::Spurious | Step::Unparked => {
             // Resolved between the fault and now: let the thread retry.
             let _ = sh.uffd.wake(page, PAGE);
         }

@@ -78,6 +78,11 @@ pub(crate) enum State {
     Dirty,
     /// The evictor or a sync owns it: write-protected, being written back.
     Busy,
+    /// On probation ([`crate::park`]): still resident and counted, but its
+    /// frame moved to a parking slot, so the program's next touch faults
+    /// and tells the cache the page is in use. Clean or dirty as
+    /// `parked_dirty` says.
+    Parked,
 }
 
 pub(crate) struct PageMeta {
@@ -101,6 +106,12 @@ pub(crate) struct PageMeta {
     pub streak: WriteStreak,
     /// Installed writable on its streak: Dirty without a write seen.
     pub unwatched: bool,
+    /// Parked: the parking slot holding its frame, and whether it was
+    /// Dirty (else Clean) when parked.
+    pub slot: Option<std::num::NonZeroU32>,
+    pub parked_dirty: bool,
+    /// The number of its last parking ([`crate::park::Parking`]).
+    pub parking: u32,
 }
 
 /// One lock and state per page of a region, in a mapping of its own: all
@@ -332,6 +343,7 @@ mod tests {
             assert_eq!(g.state, State::Absent);
             assert!(!g.waiters && !g.stored && !g.zero_base);
             assert!(g.snapshot.is_none() && g.force == 0);
+            assert!(g.slot.is_none() && !g.parked_dirty);
         }
         // Entries lock independently.
         let _a = table[0].lock();

@@ -41,6 +41,9 @@ pub const FAULT_WAIT: &CStr = c"FARMEM_FAULT_WAIT";
 pub const FAULT_AROUND: &CStr = c"FARMEM_FAULT_AROUND";
 /// Replacement policy name.
 pub const POLICY: &CStr = c"FARMEM_POLICY";
+/// Share of the local memory kept on probation before eviction
+/// ([`Config::park_share`]).
+pub const PROBATION: &CStr = c"FARMEM_PROBATION";
 /// File that gets one JSON line per process that used far memory.
 pub const STATS_JSON: &CStr = c"FARMEM_STATS_JSON";
 /// Directory where each process keeps its live statistics, rewritten
@@ -146,6 +149,8 @@ pub struct PreloadEnv {
     pub fault_around: u32,
     /// Checked by [`PreloadEnv::read`]; None: the runtime's default.
     pub policy: Option<String>,
+    /// [`Config::park_share`]; None: the runtime's default.
+    pub probation: Option<f64>,
     pub stats_json: Option<PathBuf>,
     pub metrics_dir: Option<PathBuf>,
     /// The client name's prefix.
@@ -271,6 +276,18 @@ impl PreloadEnv {
             p.parse::<farmem_policy::cache::PolicyConfig>()
                 .map_err(|e| parsed(POLICY, &e))?;
         }
+        let probation = match non_empty(get, PROBATION) {
+            None => None,
+            Some(v) => Some(
+                v.trim()
+                    .parse::<f64>()
+                    .ok()
+                    .filter(|s| (0.0..=0.5).contains(s))
+                    .ok_or_else(|| {
+                        format!("{} `{v}`: expected a share from 0 to 0.5", key(PROBATION))
+                    })?,
+            ),
+        };
         let name = get(NAME).unwrap_or_else(|| DEFAULT_NAME.into());
         let lease_ms = match get(LEASE_MS) {
             None => DEFAULT_LEASE_MS,
@@ -332,6 +349,7 @@ impl PreloadEnv {
             fault_wait,
             fault_around,
             policy,
+            probation,
             stats_json: stats_json(get),
             metrics_dir: metrics_dir(get),
             name,
@@ -400,6 +418,7 @@ impl PreloadEnv {
             ),
             (key(TOKEN_FILE), path(&self.token_file)),
             (key(POLICY), self.policy.clone().map(Into::into)),
+            (key(PROBATION), self.probation.map(|s| s.to_string().into())),
         ];
         vars.into()
     }
@@ -420,7 +439,15 @@ impl PreloadEnv {
             limit_counts_process: true,
             ..Config::default()
         };
+        if self.fault_path == FaultPath::Signal {
+            // A signal handler cannot wait for a frame, only retry: the
+            // wider gap keeps frames free while the evictor catches up.
+            (cfg.high_watermark, cfg.low_watermark) = (0.95, 0.85);
+        }
         cfg.fault_around.max_blocks = self.fault_around;
+        if let Some(share) = self.probation {
+            cfg.park_share = share;
+        }
         cfg.policy = match &self.policy {
             Some(p) => p.parse().map_err(|e| format!("{}: {e}", key(POLICY)))?,
             // The signal path touches a call's far buffers, then lets the
@@ -464,6 +491,7 @@ mod tests {
             fault_wait: "hybrid:30".parse().unwrap(),
             fault_around: 0,
             policy: Some("kona-pc".into()),
+            probation: Some(0.25),
             stats_json: Some("/tmp/stats.jsonl".into()),
             metrics_dir: Some("/tmp/farmem-metrics".into()),
             name: "farmem-run".into(),
@@ -495,6 +523,7 @@ mod tests {
             (DirtyMode::Page, FaultPath::Signal)
         );
         assert_eq!(cfg.fault_around.max_blocks, 0);
+        assert_eq!(cfg.park_share, 0.25);
         assert_eq!(cfg.engine, Engine::Daemon);
         // The pair is the runtime's to refuse: daemon needs fault path thread.
         assert!(cfg.validate().is_err());
@@ -510,6 +539,7 @@ mod tests {
         assert_eq!(e.name, DEFAULT_NAME);
         assert_eq!(e.fallback, Fallback::Fail);
         assert_eq!((e.replicas, e.redundancy, e.policy), (None, None, None));
+        assert_eq!(e.probation, None);
         assert_eq!(e.fault_around, Config::default().fault_around.max_blocks);
         assert_eq!(e.engine, Engine::Page, "the default stays page");
         assert_eq!(
@@ -550,6 +580,7 @@ mod tests {
         );
         assert!(bad("FARMEM_POLICY", "mru").contains("mru"));
         assert!(bad("FARMEM_REPLICAS", "0").contains("from 1 to 255"));
+        assert!(bad("FARMEM_PROBATION", "0.9").contains("from 0 to 0.5"));
         assert!(bad("FARMEM_LEASE_MS", "-1").starts_with("FARMEM_LEASE_MS `-1`"));
         assert!(bad("FARMEM_REDUNDANCY", "rs:3").starts_with("FARMEM_REDUNDANCY: "));
     }

@@ -44,6 +44,9 @@ pub(crate) enum Step {
     Written,
     /// Resolved between the fault and now: the access may go on.
     Spurious,
+    /// A parked page touched: its frame is back, the page in use again,
+    /// and the access may go on (a soft fault: nothing was fetched).
+    Unparked,
     /// Fault path `signal`: no cache slot free now; the access retries.
     Full,
 }
@@ -105,7 +108,30 @@ impl Shared {
                 self.m.faults_spurious.inc();
                 Step::Spurious
             }
+            State::Parked => self.unpark(&mut m, f.page, ctx),
         }
+    }
+
+    /// The program touched a parked page: its frame goes back and the page
+    /// back into the replacement order, as one in use.
+    fn unpark(&self, m: &mut PageMeta, page: u64, ctx: Ctx) -> Step {
+        let Some(park) = self.park.as_ref() else {
+            unreachable!("pages are parked only with parking");
+        };
+        if let Err(e) = park.unpark(&self.uffd, page, m) {
+            if ctx == Ctx::Thread {
+                self.report(format!("unparking {page:#x}: {e}"));
+            }
+            // Still parked (a move refused while the address space
+            // changes, as in a fork): the access faults again and retries.
+            return Step::Spurious;
+        }
+        self.m.pages_unparked.inc();
+        let insert = PolicyUpdate::Insert(page / PAGE, self.now());
+        if let Some(v) = self.cache.update_policy(insert, ctx) {
+            self.cache.force_out(v);
+        }
+        Step::Unparked
     }
 
     /// A first write to a clean page: keeps its current (= stored) contents

@@ -198,6 +198,31 @@ impl Runtime {
         self.sh.cache.room() * PAGE
     }
 
+    /// The pages wholly inside `[addr, addr + len)` of a region hold
+    /// nothing the program wants any more (memory it freed): resident ones
+    /// leave the local cache without a write-back, making room at once.
+    /// Their next touch reads what the store last had (zeros, filled
+    /// locally, for a page never written back): the store keeps its copy,
+    /// since a page diffed against zeros later must find zeros there.
+    /// Pages mid-fetch or mid-write-back are left as they are. Returns the
+    /// pages dropped from the cache.
+    ///
+    /// Call it before the memory can be handed out again: a write that
+    /// lands on a page between the free and this call is discarded too.
+    pub fn discard(&self, addr: u64, len: u64) -> u64 {
+        let (first, end) = (addr.div_ceil(PAGE) * PAGE, (addr + len) / PAGE * PAGE);
+        let Some(r) = self.sh.lookup(first).filter(|_| end > first) else {
+            return 0;
+        };
+        let end = end.min(r.start + r.len);
+        let mut dropped = 0;
+        for page in (first..end).step_by(PAGE as usize) {
+            dropped += discard_page(&self.sh, &r, page) as u64;
+        }
+        self.sh.m.pages_discarded.add(dropped);
+        dropped
+    }
+
     pub fn config(&self) -> &Config {
         &self.sh.cfg
     }
@@ -399,6 +424,47 @@ impl Region<'_> {
     }
 }
 
+/// [`Runtime::discard`] of one page; true if it left the cache.
+fn discard_page(sh: &Shared, r: &RegionInner, page: u64) -> bool {
+    let mut m = r.pages[r.page_index(page)].lock();
+    let resident = match m.state {
+        State::Clean | State::Dirty => {
+            // SAFETY: a page of a live region, whose contents are unwanted.
+            let rc = unsafe {
+                libc::madvise(
+                    page as *mut libc::c_void,
+                    PAGE as usize,
+                    libc::MADV_DONTNEED,
+                )
+            };
+            if rc != 0 {
+                return false;
+            }
+            true
+        }
+        State::Parked => {
+            if let Some(park) = &sh.park {
+                park.discard(&mut m);
+            }
+            true
+        }
+        // Its fetch or write-back owns it; it settles as usual.
+        State::Absent | State::Fetching | State::Busy => false,
+    };
+    if !resident {
+        return false;
+    }
+    sh.cache.lock_policy().remove(page / PAGE);
+    m.state = State::Absent;
+    sh.cache.put_buf(m.snapshot.take());
+    m.zero_base = false;
+    m.unwatched = false;
+    m.force = 0;
+    drop(m);
+    sh.cache.release_page();
+    true
+}
+
 impl Drop for Region<'_> {
     fn drop(&mut self) {
         let sh = &self.rt.sh;
@@ -409,8 +475,11 @@ impl Drop for Region<'_> {
         // are released by the thread that owns them, which sees `dead`.
         for idx in r.pages.touched() {
             let mut m = r.pages[idx].lock();
-            if matches!(m.state, State::Clean | State::Dirty) {
+            if matches!(m.state, State::Clean | State::Dirty | State::Parked) {
                 sh.cache.lock_policy().remove(r.page_addr(idx) / PAGE);
+                if let Some(park) = sh.park.as_ref().filter(|_| m.state == State::Parked) {
+                    park.discard(&mut m);
+                }
                 m.state = State::Absent;
                 sh.cache.put_buf(m.snapshot.take());
                 drop(m);

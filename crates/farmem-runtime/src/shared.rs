@@ -19,6 +19,7 @@ use crate::error::RuntimeError;
 use crate::page::{
     FetchJob, MAX_FAULT_AROUND, PAGE, PageMeta, PageTable, RegionInner, Zeros, map_pages,
 };
+use crate::park::Parking;
 use crate::slab::{Backing, ResourceManager};
 use crate::stats::Metrics;
 use crate::store::{RemoteStore, SlabSource};
@@ -63,6 +64,8 @@ pub(crate) struct Shared {
     pub uffd: Uffd,
     pub regions: RwLock<BTreeMap<u64, Arc<RegionInner>>>,
     pub cache: Cache,
+    /// Victims on probation before eviction (None: evicted at once).
+    pub park: Option<Parking>,
     pub shutdown: AtomicBool,
     /// The process is exiting and gives its remote memory back
     /// ([`crate::Runtime::exiting`]): write-backs refused from then on are
@@ -147,8 +150,17 @@ impl Shared {
         } else {
             None
         };
+        let cache = Cache::new(&cfg)?;
+        // The kernel's own accesses to a parked page (a system call's
+        // buffer) raise no signal on the signal path: they would fail.
+        let share = match cfg.fault_path {
+            FaultPath::Thread => cfg.park_share,
+            FaultPath::Signal => 0.0,
+        };
+        let park = Parking::new(&uffd, cache.limit(), share, cfg.evict_batch)?;
         Ok(Self {
-            cache: Cache::new(&cfg)?,
+            cache,
+            park,
             rm: Arc::new(ResourceManager::new(slabs, cfg.slab_batch)),
             store,
             uffd,

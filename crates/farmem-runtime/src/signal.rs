@@ -83,7 +83,7 @@ pub(crate) fn serve(sh: &Shared, addr: u64, write: Option<bool>) -> SignalOutcom
             sh.m.wp_latency.try_record(t0.elapsed());
             SignalOutcome::Served
         }
-        Step::Spurious => SignalOutcome::Served,
+        Step::Spurious | Step::Unparked => SignalOutcome::Served,
         Step::Wait | Step::Full => SignalOutcome::Retry,
     }
 }

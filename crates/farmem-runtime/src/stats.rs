@@ -38,6 +38,9 @@ pub(crate) struct Metrics {
     pub pages_fetched: Counter,
     pub pages_zero_filled: Counter,
     pub pages_faulted_around: Counter,
+    pub pages_parked: Counter,
+    pub pages_unparked: Counter,
+    pub pages_discarded: Counter,
     pub bytes_fetched: Counter,
     pub pages_evicted_clean: Counter,
     pub pages_evicted_dirty: Counter,
@@ -122,6 +125,16 @@ pub struct Stats {
     /// thread path, stored ones read in one request (also counted as
     /// fetched) when a program touches memory in order.
     pub pages_faulted_around: u64,
+    /// Victims put on probation (`Config::park_share`) instead of
+    /// evicted at once...
+    pub pages_parked: u64,
+    /// ... and those the program touched while parked: pages in use the
+    /// policy would have evicted (each a soft fault, not in
+    /// `faults_missing`).
+    pub pages_unparked: u64,
+    /// Resident pages dropped without a write-back because the program
+    /// freed their memory (`Runtime::discard`).
+    pub pages_discarded: u64,
     pub bytes_fetched: u64,
     pub pages_evicted_clean: u64,
     pub pages_evicted_dirty: u64,
@@ -223,6 +236,9 @@ impl Metrics {
             pages_fetched: self.pages_fetched.get(),
             pages_zero_filled: self.pages_zero_filled.get(),
             pages_faulted_around: self.pages_faulted_around.get(),
+            pages_parked: self.pages_parked.get(),
+            pages_unparked: self.pages_unparked.get(),
+            pages_discarded: self.pages_discarded.get(),
             bytes_fetched: self.bytes_fetched.get(),
             pages_evicted_clean: self.pages_evicted_clean.get(),
             pages_evicted_dirty: self.pages_evicted_dirty.get(),

@@ -34,6 +34,8 @@ pub const UFFD_FEATURE_MINOR_HUGETLBFS: u64 = 1 << 9;
 pub const UFFD_FEATURE_MINOR_SHMEM: u64 = 1 << 10;
 pub const UFFD_FEATURE_EXACT_ADDRESS: u64 = 1 << 11;
 pub const UFFD_FEATURE_WP_HUGETLBFS_SHMEM: u64 = 1 << 12;
+/// `UFFDIO_MOVE` (Linux 6.8): pages moved between mappings, not copied.
+pub const UFFD_FEATURE_MOVE: u64 = 1 << 16;
 
 pub const UFFDIO_REGISTER_MODE_MISSING: u64 = 1 << 0;
 pub const UFFDIO_REGISTER_MODE_WP: u64 = 1 << 1;
@@ -44,12 +46,14 @@ pub const UFFDIO_COPY_MODE_WP: u64 = 1 << 1;
 pub const UFFDIO_ZEROPAGE_MODE_DONTWAKE: u64 = 1 << 0;
 pub const UFFDIO_WRITEPROTECT_MODE_WP: u64 = 1 << 0;
 pub const UFFDIO_WRITEPROTECT_MODE_DONTWAKE: u64 = 1 << 1;
+pub const UFFDIO_MOVE_MODE_DONTWAKE: u64 = 1 << 0;
 
 const _UFFDIO_REGISTER: u64 = 0x00;
 const _UFFDIO_UNREGISTER: u64 = 0x01;
 const _UFFDIO_WAKE: u64 = 0x02;
 const _UFFDIO_COPY: u64 = 0x03;
 const _UFFDIO_ZEROPAGE: u64 = 0x04;
+const _UFFDIO_MOVE: u64 = 0x05;
 const _UFFDIO_WRITEPROTECT: u64 = 0x06;
 const _UFFDIO_API: u64 = 0x3F;
 
@@ -84,6 +88,16 @@ pub struct UffdioCopy {
     pub len: u64,
     pub mode: u64,
     pub copy: i64,
+}
+
+#[repr(C)]
+#[derive(Debug, Default, Clone, Copy)]
+pub struct UffdioMove {
+    pub dst: u64,
+    pub src: u64,
+    pub len: u64,
+    pub mode: u64,
+    pub moved: i64,
 }
 
 #[repr(C)]
@@ -146,6 +160,7 @@ pub const UFFDIO_ZEROPAGE: u64 = ioc(
     _UFFDIO_ZEROPAGE,
     size_of::<UffdioZeropage>(),
 );
+pub const UFFDIO_MOVE: u64 = ioc(IOC_READ | IOC_WRITE, _UFFDIO_MOVE, size_of::<UffdioMove>());
 pub const UFFDIO_WRITEPROTECT: u64 = ioc(
     IOC_READ | IOC_WRITE,
     _UFFDIO_WRITEPROTECT,
@@ -201,7 +216,15 @@ impl Uffd {
         Ok(uffd)
     }
 
+    /// Opens with `extra_features` and, where the kernel has it (6.8+),
+    /// [`UFFD_FEATURE_MOVE`]: an older kernel refuses the handshake over a
+    /// feature it does not know, so it is asked again without.
     fn open_with(extra_features: u64) -> io::Result<Self> {
+        Self::handshake(extra_features | UFFD_FEATURE_MOVE)
+            .or_else(|_| Self::handshake(extra_features))
+    }
+
+    fn handshake(extra_features: u64) -> io::Result<Self> {
         let flags = libc::O_CLOEXEC | libc::O_NONBLOCK;
         // SAFETY: plain syscall with integer flags.
         let mut fd = unsafe { libc::syscall(libc::SYS_userfaultfd, flags) };
@@ -304,6 +327,38 @@ impl Uffd {
             },
         };
         self.ioctl(UFFDIO_WRITEPROTECT, &mut w)
+    }
+
+    /// Whether [`Uffd::move_pages`] is available.
+    pub fn can_move(&self) -> bool {
+        self.features & UFFD_FEATURE_MOVE != 0
+    }
+
+    /// Moves the pages at `src` to `dst` (page aligned, `len` bytes): their
+    /// frames change address, with no copy. `dst` must be unmapped and in a
+    /// range registered with this descriptor; `src` must be mapped,
+    /// anonymous and not shared with another process. Wakes the threads
+    /// faulting on `dst` unless `dontwake`.
+    pub fn move_pages(&self, dst: u64, src: u64, len: u64, dontwake: bool) -> io::Result<()> {
+        let mut m = UffdioMove {
+            dst,
+            src,
+            len,
+            mode: if dontwake {
+                UFFDIO_MOVE_MODE_DONTWAKE
+            } else {
+                0
+            },
+            moved: 0,
+        };
+        self.ioctl(UFFDIO_MOVE, &mut m)?;
+        if m.moved != len as i64 {
+            return Err(io::Error::other(format!(
+                "moved {} of {len} bytes",
+                m.moved
+            )));
+        }
+        Ok(())
     }
 
     /// Wakes threads blocked on faults in the range so they retry.
@@ -443,6 +498,8 @@ mod tests {
         assert_eq!(UFFDIO_COPY, 0xc028aa03);
         assert_eq!(UFFDIO_ZEROPAGE, 0xc020aa04);
         assert_eq!(UFFDIO_WRITEPROTECT, 0xc018aa06);
+        assert_eq!(UFFDIO_MOVE, 0xc028aa05);
+        assert_eq!(size_of::<UffdioMove>(), 40);
         assert_eq!(size_of::<UffdioApi>(), 24);
         assert_eq!(size_of::<UffdioRegister>(), 32);
         assert_eq!(size_of::<UffdioRange>(), 16);

@@ -13,12 +13,16 @@ use common::skip;
 
 const LOCAL_PAGES: u64 = 64;
 
+/// Watermarks at 95% and 85%: 62 pages are past the high one, with room
+/// left below the limit for the failure tests to fill.
 fn cfg() -> Config {
     Config {
         local_bytes: LOCAL_PAGES * PAGE,
         dirty: DirtyMode::Page,
         slab_batch: 16 << 20,
         store_attempts: 2,
+        high_watermark: 0.95,
+        low_watermark: 0.85,
         ..Config::default()
     }
 }

@@ -294,7 +294,7 @@ pub struct LocalConfig {
     pub size: SizeSpec,
     pub policy: PolicyConfig,
     /// When and how far to evict, as `farmem run`'s runtime does
-    /// (`[local.watermarks] high = 0.95, low = 0.85`: its defaults); none,
+    /// (`[local.watermarks] high = 0.99, low = 0.97`: its defaults); none,
     /// one victim per page installed, as the papers' hardware caches do.
     #[serde(default)]
     pub watermarks: Option<Watermarks>,

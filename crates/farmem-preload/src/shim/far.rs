@@ -5,7 +5,7 @@ use std::ffi::c_void;
 use std::sync::atomic::Ordering;
 
 use super::init::ensure_init;
-use super::state::{READY, STATE, is_far, local_only, threshold, with_heap};
+use super::state::{Busy, FORKED, READY, RUNTIME, STATE, is_far, local_only, threshold, with_heap};
 use crate::heap::{Kind, PAGE};
 
 /// A far range of at least `size` bytes, zeroed if asked; None when the
@@ -33,7 +33,25 @@ pub(super) fn far_alloc(size: usize, zero: bool, kind: Kind) -> Option<*mut c_vo
 }
 
 pub(super) fn far_free(p: *mut c_void) {
+    if let Some(len) = with_heap(|h| h.block_len(p as usize)).flatten() {
+        discard(p as usize, len);
+    }
     with_heap(|h| h.free(p as usize));
+}
+
+/// Freed far memory leaves the local cache now, unwritten (as the kernel
+/// frees the pages of an unmapped chunk), rather than wait to be evicted
+/// and written back. Before the range goes back to the heap, so no new
+/// owner's write is dropped. Not in a forked child, which has no runtime
+/// of its own (only the parent's locks, as they were at the fork).
+pub(super) fn discard(addr: usize, len: usize) {
+    let rt = RUNTIME.load(Ordering::Acquire);
+    if rt.is_null() || FORKED.load(Ordering::Relaxed) {
+        return;
+    }
+    let _busy = Busy::enter();
+    // SAFETY: the runtime is leaked, so it lives until the process ends.
+    unsafe { &*rt }.discard(addr as u64, len as u64);
 }
 
 /// The length of the far malloc-family block at `p`, if it is one (a

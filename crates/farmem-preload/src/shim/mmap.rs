@@ -4,7 +4,7 @@
 use std::ffi::{c_int, c_void};
 use std::sync::atomic::Ordering;
 
-use super::far::far_alloc;
+use super::far::{discard, far_alloc};
 use super::state::{BUSY, FORKED, HEAP_END, is_far, runtime_thread, set_errno, with_heap};
 use crate::heap::Kind;
 
@@ -90,6 +90,7 @@ pub unsafe extern "C" fn mmap64(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn munmap(addr: *mut c_void, len: usize) -> c_int {
     if is_far(addr) && !runtime_thread() {
+        discard(addr as usize, len);
         with_heap(|h| h.release(addr as usize, len));
         return 0;
     }
