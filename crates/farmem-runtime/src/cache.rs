@@ -93,6 +93,11 @@ pub(crate) struct Cache {
     /// the program runs on in local memory instead of waiting forever for
     /// room the evictor cannot make. Cleared by a round that keeps nothing.
     store_refusing: AtomicBool,
+    /// Every resident page the evictor last looked at was pinned by a
+    /// system call in flight ([`crate::Runtime::pin`]): the limit turns
+    /// soft too, or the call's own next touch would wait for room that
+    /// only its end can make. Cleared by a round that evicts a page.
+    pinned_full: AtomicBool,
     /// Recycled page buffers for snapshots, off the allocator on the fault path.
     pool: Mutex<Vec<Buf>>,
     /// Where snapshot buffers live; given back beyond the pool, their
@@ -153,6 +158,7 @@ impl Cache {
             evict_kick: Mutex::new(false),
             evict_cv: Condvar::new(),
             store_refusing: AtomicBool::new(false),
+            pinned_full: AtomicBool::new(false),
             pool: Mutex::new(Vec::new()),
             arena: Arena::new(limit as usize + 64).map_err(RuntimeError::Mmap)?,
             pool_cap: POOL_LOW.min((limit as f64 * cfg.diff_base.max_share / 2.0) as u64),
@@ -504,7 +510,10 @@ impl Cache {
             let cur = self.resident.load(Ordering::SeqCst);
             let overheads = self.overheads();
             let over = cur + overheads >= self.limit;
-            if over && !self.store_refusing.load(Ordering::SeqCst) {
+            // With no page resident the evictor has nothing to take: the
+            // overheads alone fill the limit (a compressed pool grown
+            // while the process's own memory did), and waiting would hang.
+            if over && cur > 0 && !self.limit_soft() {
                 self.kick_evictor();
                 return false;
             }
@@ -610,6 +619,22 @@ impl Cache {
             self.in_flight.fetch_add(n, Ordering::SeqCst);
         } else {
             self.in_flight.fetch_sub(n, Ordering::SeqCst);
+        }
+    }
+
+    /// Whether faults may take a slot past the limit: waiting would hang
+    /// the program (the store refuses write-backs, or only pinned pages
+    /// are left to evict).
+    fn limit_soft(&self) -> bool {
+        self.store_refusing.load(Ordering::SeqCst) || self.pinned_full.load(Ordering::SeqCst)
+    }
+
+    /// Only pinned pages are left to evict (or some page was evicted
+    /// again): see [`Self::limit_soft`].
+    pub(crate) fn set_pinned_full(&self, full: bool) {
+        self.pinned_full.store(full, Ordering::SeqCst);
+        if full {
+            self.space_cv.notify_all();
         }
     }
 

@@ -67,6 +67,12 @@ impl Segment {
 fn claim(sh: &Shared, r: &Arc<RegionInner>, idx: usize, keep: bool) -> Option<(Victim, State)> {
     let mut m = r.pages.get(idx)?.lock();
     let was = m.state;
+    if !keep && m.pins > 0 && matches!(was, State::Clean | State::Dirty) {
+        // A system call is using it: it stays, and in the policy.
+        sh.cache.reinsert(r.page_addr(idx) / PAGE, sh.now());
+        sh.m.pages_pinned_passed.inc();
+        return None;
+    }
     let remote = match was {
         // None: a lazy region's chunk not backed yet; `diff_into` backs it
         // if the page has lines to ship.
@@ -413,6 +419,8 @@ pub(crate) fn evictor(sh: Arc<Shared>, ship_tx: Sender<Segment>, free_rx: Receiv
     let mut seg: Option<Segment> = None;
     let mut trimmed_at = 0u64;
     let mut tables_counted = Instant::now();
+    // Pinned pages passed by since a page was last evicted.
+    let mut pinned_streak = 0u64;
     loop {
         let evicted = sh.m.pages_evicted_clean.get() + sh.m.pages_evicted_dirty.get();
         if evicted - trimmed_at >= TRIM_EVERY_PAGES {
@@ -438,7 +446,21 @@ pub(crate) fn evictor(sh: Arc<Shared>, ship_tx: Sender<Segment>, free_rx: Receiv
             if blocks.is_empty() {
                 break;
             }
-            evict_round(&sh, blocks, &mut seg, &ship_tx, &free_rx);
+            let pinned_before = sh.m.pages_pinned_passed.get();
+            let claimed = evict_round(&sh, blocks, &mut seg, &ship_tx, &free_rx);
+            if claimed > 0 {
+                pinned_streak = 0;
+                sh.cache.set_pinned_full(false);
+            } else {
+                pinned_streak += sh.m.pages_pinned_passed.get() - pinned_before;
+            }
+            if pinned_streak > 0 && pinned_streak >= sh.cache.resident() {
+                // Every resident page is held by a call in flight: let
+                // faults past the limit until one ends, and back off.
+                sh.cache.set_pinned_full(true);
+                std::thread::sleep(Duration::from_millis(1));
+                break;
+            }
             // Ship what the round produced now rather than wait for a full
             // segment: fillers may be waiting on these pages' slots.
             if let Some(s) = seg.take() {
@@ -471,13 +493,15 @@ fn ship_inline(sh: &Shared, mut seg: Segment) {
     let _ = ship(sh, &mut seg);
 }
 
+/// Evicts `blocks` (those still resident and not pinned); returns how
+/// many it took.
 fn evict_round(
     sh: &Shared,
     blocks: Vec<u64>,
     seg: &mut Option<Segment>,
     ship_tx: &Sender<Segment>,
     free_rx: &Receiver<Segment>,
-) {
+) -> usize {
     let mut dirty = Vec::new();
     let mut clean = Vec::new();
     for b in blocks {
@@ -492,6 +516,7 @@ fn evict_round(
             None => {}
         }
     }
+    let claimed = clean.len() + dirty.len();
     sh.m.pages_evicted_clean.add(clean.len() as u64);
     drop_pages(sh, clean);
     sh.cache.in_flight(dirty.len() as u64, true);
@@ -516,6 +541,7 @@ fn evict_round(
             let _ = diff_into(sh, v, s);
         }
     }
+    claimed
 }
 
 /// The shipper thread: sends segments in order, completes their pages on

@@ -101,6 +101,9 @@ pub(crate) struct PageMeta {
     pub streak: WriteStreak,
     /// Installed writable on its streak: Dirty without a write seen.
     pub unwatched: bool,
+    /// Calls in flight whose buffers hold this page ([`crate::Runtime::pin`]):
+    /// the evictor passes it by, so the kernel finds it mapped.
+    pub pins: u32,
 }
 
 /// One lock and state per page of a region, in a mapping of its own: all

@@ -31,6 +31,9 @@ pub(crate) struct Metrics {
     /// Pages installed writable because their streak predicted a write
     /// ([`farmem_policy::write_streak`]): write-protect faults not taken.
     pub writes_predicted: Counter,
+    /// Eviction victims passed by because a system call's buffer held
+    /// them ([`crate::Runtime::pin`]).
+    pub pages_pinned_passed: Counter,
     /// Faults that found their page mid-fetch or mid-eviction and waited.
     pub faults_waited: Counter,
     /// Fault messages that were already resolved when read (woken only).
@@ -112,6 +115,7 @@ pub struct Stats {
     pub faults_missing: u64,
     pub faults_wp: u64,
     pub writes_predicted: u64,
+    pub pages_pinned_passed: u64,
     pub faults_waited: u64,
     pub faults_spurious: u64,
     pub pages_fetched: u64,
@@ -218,6 +222,7 @@ impl Metrics {
             faults_missing: self.faults_missing.get(),
             faults_wp: self.faults_wp.get(),
             writes_predicted: self.writes_predicted.get(),
+            pages_pinned_passed: self.pages_pinned_passed.get(),
             faults_waited: self.faults_waited.get(),
             faults_spurious: self.faults_spurious.get(),
             pages_fetched: self.pages_fetched.get(),

@@ -681,3 +681,77 @@ fn page_mode_ships_a_page_over_zeros_whole_once_written_and_never_if_not() {
         assert_eq!(page.iter().filter(|&&x| x != 0).count(), w as usize);
     }
 }
+
+/// Whether the page at `addr` is mapped in local memory.
+fn resident(addr: *mut u8) -> bool {
+    let mut v = [0u8; 1];
+    // SAFETY: a page-aligned address of a live mapping, one page.
+    let rc = unsafe { libc::mincore(addr.cast(), PAGE as usize, v.as_mut_ptr()) };
+    assert_eq!(rc, 0, "{}", std::io::Error::last_os_error());
+    v[0] & 1 == 1
+}
+
+#[test]
+fn a_pinned_page_stays_resident_while_the_cache_turns_over() {
+    if skip() {
+        return;
+    }
+    let store = Arc::new(MemStore::new(1 << 30));
+    let c = Config {
+        policy: farmem_policy::cache::PolicyConfig::Lru,
+        ..cfg(64, DirtyMode::Page)
+    };
+    let rt = Runtime::new(c, store.clone(), store.clone()).unwrap();
+    let pages = 1024;
+    let r = rt.region(pages as u64 * PAGE).unwrap();
+    r.write_at(100, &[7; 8]).unwrap();
+    let first = r.as_ptr();
+    let pin = rt.pin(first as usize + 100, 8);
+    // Sixteen times the cache goes by; the policy's first victim stays.
+    rewrite(&r, pages, 1, false);
+    assert!(resident(first), "the pinned page was evicted");
+    assert!(rt.stats().pages_pinned_passed > 0);
+    drop(pin);
+    for p in 1..pages {
+        r.write_at(p * PAGE as usize, &[1; 8]).unwrap();
+    }
+    assert!(!resident(first), "the page stayed pinned");
+    let mut b = [0u8; 8];
+    r.read_at(100, &mut b).unwrap();
+    assert_eq!(b, [7; 8]);
+}
+
+#[test]
+fn pins_over_the_whole_cache_let_faults_past_the_limit_rather_than_hang() {
+    if skip() {
+        return;
+    }
+    let store = Arc::new(MemStore::new(1 << 30));
+    let rt = Runtime::new(cfg(64, DirtyMode::Page), store.clone(), store.clone()).unwrap();
+    let r = rt.region(1024 * PAGE).unwrap();
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            // A call's buffer of 128 pages, twice the cache, pinned whole.
+            let _pin = rt.pin(r.as_ptr() as usize, 128 * PAGE as usize);
+            for p in 0..128 {
+                r.write_at(p * PAGE as usize, &[p as u8; 8]).unwrap();
+            }
+            done_tx.send(()).unwrap();
+        });
+        // A hang would leave the scope waiting forever: fail the binary.
+        if done_rx
+            .recv_timeout(std::time::Duration::from_secs(120))
+            .is_err()
+        {
+            eprintln!("touching pinned pages hung: {}", rt.census());
+            std::process::exit(101);
+        }
+    });
+    assert!(rt.stats().limit_overruns > 0);
+    let mut b = [0u8; 8];
+    for p in 0..128 {
+        r.read_at(p * PAGE as usize, &mut b).unwrap();
+        assert_eq!(b, [p as u8; 8], "page {p}");
+    }
+}
