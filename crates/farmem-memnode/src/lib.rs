@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use farmem_core::Counter;
 use farmem_core::sync::pause_unless_stopped;
-use farmem_net::server::{Peer, Refusal, Server, ServerConfig, Service};
+use farmem_net::server::{Lent, Peer, PendingRead, Refusal, Server, ServerConfig, Service};
 use farmem_net::{ClientConfig, Connection, NetError};
 use farmem_wire::{Cap, ErrorCode, GrantKind, Msg, Role, auth};
 use parking_lot::RwLock;
@@ -180,25 +180,43 @@ impl Shared {
     /// Translates a global range to a store offset after checking that
     /// `peer` owns all of it.
     fn authorize(&self, peer: &Peer, addr: u64, len: u64) -> Result<u64, Refusal> {
+        if self.standalone {
+            return self.in_range(addr, len);
+        }
+        self.authorize_under(peer, addr, len, &self.grants.read())
+    }
+
+    /// The store offset of a global range that lies on this node.
+    fn in_range(&self, addr: u64, len: u64) -> Result<u64, Refusal> {
         let base = self.base.load(Ordering::Acquire);
         let offset = addr.checked_sub(base).filter(|off| {
             off.checked_add(len)
                 .is_some_and(|end| end <= self.store.capacity())
         });
-        let Some(offset) = offset else {
+        offset.ok_or_else(|| {
             self.counters.refused_out_of_range.inc();
-            return Err(Refusal::new(
+            Refusal::new(
                 ErrorCode::OutOfRange,
                 format!(
                     "[{addr:#x}, +{len}) is outside this node's range [{base:#x}, +{})",
                     self.store.capacity()
                 ),
-            ));
-        };
+            )
+        })
+    }
+
+    /// [`Self::authorize`] under `grants`, which the caller holds.
+    fn authorize_under(
+        &self,
+        peer: &Peer,
+        addr: u64,
+        len: u64,
+        grants: &Grants,
+    ) -> Result<u64, Refusal> {
+        let offset = self.in_range(addr, len)?;
         if self.standalone {
             return Ok(offset);
         }
-        let grants = self.grants.read();
         let grant = grants
             .holding(addr, len)
             .filter(|(_, g)| *g.owner == *peer.name);
@@ -345,25 +363,73 @@ impl Shared {
     }
 }
 
+impl Shared {
+    /// Checks a read (role, length, ownership): its store offset.
+    /// `grants`: held by the caller, or `None` to take them here.
+    fn check_read(
+        &self,
+        peer: &Peer,
+        addr: u64,
+        len: u32,
+        grants: Option<&Grants>,
+    ) -> Result<u64, Refusal> {
+        if peer.role != Role::Compute {
+            return Err(self.refuse_role(peer, "read"));
+        }
+        // The reply must fit one frame: a read may not ask for a whole extent.
+        let most = self.max_frame as usize - farmem_wire::HEADER_LEN;
+        if len as usize > most {
+            self.counters.refused_too_long.inc();
+            return Err(Refusal::new(
+                ErrorCode::BadRequest,
+                format!("a read of {len} bytes is longer than one reply may carry ({most})"),
+            ));
+        }
+        match grants {
+            Some(g) => self.authorize_under(peer, addr, len.into(), g),
+            None => self.authorize(peer, addr, len.into()),
+        }
+    }
+}
+
 impl Service for Shared {
+    fn lends_reads(&self) -> bool {
+        true
+    }
+
+    fn lend_reads<'s>(
+        &'s self,
+        peer: &Peer,
+        reads: &[PendingRead],
+        parts: &mut Vec<Lent<'s>>,
+        answers: &mut Vec<Result<std::ops::Range<usize>, Refusal>>,
+    ) {
+        // The grants first and held while the pages are taken, as a grant
+        // or revoke takes them before it zeroes pages: a read is answered
+        // with the memory its check covered, and no revoke waits on a page
+        // held here while this thread waits on the grants.
+        let grants = self.grants.read();
+        for r in reads {
+            let start = parts.len();
+            let lent = self
+                .check_read(peer, r.addr, r.len, Some(&grants))
+                .and_then(|offset| {
+                    self.store
+                        .lend(offset, r.len.into(), parts)
+                        .map_err(|e| Refusal::new(ErrorCode::OutOfRange, e.to_string()))
+                });
+            if lent.is_ok() {
+                self.counters.reads.inc();
+                self.counters.bytes_read.add(r.len.into());
+            }
+            answers.push(lent.map(|()| start..parts.len()));
+        }
+    }
+
     fn handle(&self, peer: &Peer, id: u64, msg: Msg<'_>, out: &mut Vec<u8>) -> Result<(), Refusal> {
         match msg {
             Msg::Read { addr, len } => {
-                if peer.role != Role::Compute {
-                    return Err(self.refuse_role(peer, "read"));
-                }
-                // The reply must fit one frame: a read may not ask for a whole extent.
-                let most = self.max_frame as usize - farmem_wire::HEADER_LEN;
-                if len as usize > most {
-                    self.counters.refused_too_long.inc();
-                    return Err(Refusal::new(
-                        ErrorCode::BadRequest,
-                        format!(
-                            "a read of {len} bytes is longer than one reply may carry ({most})"
-                        ),
-                    ));
-                }
-                let offset = self.authorize(peer, addr, len.into())?;
+                let offset = self.check_read(peer, addr, len, None)?;
                 // Encode the reply header, then read straight into the frame.
                 farmem_wire::encode_frame(out, farmem_wire::Op::ReadOk as u8, id, |b| {
                     // Range was checked by authorize.

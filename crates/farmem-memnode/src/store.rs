@@ -2,7 +2,8 @@
 //! allocated lazily in chunks so a node can advertise 64 GiB and cost nothing
 //! until written. Reads of never-written memory return zeros.
 
-use parking_lot::RwLock;
+use farmem_net::server::Lent;
+use parking_lot::{RwLock, RwLockReadGuard};
 
 /// Bytes per lazily allocated chunk. Large enough that the table stays tiny
 /// (32 Ki entries for 64 GiB), small enough that a sparse write costs little.
@@ -99,6 +100,30 @@ impl ChunkStore {
         Ok(())
     }
 
+    /// Lends the bytes of [offset, offset+len) for a reply written
+    /// straight from them: each chunk's piece held under its read lock,
+    /// never-written pieces as zeros. The lock is taken recursively: a
+    /// connection holds several pieces at once, and a writer queued on a
+    /// chunk after the first must not make its second piece wait on it.
+    pub fn lend<'s>(
+        &'s self,
+        offset: u64,
+        len: u64,
+        parts: &mut Vec<Lent<'s>>,
+    ) -> Result<(), OutOfRange> {
+        self.check(offset, len)?;
+        for (chunk, at, n, _) in Self::pieces(offset, len) {
+            let held = RwLockReadGuard::try_map(self.chunks[chunk].read_recursive(), |c| {
+                c.as_deref().and_then(|data| data.get(at..at + n))
+            });
+            parts.push(match held {
+                Ok(bytes) => Lent::Held(bytes),
+                Err(_) => Lent::Zeros(n),
+            });
+        }
+        Ok(())
+    }
+
     pub fn write(&self, offset: u64, data: &[u8]) -> Result<(), OutOfRange> {
         self.check(offset, data.len() as u64)?;
         for (chunk, at, n, pos) in Self::pieces(offset, data.len() as u64) {
@@ -165,6 +190,32 @@ mod tests {
         s.write(3 * CHUNK + 90, &[9; 10]).unwrap();
         assert!(s.write(3 * CHUNK + 91, &[9; 10]).is_err());
         assert!(s.read(u64::MAX - 2, &mut [0; 8]).is_err());
+    }
+
+    #[test]
+    fn a_lent_read_spans_written_and_unwritten_chunks() {
+        let s = ChunkStore::new(3 * CHUNK);
+        s.write(CHUNK - 3, &[1, 2, 3]).unwrap();
+        let mut parts = Vec::new();
+        s.lend(CHUNK - 4, 6, &mut parts).unwrap();
+        let mut got = Vec::new();
+        for p in &parts {
+            match p {
+                Lent::Held(b) => got.extend_from_slice(b),
+                Lent::Zeros(n) => got.resize(got.len() + n, 0),
+            }
+        }
+        assert_eq!(got, [0, 1, 2, 3, 0, 0]);
+        assert!(
+            matches!(parts[1], Lent::Zeros(2)),
+            "chunk 1 was never written"
+        );
+        // Held pieces do not keep another reader out.
+        let mut back = [0u8; 3];
+        s.read(CHUNK - 3, &mut back).unwrap();
+        assert_eq!(back, [1, 2, 3]);
+        drop(parts);
+        assert!(s.lend(3 * CHUNK - 1, 2, &mut Vec::new()).is_err());
     }
 
     #[test]

@@ -26,7 +26,7 @@ use farmem_wire::{
 use parking_lot::{Mutex, RwLock};
 
 use crate::compress::{DecompressError, Packer, unpack};
-use crate::frame::{await_frame, read_frame, readable};
+use crate::frame::{await_frame, read_body, read_body_into, read_frame, read_header, readable};
 use crate::{ClientConfig, NetError};
 
 /// The frame limit during the handshake, before the server has told us its own.
@@ -66,6 +66,34 @@ impl Reply {
             }),
         }
     }
+}
+
+/// What waiting for a read's reply got (see [`Ticket::wait_into`]).
+#[derive(Debug)]
+pub enum Landed {
+    /// The read's data is in the caller's buffer.
+    Filled,
+    /// Any other reply (a refusal, or a reply another thread read off the
+    /// socket for us), for the caller to decode.
+    Reply(Reply),
+}
+
+impl Landed {
+    /// The read's data in `buf`: already there, or copied from the reply
+    /// (its length checked); a refusal is [`NetError::Remote`].
+    pub fn into_buf(self, buf: &mut [u8]) -> Result<(), NetError> {
+        match self {
+            Self::Filled => Ok(()),
+            Self::Reply(reply) => copy_read_reply(&reply, buf),
+        }
+    }
+}
+
+/// What a waiter took off the socket or out of its slot.
+enum Delivered {
+    /// The data went straight into the waiter's buffer.
+    Filled,
+    Reply(Reply),
 }
 
 enum Slot {
@@ -140,7 +168,10 @@ pub struct Ticket {
 impl Ticket {
     pub fn wait(mut self) -> Result<Reply, NetError> {
         let waited_from = Instant::now();
-        let reply = self.conn.wait(self.id, self.deadline)?;
+        let reply = match self.conn.wait(self.id, self.deadline, None)? {
+            Delivered::Reply(reply) => reply,
+            Delivered::Filled => unreachable!("no buffer to fill was given"),
+        };
         let (reply, wire) = self.conn.unpack_reply(reply)?;
         if let Some(delay) = self.conn.inner.delay.as_ref()
             && self.read_charged > 0
@@ -167,6 +198,31 @@ impl Ticket {
             return Err(NetError::Timeout(self.conn.inner.timeout));
         }
         Ok(reply)
+    }
+}
+
+impl Ticket {
+    /// Waits for a read's reply, reading its data straight into `buf` when
+    /// this thread is the one that takes it off the socket and it is a
+    /// plain `ReadOk` of `buf.len()` bytes: one copy (out of the socket's
+    /// buffer) instead of three. Anything else comes back as a reply, as
+    /// from [`Self::wait`]; [`Landed::into_buf`] finishes either. On an
+    /// error `buf` may hold part of the data: it is not to be used.
+    pub fn wait_into(self, buf: &mut [u8]) -> Result<Landed, NetError> {
+        if self.conn.inner.delay.is_some() {
+            // The delay gate holds a reply from when it arrived, and
+            // refunds what it did not put on the link: the owned path.
+            return self.wait().map(Landed::Reply);
+        }
+        match self.conn.wait(self.id, self.deadline, Some(buf))? {
+            Delivered::Filled => {
+                let stats = &self.conn.inner.cfg.link.stats;
+                stats.read_raw_bytes.add(buf.len() as u64);
+                stats.read_wire_bytes.add(buf.len() as u64);
+                Ok(Landed::Filled)
+            }
+            Delivered::Reply(reply) => Ok(Landed::Reply(self.conn.unpack_reply(reply)?.0)),
+        }
     }
 }
 
@@ -448,13 +504,15 @@ impl Connection {
         self.submit(msg)?.wait()
     }
 
-    /// Reads `buf.len()` bytes at `addr` in one request.
+    /// Reads `buf.len()` bytes at `addr` in one request, the data read
+    /// off the socket straight into `buf` ([`Ticket::wait_into`]).
     pub fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), NetError> {
-        let reply = self.call(&Msg::Read {
+        self.submit(&Msg::Read {
             addr,
             len: buf.len() as u32,
-        })?;
-        copy_read_reply(&reply, buf)
+        })?
+        .wait_into(buf)?
+        .into_buf(buf)
     }
 
     /// Writes `data` at `addr` in one request.
@@ -538,18 +596,25 @@ impl Connection {
         }
     }
 
-    fn wait(&self, id: u64, deadline: Instant) -> Result<Reply, NetError> {
+    /// Waits for reply `id`; `into`: a read's buffer, filled straight from
+    /// the socket when this thread reads that reply itself.
+    fn wait(
+        &self,
+        id: u64,
+        deadline: Instant,
+        into: Option<&mut [u8]>,
+    ) -> Result<Delivered, NetError> {
         let mut grace = true;
         loop {
             if let Some(result) = self.take_if_done(id) {
-                return result;
+                return result.map(Delivered::Reply);
             }
             let late = Instant::now() >= deadline;
             if let Some(mut rd) = self.inner.reader.try_lock() {
                 let result = if late {
-                    self.collect(id, &mut rd)
+                    self.collect(id, &mut rd, into)
                 } else {
-                    self.lead(id, &mut rd)
+                    self.lead(id, &mut rd, into)
                 };
                 drop(rd);
                 self.wake_one_waiter();
@@ -568,17 +633,22 @@ impl Connection {
     }
 
     /// Reads replies for everyone until ours arrives.
-    fn lead(&self, id: u64, rd: &mut ReadSide) -> Result<Reply, NetError> {
+    fn lead(
+        &self,
+        id: u64,
+        rd: &mut ReadSide,
+        mut into: Option<&mut [u8]>,
+    ) -> Result<Delivered, NetError> {
         loop {
             // A previous leader may have delivered ours before handing over.
             if let Some(result) = self.take_if_done(id) {
-                return result;
+                return result.map(Delivered::Reply);
             }
             // Only here: past the deadline a reply is read only once it is
             // known to be there, which is no wait to learn from.
             await_frame(&rd.stream, &mut rd.poll);
-            if let Some(reply) = self.next_reply(id, rd)? {
-                return Ok(reply);
+            if let Some(got) = self.next_reply(id, rd, into.as_deref_mut())? {
+                return Ok(got);
             }
         }
     }
@@ -587,26 +657,45 @@ impl Connection {
     /// on several requests in turn (a write to every copy) comes to a later
     /// one only after the earlier ones; a reply that reached this machine
     /// in time is not timed out for that.
-    fn collect(&self, id: u64, rd: &mut ReadSide) -> Result<Reply, NetError> {
+    fn collect(
+        &self,
+        id: u64,
+        rd: &mut ReadSide,
+        mut into: Option<&mut [u8]>,
+    ) -> Result<Delivered, NetError> {
         loop {
             if let Some(result) = self.take_if_done(id) {
-                return result;
+                return result.map(Delivered::Reply);
             }
             if !readable(&rd.stream) {
                 self.inner.slots.lock().remove(&id);
                 return Err(NetError::Timeout(self.inner.timeout));
             }
-            if let Some(reply) = self.next_reply(id, rd)? {
-                return Ok(reply);
+            if let Some(got) = self.next_reply(id, rd, into.as_deref_mut())? {
+                return Ok(got);
             }
         }
     }
 
     /// Reads one reply: ours (`Some`), or another waiter's, handed over.
     /// A failed read fails the connection for everyone.
-    fn next_reply(&self, id: u64, rd: &mut ReadSide) -> Result<Option<Reply>, NetError> {
-        let header = match read_frame(&mut rd.stream, &mut rd.body, self.inner.max_frame) {
-            Ok(h) => h,
+    /// Our own `ReadOk` of `into`'s length goes straight into `into`.
+    fn next_reply(
+        &self,
+        id: u64,
+        rd: &mut ReadSide,
+        into: Option<&mut [u8]>,
+    ) -> Result<Option<Delivered>, NetError> {
+        let read = read_header(&mut rd.stream, self.inner.max_frame).and_then(|h| match into {
+            Some(buf)
+                if h.id == id && h.op == Op::ReadOk as u8 && h.body_len as usize == buf.len() =>
+            {
+                read_body_into(&mut rd.stream, buf).map(|()| (h, true))
+            }
+            _ => read_body(&mut rd.stream, &h, &mut rd.body).map(|()| (h, false)),
+        });
+        let (header, filled) = match read {
+            Ok(read) => read,
             Err(e) => {
                 let e = match e {
                     NetError::Timeout(_) => NetError::Timeout(self.inner.timeout),
@@ -622,7 +711,11 @@ impl Connection {
             .link
             .stats
             .frame_bytes_received
-            .add((HEADER_LEN + rd.body.len()) as u64);
+            .add((HEADER_LEN + header.body_len as usize) as u64);
+        if filled {
+            self.inner.slots.lock().remove(&id);
+            return Ok(Some(Delivered::Filled));
+        }
         let reply = Reply {
             op: header.op,
             body: std::mem::take(&mut rd.body),
@@ -630,7 +723,7 @@ impl Connection {
         };
         if header.id == id {
             self.inner.slots.lock().remove(&id);
-            return Ok(Some(reply));
+            return Ok(Some(Delivered::Reply(reply)));
         }
         let mut slots = self.inner.slots.lock();
         // A reply nobody waits for any more (its waiter timed out) is dropped.
@@ -935,6 +1028,103 @@ mod tests {
             Msg::Done.encode(id, out);
             Ok(())
         }
+    }
+
+    /// Answers a read at `addr` with bytes that depend on their address;
+    /// refuses one at 0, and answers one at 1 a byte short.
+    struct Pages;
+
+    fn byte_at(at: u64) -> u8 {
+        (at.wrapping_mul(0x9e37_79b9) >> 7) as u8
+    }
+
+    impl Service for Pages {
+        fn handle(
+            &self,
+            _: &Peer,
+            id: u64,
+            msg: Msg<'_>,
+            out: &mut Vec<u8>,
+        ) -> Result<(), Refusal> {
+            let Msg::Read { addr, len } = msg else {
+                return Err(Refusal::unsupported("pages", &msg));
+            };
+            if addr == 0 {
+                return Err(Refusal::new(farmem_wire::ErrorCode::OutOfRange, "not here"));
+            }
+            let len = if addr == 1 { len - 1 } else { len };
+            let data: Vec<u8> = (0..u64::from(len)).map(|i| byte_at(addr + i)).collect();
+            Msg::ReadOk { data: &data }.encode(id, out);
+            Ok(())
+        }
+    }
+
+    fn checksum(b: &[u8]) -> u64 {
+        b.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &x| {
+            (h ^ u64::from(x)).wrapping_mul(0x100_0000_01b3)
+        })
+    }
+
+    #[test]
+    fn reads_land_in_the_callers_buffer_whoever_takes_them_off_the_socket() {
+        let server =
+            Server::start("127.0.0.1:0", ServerConfig::default(), Arc::new(Pages)).unwrap();
+        let cfg = ClientConfig::new("cn-0", Role::Compute);
+        let conn = Connection::connect(&server.local_addr().to_string(), &cfg).unwrap();
+        let addrs: Vec<u64> = (0..64).map(|i| 4096 * (i + 1) + i * 13).collect();
+        let want: Vec<u64> = addrs
+            .iter()
+            .map(|&a| checksum(&(a..a + 4096).map(byte_at).collect::<Vec<_>>()))
+            .collect();
+        // In order (each waiter reads its own reply: filled in place), then
+        // backwards (the first waiter reads the others' replies and parks
+        // them: copied from a reply), from two threads at once.
+        std::thread::scope(|s| {
+            for backwards in [false, true] {
+                let (conn, addrs, want) = (&conn, &addrs, &want);
+                s.spawn(move || {
+                    let msgs: Vec<Msg> = addrs
+                        .iter()
+                        .map(|&addr| Msg::Read { addr, len: 4096 })
+                        .collect();
+                    let mut tickets: Vec<_> = conn
+                        .submit_batch(&msgs)
+                        .unwrap()
+                        .into_iter()
+                        .enumerate()
+                        .collect();
+                    if backwards {
+                        tickets.reverse();
+                    }
+                    for (i, t) in tickets {
+                        let mut page = vec![0u8; 4096];
+                        t.wait_into(&mut page).unwrap().into_buf(&mut page).unwrap();
+                        assert_eq!(checksum(&page), want[i], "read {i}");
+                    }
+                });
+            }
+        });
+        let mut page = vec![0u8; 4096];
+        conn.read(addrs[5], &mut page).unwrap();
+        assert_eq!(checksum(&page), want[5]);
+        // A refusal and a short reply are errors, and the connection lives on.
+        let refused = conn.read(0, &mut page);
+        assert!(
+            matches!(refused, Err(NetError::Remote { .. })),
+            "{refused:?}"
+        );
+        let short = conn.read(1, &mut page);
+        assert!(matches!(short, Err(NetError::Routing(_))), "{short:?}");
+        conn.read(addrs[7], &mut page).unwrap();
+        assert_eq!(checksum(&page), want[7]);
+        // A dead server is a named error, never a page of zeros.
+        drop(server);
+        page.fill(0);
+        let dead = conn.read(addrs[9], &mut page);
+        assert!(
+            matches!(dead, Err(NetError::Disconnected(_) | NetError::Io(_))),
+            "{dead:?}"
+        );
     }
 
     #[test]

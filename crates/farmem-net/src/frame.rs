@@ -24,9 +24,26 @@ pub fn read_frame(
     body: &mut Vec<u8>,
     max_frame: u32,
 ) -> Result<FrameHeader, NetError> {
+    let h = read_header(r, max_frame)?;
+    read_body(r, &h, body)?;
+    Ok(h)
+}
+
+/// Reads and checks one frame's header (its length against `max_frame`);
+/// the body is the caller's to read next, with [`read_body`] or
+/// [`read_body_into`].
+pub(crate) fn read_header(r: &mut impl Read, max_frame: u32) -> Result<FrameHeader, NetError> {
     let mut header = [0u8; HEADER_LEN];
     r.read_exact(&mut header).map_err(eof_is_disconnect)?;
-    let h = decode_header(&header, max_frame)?;
+    Ok(decode_header(&header, max_frame)?)
+}
+
+/// Reads the body of the frame whose header `h` was just read into `body`.
+pub(crate) fn read_body(
+    r: &mut impl Read,
+    h: &FrameHeader,
+    body: &mut Vec<u8>,
+) -> Result<(), NetError> {
     body.clear();
     // read_to_end fills spare capacity without zeroing it, and grows the
     // buffer (amortized; reused across calls) only for bytes that came.
@@ -40,7 +57,19 @@ pub fn read_frame(
             "peer closed the connection mid-frame".into(),
         ));
     }
-    Ok(h)
+    Ok(())
+}
+
+/// Reads a body of exactly `buf.len()` bytes (the caller checked the
+/// header says so) straight into `buf`: a read reply's data, into the
+/// caller's page with no reply buffer between.
+pub(crate) fn read_body_into(r: &mut impl Read, buf: &mut [u8]) -> Result<(), NetError> {
+    r.read_exact(buf).map_err(|e| match eof_is_disconnect(e) {
+        NetError::Disconnected(_) => {
+            NetError::Disconnected("peer closed the connection mid-frame".into())
+        }
+        e => e,
+    })
 }
 
 /// Writes an already-encoded run of frames.
@@ -138,5 +167,44 @@ mod tests {
         let h = read_frame(&mut &whole[..], &mut body, u32::MAX).unwrap();
         assert_eq!((h.id, body.len()), (8, 300_000));
         assert!(body.iter().all(|&b| b == 5));
+    }
+
+    /// Hands out at most `step` bytes a read, as a socket may.
+    struct Trickle<'a> {
+        data: &'a [u8],
+        step: usize,
+    }
+
+    impl Read for Trickle<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            let n = self.step.min(buf.len()).min(self.data.len());
+            buf[..n].copy_from_slice(&self.data[..n]);
+            self.data = &self.data[n..];
+            Ok(n)
+        }
+    }
+
+    #[test]
+    fn a_body_split_across_reads_lands_whole_in_the_callers_buffer() {
+        let data: Vec<u8> = (0..4096u32).map(|i| (i * 31 + 7) as u8).collect();
+        let mut frame = Vec::new();
+        farmem_wire::encode_frame(&mut frame, 0x11, 3, |b| b.extend_from_slice(&data));
+        let mut r = Trickle {
+            data: &frame,
+            step: 1000,
+        };
+        let h = read_header(&mut r, 1 << 20).unwrap();
+        assert_eq!((h.id, h.body_len), (3, 4096));
+        let mut page = vec![0u8; 4096];
+        read_body_into(&mut r, &mut page).unwrap();
+        assert_eq!(page, data);
+        // Cut short: the end of the stream is a disconnect, not zeros.
+        let mut short = Trickle {
+            data: &frame[..HEADER_LEN + 100],
+            step: 7,
+        };
+        read_header(&mut short, 1 << 20).unwrap();
+        let got = read_body_into(&mut short, &mut page);
+        assert!(matches!(got, Err(NetError::Disconnected(_))), "{got:?}");
     }
 }

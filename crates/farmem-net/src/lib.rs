@@ -19,17 +19,19 @@ mod conn;
 pub mod delay;
 mod frame;
 mod lane;
+mod lend;
 pub mod link;
 pub mod metrics;
 mod page_reader;
 pub mod server;
+mod service;
 
 use std::time::Duration;
 
 pub use cluster::{
     Cluster, ControllerClient, LeaseKeeper, Redundancy, RedundancyError, Repaired, StripeSplit,
 };
-pub use conn::{Connection, Reply, Ticket};
+pub use conn::{Connection, Landed, Reply, Ticket};
 pub use frame::{await_frame, read_frame, write_all_frames};
 pub use lane::Lane;
 pub use page_reader::{PageReadError, PageReader};

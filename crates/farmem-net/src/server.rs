@@ -17,7 +17,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use farmem_core::Counter;
 use farmem_policy::poll::{AdaptivePoll, PollConfig};
 use farmem_wire::{
     ErrorCode, HEADER_LEN, LinkMode, MIN_PROTOCOL_VERSION, Msg, Op, PROTOCOL_VERSION, Packed, Role,
@@ -28,55 +27,8 @@ use crate::NetError;
 use crate::compress::{LinkStats, Packer, unpack};
 use crate::delay::{EgressDelay, wait_until};
 use crate::frame::{await_frame, read_frame};
-
-/// Who is on the other end of a connection, once authenticated.
-#[derive(Debug, Clone)]
-pub struct Peer {
-    pub name: String,
-    pub role: Role,
-    pub addr: SocketAddr,
-    pub session: u64,
-}
-
-/// A refusal the service sends back as an `Error` frame; the connection stays open.
-#[derive(Debug, Clone)]
-pub struct Refusal {
-    pub code: ErrorCode,
-    pub message: String,
-}
-
-impl Refusal {
-    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
-        Self {
-            code,
-            message: message.into(),
-        }
-    }
-
-    /// `who` does not serve this kind of request at all.
-    pub fn unsupported(who: &str, msg: &Msg<'_>) -> Self {
-        Self::new(
-            ErrorCode::BadRequest,
-            format!("{who} does not answer {:?}", msg.op()),
-        )
-    }
-}
-
-/// Appends a `StatsOk` reply carrying `stats` as JSON.
-pub fn reply_stats(id: u64, stats: &impl serde::Serialize, out: &mut Vec<u8>) {
-    let json = serde_json::to_string(stats).unwrap_or_else(|_| "{}".into());
-    Msg::StatsOk { json: &json }.encode(id, out);
-}
-
-/// A daemon's request handler.
-pub trait Service: Send + Sync + 'static {
-    /// Answers one request by appending exactly one reply frame with id `id`
-    /// to `out`, or returns a refusal that becomes an `Error` reply.
-    fn handle(&self, peer: &Peer, id: u64, msg: Msg<'_>, out: &mut Vec<u8>) -> Result<(), Refusal>;
-
-    /// Called once per connection after its last request.
-    fn disconnected(&self, _peer: &Peer) {}
-}
+use crate::lend::LentBatch;
+pub use crate::service::{Lent, Peer, PendingRead, Refusal, ServerStats, Service, reply_stats};
 
 /// Server settings.
 #[derive(Debug, Clone)]
@@ -148,48 +100,6 @@ impl Default for ServerConfig {
             ingress_delay: None,
             link_compression: false,
             max_version: PROTOCOL_VERSION,
-        }
-    }
-}
-
-/// Connection-level counters every server keeps.
-#[derive(Debug, Default)]
-pub struct ServerStats {
-    pub connections: Counter,
-    pub auth_failures: Counter,
-    pub protocol_errors: Counter,
-    pub requests: Counter,
-    pub refused: Counter,
-    /// Connections open now.
-    pub open: AtomicU64,
-    /// Connections refused because `max_connections` were open.
-    pub over_limit: Counter,
-    /// Closes by reason: the peer hung up (or the server shut down), idle
-    /// past `idle_timeout`, a failed or timed-out handshake, a malformed
-    /// frame, an I/O error.
-    pub closed_by_peer: Counter,
-    pub closed_idle: Counter,
-    pub closed_handshake: Counter,
-    pub closed_protocol: Counter,
-    pub closed_io: Counter,
-    /// Handshakes that proved another role's key than the role claimed
-    /// (also counted in `auth_failures`).
-    pub refused_role: Counter,
-    /// From a request's frame read to its reply encoded (not sent: a
-    /// reply may wait for the next ones to leave in one write).
-    pub request_latency: farmem_core::LatencyHistogram,
-    /// Bytes of pages on the link and what compression did, every session.
-    pub link: LinkStats,
-}
-
-impl ServerStats {
-    /// Counts a logged-in connection's end under its reason.
-    fn closed(&self, result: &Result<(), NetError>) {
-        match result {
-            Ok(()) | Err(NetError::Disconnected(_)) => self.closed_by_peer.inc(),
-            Err(NetError::Timeout(_)) => self.closed_idle.inc(),
-            Err(NetError::Wire(_)) => self.closed_protocol.inc(),
-            Err(_) => self.closed_io.inc(),
         }
     }
 }
@@ -398,6 +308,10 @@ fn request_loop(
     // Link compression, once the client asked for it and we agreed.
     let mut packer: Option<Packer> = None;
     let mut unpacked = Vec::new();
+    // Reads answered from lent bytes: only where nothing rewrites a reply
+    // (no packing) and nothing holds replies back (no ingress delay).
+    let lends = service.lends_reads() && cfg.ingress_delay.is_none();
+    let mut lent = LentBatch::default();
     loop {
         await_frame(reader, &mut poll);
         let header = match read_frame(reader, &mut body, cfg.max_frame) {
@@ -408,7 +322,7 @@ fn request_loop(
                 if let Some(at) = release.take() {
                     wait_until(at);
                 }
-                writer.write_all(&out)?;
+                lent.flush(writer.get_ref(), &mut out, service, peer, stats)?;
                 reply_error(writer, 0, ErrorCode::BadRequest, &e.to_string());
                 return Err(NetError::Wire(e));
             }
@@ -422,7 +336,7 @@ fn request_loop(
                 if let Some(at) = release.take() {
                     wait_until(at);
                 }
-                writer.write_all(&out)?;
+                lent.flush(writer.get_ref(), &mut out, service, peer, stats)?;
                 reply_error(writer, header.id, ErrorCode::BadRequest, &e.to_string());
                 return Err(NetError::Wire(e));
             }
@@ -436,8 +350,29 @@ fn request_loop(
             let at = Instant::now() + hold;
             release = Some(release.map_or(at, |r| r.max(at)));
         }
-        let mark = out.len();
         let started = Instant::now();
+        if let Msg::Read { addr, len } = msg
+            && lends
+            && packer.is_none()
+        {
+            lent.push(
+                PendingRead {
+                    id: header.id,
+                    addr,
+                    len,
+                },
+                started,
+            );
+            if reader.buffer().is_empty() || lent.full(FLUSH_AT) {
+                lent.flush(writer.get_ref(), &mut out, service, peer, stats)?;
+            }
+            continue;
+        }
+        if !lent.is_empty() {
+            // Replies go in request order: the reads before this request first.
+            lent.flush(writer.get_ref(), &mut out, service, peer, stats)?;
+        }
+        let mark = out.len();
         let handled = match msg {
             Msg::Link {
                 mode,
@@ -684,6 +619,82 @@ mod tests {
             Msg::Done.encode(id, out);
             Ok(())
         }
+    }
+
+    /// Lends a read as its bytes but the last 3 from one buffer, then 3
+    /// zeros; at 1 a byte short, at 2 nothing, and past 99 no answer.
+    struct Lender(parking_lot::RwLock<Vec<u8>>);
+
+    impl Service for Lender {
+        fn handle(&self, _: &Peer, _: u64, msg: Msg<'_>, _: &mut Vec<u8>) -> Result<(), Refusal> {
+            Err(Refusal::unsupported("lender", &msg))
+        }
+
+        fn lends_reads(&self) -> bool {
+            true
+        }
+
+        fn lend_reads<'s>(
+            &'s self,
+            _: &Peer,
+            reads: &[PendingRead],
+            parts: &mut Vec<Lent<'s>>,
+            answers: &mut Vec<Result<std::ops::Range<usize>, Refusal>>,
+        ) {
+            for r in reads.iter().filter(|r| r.addr < 100) {
+                let start = parts.len();
+                let len = (r.len as usize).saturating_sub(3 + usize::from(r.addr == 1));
+                if r.addr != 2 {
+                    let at = r.addr as usize;
+                    let held = parking_lot::RwLockReadGuard::map(self.0.read_recursive(), |d| {
+                        &d[at..at + len]
+                    });
+                    parts.push(Lent::Held(held));
+                    parts.push(Lent::Zeros(3));
+                }
+                answers.push(Ok(start..parts.len()));
+            }
+        }
+    }
+
+    #[test]
+    fn a_read_lent_the_wrong_bytes_or_none_is_refused_and_the_rest_go_whole() {
+        let data: Vec<u8> = (0..256u32).map(|i| (i * 7) as u8).collect();
+        let lender = Arc::new(Lender(parking_lot::RwLock::new(data.clone())));
+        let server = Server::start("127.0.0.1:0", ServerConfig::default(), lender).unwrap();
+        let client = ClientConfig::new("cn-0", Role::Compute);
+        let conn = Connection::connect(&server.local_addr().to_string(), &client).unwrap();
+        // Each lent as `len - 3` bytes and 3 zeros.
+        let reads = [(10, 20), (1, 20), (40, 8), (2, 20), (7, 100), (200, 8)];
+        let msgs: Vec<Msg> = reads
+            .iter()
+            .map(|&(addr, len)| Msg::Read { addr, len: len + 3 })
+            .collect();
+        let tickets = conn.submit_batch(&msgs).unwrap();
+        for (t, &(addr, len)) in tickets.into_iter().zip(&reads) {
+            let mut buf = vec![0xeeu8; len as usize + 3];
+            let got = t.wait_into(&mut buf).and_then(|l| l.into_buf(&mut buf));
+            if matches!(addr, 1 | 2 | 200) {
+                assert!(
+                    matches!(
+                        &got,
+                        Err(NetError::Remote {
+                            code: ErrorCode::BadRequest,
+                            ..
+                        })
+                    ),
+                    "read at {addr}: {got:?}"
+                );
+                continue;
+            }
+            got.unwrap();
+            let at = addr as usize;
+            let mut want = data[at..at + len as usize].to_vec();
+            want.extend([0; 3]);
+            assert_eq!(buf, want, "read at {addr}");
+        }
+        assert!(conn.is_alive());
+        assert_eq!(server.stats().refused.get(), 3);
     }
 
     fn until(what: &str, f: impl Fn() -> bool) {

@@ -34,12 +34,12 @@
 //! 120 MiB at 96 MiB local (400 k tuples sorted and indexed; every read
 //! writes a reference count) faulted 564 k times with a sixteenth, 300 k
 //! with a sixty-fourth, 237 k with a 256th and 230 k with none, writing
-//! back 2.0, 1.2, 0.95 and 0.93 GB. The demo's PageRank (256 MiB at 64 MiB
+//! back 1.97, 1.14, 0.93 and 0.91 GiB. The demo's PageRank (256 MiB at 64 MiB
 //! local) took 6.7 k faults with a sixteenth and with a 256th, and wrote
 //! back the same bytes. Fresh pages need no base (they are diffed against
 //! zeros), so Kona's line log still ships only what a program wrote to
 //! memory it just allocated.
-
+//!
 //! Where the paper is silent: it has no such choice (its hardware tracks
 //! lines for free). The average is exponentially weighted over the last
 //! `1 / weight` pages or so, in pages, not time: a program that writes

@@ -50,6 +50,21 @@ pub fn encode_frame(out: &mut Vec<u8>, op: u8, id: u64, body: impl FnOnce(&mut V
     out[start..start + 4].copy_from_slice(&len.to_le_bytes());
 }
 
+/// Appends the header of a frame whose `body_len` body bytes the caller
+/// sends from elsewhere (a read reply written straight from the store's
+/// pages). `None`, with nothing appended, for a body no frame can carry.
+pub fn encode_header(out: &mut Vec<u8>, op: u8, id: u64, body_len: usize) -> Option<()> {
+    let len = u32::try_from(body_len.checked_add(HEADER_LEN - 4)?).ok()?;
+    if len > ABSOLUTE_MAX_FRAME {
+        return None;
+    }
+    out.extend_from_slice(&len.to_le_bytes());
+    out.push(op);
+    out.extend_from_slice(&[0u8; 3]);
+    out.extend_from_slice(&id.to_le_bytes());
+    Some(())
+}
+
 /// Cursor over a message body; every read is bounds-checked.
 pub struct Reader<'a> {
     buf: &'a [u8],
@@ -119,4 +134,26 @@ pub(crate) fn put_str(out: &mut Vec<u8>, s: &str) {
     let s = &s.as_bytes()[..s.len().min(255)];
     out.push(s.len() as u8);
     out.extend_from_slice(s);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_header_sent_apart_from_its_body_is_the_frames_own() {
+        let body = [7u8; 4096];
+        let mut whole = Vec::new();
+        encode_frame(&mut whole, 0x11, 42, |b| b.extend_from_slice(&body));
+        let mut head = Vec::new();
+        encode_header(&mut head, 0x11, 42, body.len()).unwrap();
+        assert_eq!(head[..], whole[..HEADER_LEN]);
+        let h = decode_header(head[..].try_into().unwrap(), u32::MAX).unwrap();
+        assert_eq!((h.op, h.id, h.body_len), (0x11, 42, 4096));
+        // A body no frame can carry gets no header.
+        let mut none = Vec::new();
+        assert!(encode_header(&mut none, 0x11, 1, ABSOLUTE_MAX_FRAME as usize).is_none());
+        assert!(encode_header(&mut none, 0x11, 1, usize::MAX).is_none());
+        assert!(none.is_empty());
+    }
 }

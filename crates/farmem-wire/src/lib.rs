@@ -22,7 +22,7 @@ mod codec;
 pub mod link;
 mod msg;
 
-pub use codec::{FrameHeader, Reader, decode_header, encode_frame};
+pub use codec::{FrameHeader, Reader, decode_header, encode_frame, encode_header};
 pub use link::{LinkMode, PACKED_HEADER_LEN, PackCodec, Packed};
 pub use msg::{
     Cap, ErrorCode, Extent, GrantKind, LogRecord, LogRecords, Mirror, Msg, NodeInfo, Op, Placement,

@@ -53,6 +53,10 @@ fn bench_wire_prints_one_json_object_with_every_key() {
         "tcp_stream_gbps",
         "read4k_stream_gbps",
         "throughput_ratio",
+        "read256k_stream_gbps",
+        "bulk_throughput_ratio",
+        "tcp_cold_pages_stream_gbps",
+        "throughput_ratio_cold_pages",
     ] {
         assert!(
             v[key].as_f64().is_some_and(|x| x > 0.0),

@@ -154,9 +154,12 @@ impl Cluster {
         }
         for ((copies, ticket), chunk) in sent.into_iter().zip(buf.chunks_mut(piece)) {
             let node = copies[0].node;
+            // The data straight into the caller's buffer when it can
+            // (`wait_into`); the transport's outcome settles the node's
+            // health, the reply's (a refusal) only notes it, as before.
             let first = self
-                .settle(node, ticket.and_then(Ticket::wait))
-                .and_then(|reply| read_reply_into(&reply, chunk))
+                .settle(node, ticket.and_then(|t| t.wait_into(chunk)))
+                .and_then(|landed| landed.into_buf(chunk))
                 .map_err(|e| self.note_refusal(node, e));
             if let Err(e) = first {
                 self.read_from_others(&copies[1..], chunk, e)?;
