@@ -126,8 +126,20 @@ fn runs(victims: &[Victim]) -> Vec<std::ops::Range<usize>> {
     out
 }
 
-/// Unmaps pages whose data is safe on the store and makes them Absent.
-fn drop_pages(sh: &Shared, mut victims: Vec<Victim>) {
+/// Unmaps pages whose data is safe on the store and makes them Absent;
+/// returns how many. A page pinned since it was claimed
+/// ([`crate::Runtime::pin`]) stays, Clean: a read touching it found it
+/// still mapped and took no fault, and the kernel's copy from it would
+/// fail once it is gone. (One pinned between this check and the unmap is
+/// left to the caller's retry on `EFAULT`.)
+fn drop_pages(sh: &Shared, victims: Vec<Victim>) -> u64 {
+    let (kept, mut victims): (Vec<Victim>, Vec<Victim>) = victims
+        .into_iter()
+        .partition(|v| v.region.pages[v.idx].lock().pins > 0);
+    for v in kept {
+        sh.m.pages_pinned_passed.inc();
+        settle_clean(sh, v);
+    }
     victims.sort_by_key(|v| v.page);
     let t = Instant::now();
     for r in runs(&victims) {
@@ -151,6 +163,7 @@ fn drop_pages(sh: &Shared, mut victims: Vec<Victim>) {
         .filter_map(|v| v.snapshot.take())
         .collect();
     sh.cache.put_bufs(spare);
+    let dropped = victims.len() as u64;
     for v in victims {
         let mut m = v.region.pages[v.idx].lock();
         m.state = State::Absent;
@@ -165,10 +178,19 @@ fn drop_pages(sh: &Shared, mut victims: Vec<Victim>) {
             sh.woke(since);
         }
     }
+    dropped
 }
 
 /// Write-back of a kept (synced) page succeeded.
-fn finish_kept(sh: &Shared, mut v: Victim) {
+fn finish_kept(sh: &Shared, v: Victim) {
+    if settle_clean(sh, v) {
+        sh.m.pages_synced.inc();
+    }
+}
+
+/// A page identical to the store stays resident, Clean (false if its
+/// region was dropped meanwhile, and with it the page's slot).
+fn settle_clean(sh: &Shared, mut v: Victim) -> bool {
     sh.cache.put_buf(v.snapshot.take());
     let mut m = v.region.pages[v.idx].lock();
     m.force = 0;
@@ -178,17 +200,17 @@ fn finish_kept(sh: &Shared, mut v: Victim) {
         m.state = State::Absent;
         drop(m);
         sh.cache.release_page();
-        return;
+        return false;
     }
     // Still write-protected, now identical to the store: Clean.
     m.state = State::Clean;
     sh.cache.reinsert(v.page / PAGE, sh.now());
     drop(m);
-    sh.m.pages_synced.inc();
     if let Some(since) = waiters {
         let _ = sh.uffd.wake(v.page, PAGE);
         sh.woke(since);
     }
+    true
 }
 
 /// Write-back failed for good: the page stays resident and dirty with its
@@ -342,8 +364,8 @@ fn ship(sh: &Shared, seg: &mut Segment) -> Result<(), (usize, StoreError)> {
             } else {
                 let n = seg.pages.len() as u64;
                 sh.cache.in_flight(n, false);
-                sh.m.pages_evicted_dirty.add(n);
-                drop_pages(sh, seg.pages.drain(..).collect());
+                let dropped = drop_pages(sh, seg.pages.drain(..).collect());
+                sh.m.pages_evicted_dirty.add(dropped);
             }
             Ok(())
         }
@@ -450,14 +472,15 @@ pub(crate) fn evictor(sh: Arc<Shared>, ship_tx: Sender<Segment>, free_rx: Receiv
             let claimed = evict_round(&sh, blocks, &mut seg, &ship_tx, &free_rx);
             if claimed > 0 {
                 pinned_streak = 0;
-                sh.cache.set_pinned_full(false);
             } else {
                 pinned_streak += sh.m.pages_pinned_passed.get() - pinned_before;
             }
             if pinned_streak > 0 && pinned_streak >= sh.cache.resident() {
-                // Every resident page is held by a call in flight: let
-                // faults past the limit until one ends, and back off.
-                sh.cache.set_pinned_full(true);
+                // The policy offered nothing but pinned pages, every
+                // resident one's worth: faults have slots for them
+                // (`Cache::try_reserve`), so back off rather than spin
+                // until a call ends.
+                pinned_streak = 0;
                 std::thread::sleep(Duration::from_millis(1));
                 break;
             }
@@ -517,8 +540,8 @@ fn evict_round(
         }
     }
     let claimed = clean.len() + dirty.len();
-    sh.m.pages_evicted_clean.add(clean.len() as u64);
-    drop_pages(sh, clean);
+    let dropped = drop_pages(sh, clean);
+    sh.m.pages_evicted_clean.add(dropped);
     sh.cache.in_flight(dirty.len() as u64, true);
     let dirty = protect(sh, dirty, false);
     for v in dirty {

@@ -204,11 +204,18 @@ impl Runtime {
     /// For a caller that touches a buffer and then hands it to the kernel,
     /// whose own accesses to a far page fail rather than fault it in. Pin
     /// before touching, and keep the pinned bytes within a share of
-    /// [`Self::cache_room_bytes`]: pinned pages still take room, and a
-    /// cache of nothing but pinned pages could evict nothing.
+    /// [`Self::cache_room_bytes`]: pinned pages may stay resident past the
+    /// room (counted in `pinned_overruns`), so the local limit is exceeded
+    /// by at most what is pinned.
     pub fn pin(&self, addr: usize, len: usize) -> Pinned<'_> {
         let pages = page_span(addr, len);
-        self.each_page(pages.clone(), |m| m.pins = m.pins.saturating_add(1));
+        let cache = &self.sh.cache;
+        self.each_page(pages.clone(), |m| {
+            if m.pins == 0 {
+                cache.pin_page(true);
+            }
+            m.pins = m.pins.saturating_add(1);
+        });
         Pinned { rt: self, pages }
     }
 
@@ -441,6 +448,12 @@ impl Drop for Region<'_> {
         // are released by the thread that owns them, which sees `dead`.
         for idx in r.pages.touched() {
             let mut m = r.pages[idx].lock();
+            if m.pins > 0 {
+                // Its guard finds no region to release it from: the
+                // cache's count of pinned pages would stay up for good.
+                m.pins = 0;
+                sh.cache.pin_page(false);
+            }
             if matches!(m.state, State::Clean | State::Dirty) {
                 sh.cache.lock_policy().remove(r.page_addr(idx) / PAGE);
                 m.state = State::Absent;
@@ -460,8 +473,13 @@ pub struct Pinned<'a> {
 
 impl Drop for Pinned<'_> {
     fn drop(&mut self) {
-        self.rt
-            .each_page(self.pages.clone(), |m| m.pins = m.pins.saturating_sub(1));
+        let cache = &self.rt.sh.cache;
+        self.rt.each_page(self.pages.clone(), |m| {
+            if m.pins == 1 {
+                cache.pin_page(false);
+            }
+            m.pins = m.pins.saturating_sub(1);
+        });
     }
 }
 

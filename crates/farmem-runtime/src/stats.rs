@@ -57,6 +57,14 @@ pub(crate) struct Metrics {
     pub writeback_kept: Counter,
     /// Pages cached beyond the limit while the store refused write-backs.
     pub limit_overruns: Counter,
+    /// Slots taken past the room for pages pinned by system calls in
+    /// flight: resident pages stay within the room plus the pinned ones.
+    pub pinned_overruns: Counter,
+    /// Slots taken past the limit because the charges besides the cache
+    /// (page tables, the process, a compressed pool, snapshot buffers)
+    /// left less than the room's floor: the limit is exceeded by at most
+    /// the floor (an eighth of it, 16 pages at least).
+    pub room_floored: Counter,
     pub filler_waits: Counter,
     /// Faults a signal handler passed to a filler thread (fault path
     /// `signal`: no idle page reader, a read failed).
@@ -143,6 +151,8 @@ pub struct Stats {
     /// Pages cached beyond the limit while the store refused write-backs
     /// (the limit is soft then: the program runs on instead of hanging).
     pub limit_overruns: u64,
+    pub pinned_overruns: u64,
+    pub room_floored: u64,
     pub filler_waits: u64,
     pub faults_handed_off: u64,
     pub snapshots_missed: u64,
@@ -241,6 +251,8 @@ impl Metrics {
             writeback_errors: self.writeback_errors.get(),
             writeback_kept: self.writeback_kept.get(),
             limit_overruns: self.limit_overruns.get(),
+            pinned_overruns: self.pinned_overruns.get(),
+            room_floored: self.room_floored.get(),
             filler_waits: self.filler_waits.get(),
             faults_handed_off: self.faults_handed_off.get(),
             snapshots_missed: self.snapshots_missed.get(),
