@@ -104,7 +104,7 @@ pub(crate) struct Cache {
     /// the program runs on in local memory instead of waiting forever for
     /// room the evictor cannot make. Cleared by a round that keeps nothing.
     store_refusing: AtomicBool,
-    /// Pages pinned by system calls in flight ([`crate::Runtime::pin`]),
+    /// Pages pinned by system calls in flight (`Runtime::pin`),
     /// resident or not. They may be resident beyond the room, and the
     /// evictor leaves them be: a call's own next touch must not wait for
     /// room only its end can make. So resident pages stay within the room
@@ -298,7 +298,7 @@ impl Cache {
         (self.limit / MIN_ROOM_SHARE).max(MIN_ROOM_PAGES.min(self.limit))
     }
 
-    /// Pages pinned now (see [`Self::pinned`]).
+    /// Pages pinned now (see the field `pinned`).
     pub(crate) fn pinned(&self) -> u64 {
         self.pinned.load(Ordering::SeqCst)
     }

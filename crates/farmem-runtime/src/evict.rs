@@ -128,7 +128,7 @@ fn runs(victims: &[Victim]) -> Vec<std::ops::Range<usize>> {
 
 /// Unmaps pages whose data is safe on the store and makes them Absent;
 /// returns how many. A page pinned since it was claimed
-/// ([`crate::Runtime::pin`]) stays, Clean: a read touching it found it
+/// (`Runtime::pin`) stays, Clean: a read touching it found it
 /// still mapped and took no fault, and the kernel's copy from it would
 /// fail once it is gone. (One pinned between this check and the unmap is
 /// left to the caller's retry on `EFAULT`.)

@@ -101,7 +101,7 @@ pub(crate) struct PageMeta {
     pub streak: WriteStreak,
     /// Installed writable on its streak: Dirty without a write seen.
     pub unwatched: bool,
-    /// Calls in flight whose buffers hold this page ([`crate::Runtime::pin`]):
+    /// Calls in flight whose buffers hold this page (`Runtime::pin`):
     /// the evictor passes it by, so the kernel finds it mapped.
     pub pins: u32,
 }

@@ -32,7 +32,7 @@ pub(crate) struct Metrics {
     /// ([`farmem_policy::write_streak`]): write-protect faults not taken.
     pub writes_predicted: Counter,
     /// Eviction victims passed by because a system call's buffer held
-    /// them ([`crate::Runtime::pin`]).
+    /// them (`Runtime::pin`).
     pub pages_pinned_passed: Counter,
     /// Faults that found their page mid-fetch or mid-eviction and waited.
     pub faults_waited: Counter,
