@@ -60,6 +60,17 @@ impl PolicyUpdate {
     }
 }
 
+/// The least room the cache keeps for pages, as a share of the limit
+/// (1/8), and in pages ([`MIN_ROOM_PAGES`]). Charged past it, the charges
+/// besides the cache (page tables, the process's own memory, a compressed
+/// pool, snapshot buffers) could leave no room at all: the cache then held
+/// one page, and an access needing two far pages at once (a `memcmp` of
+/// two far buffers, a load straddling pages) evicted each for the other
+/// forever. Past the floor the limit is exceeded instead, by at most the
+/// floor, and counted (`room_floored`).
+const MIN_ROOM_SHARE: u64 = 8;
+const MIN_ROOM_PAGES: u64 = 16;
+
 /// Snapshot buffers kept ready while the evictor is idle (4 MiB).
 const POOL_LOW: u64 = 1024;
 
@@ -94,6 +105,12 @@ pub(crate) struct Cache {
     /// the program runs on in local memory instead of waiting forever for
     /// room the evictor cannot make. Cleared by a round that keeps nothing.
     store_refusing: AtomicBool,
+    /// Pages pinned by system calls in flight (`Runtime::pin`),
+    /// resident or not. They may be resident beyond the room, and the
+    /// evictor leaves them be: a call's own next touch must not wait for
+    /// room only its end can make. So resident pages stay within the room
+    /// plus these, which the callers keep to a share of the room.
+    pinned: AtomicU64,
     /// Recycled page buffers for snapshots, off the allocator on the fault path.
     pool: Mutex<Vec<Buf>>,
     /// Where snapshot buffers live; given back beyond the pool, their
@@ -157,6 +174,7 @@ impl Cache {
             evict_kick: Mutex::new(false),
             evict_cv: Condvar::new(),
             store_refusing: AtomicBool::new(false),
+            pinned: AtomicU64::new(0),
             pool: Mutex::new(Vec::new()),
             arena: Arena::new(limit as usize + 64).map_err(RuntimeError::Mmap)?,
             pool_cap: POOL_LOW.min((limit as f64 * cfg.diff_base.max_share / 2.0) as u64),
@@ -278,10 +296,40 @@ impl Cache {
     }
 
     /// Local pages the cache has for the program's pages now: its limit
-    /// less what else it is charged. Shrinks as the process's own memory
-    /// grows, when the limit counts the process.
+    /// less what else it is charged, but never below [`Self::room_floor`].
+    /// Shrinks as the process's own memory grows, when the limit counts
+    /// the process.
     pub(crate) fn room(&self) -> u64 {
-        self.limit.saturating_sub(self.overheads())
+        self.room_with(self.overheads())
+    }
+
+    fn room_with(&self, overheads: u64) -> u64 {
+        self.limit.saturating_sub(overheads).max(self.room_floor())
+    }
+
+    /// See [`MIN_ROOM_SHARE`].
+    fn room_floor(&self) -> u64 {
+        (self.limit / MIN_ROOM_SHARE).max(MIN_ROOM_PAGES.min(self.limit))
+    }
+
+    /// Pages pinned now (see the field `pinned`).
+    pub(crate) fn pinned(&self) -> u64 {
+        self.pinned.load(Ordering::SeqCst)
+    }
+
+    /// A page's first pin was taken (`pinned`) or its last one released.
+    pub(crate) fn pin_page(&self, pinned: bool) {
+        if pinned {
+            self.pinned.fetch_add(1, Ordering::SeqCst);
+        } else {
+            // Saturating: a release never takes more than was added, but
+            // a wrapped count would let faults take every slot.
+            let _ = self
+                .pinned
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                    Some(n.saturating_sub(1))
+                });
+        }
     }
 
     /// Local pages in use: resident ones and the overheads.
@@ -513,12 +561,20 @@ impl Cache {
 
     /// Takes a slot in the local cache if one is free, kicking the
     /// evictor past the high watermark or when there is none.
+    ///
+    /// Slots are the room plus the pinned pages, and the evictor's marks
+    /// ([`Self::past_high`], [`Self::victims`]) discount the same pinned
+    /// pages: when this refuses, the resident pages not pinned fill the
+    /// room, past the high mark, so the evictor has work (or the shipper
+    /// has write-backs in flight that will free slots). A fault waiting
+    /// for a slot never finds both idle.
     pub(crate) fn try_reserve(&self, metrics: &Metrics) -> bool {
         loop {
             let cur = self.resident.load(Ordering::SeqCst);
             let overheads = self.overheads();
-            let over = cur + overheads >= self.limit;
-            if over && !self.store_refusing.load(Ordering::SeqCst) {
+            let room = self.room_with(overheads);
+            let full = cur >= room + self.pinned();
+            if full && !self.store_refusing() {
                 self.kick_evictor();
                 return false;
             }
@@ -527,18 +583,28 @@ impl Cache {
                 .compare_exchange(cur, cur + 1, Ordering::SeqCst, Ordering::SeqCst)
                 .is_ok()
             {
-                if over {
+                if full {
                     metrics.limit_overruns.inc();
+                } else if cur >= room {
+                    metrics.pinned_overruns.inc();
                 }
-                let room = self.limit.saturating_sub(overheads);
+                if cur + overheads >= self.limit && overheads + room > self.limit {
+                    // Past the limit, with the room at its floor.
+                    metrics.room_floored.inc();
+                }
                 metrics.room_taken_sum.add(room);
                 metrics.slots_taken.inc();
-                if self.marks.should_evict(cur + 1, 0, room) {
+                if self.marks.should_evict(cur + 1, self.pinned(), room) {
                     self.kick_evictor();
                 }
                 return true;
             }
         }
+    }
+
+    /// Whether a fault would find no slot now ([`Self::try_reserve`]).
+    fn full(&self) -> bool {
+        self.resident() >= self.room() + self.pinned() && !self.store_refusing()
     }
 
     /// Takes a slot in the local cache for a page about to be fetched,
@@ -560,19 +626,25 @@ impl Cache {
                 metrics.filler_waits.inc();
             }
             let mut g = self.space_lock.lock();
-            if self.used() >= self.limit {
+            if self.full() {
                 // Timed, so a notify racing with this check costs 1 ms, not a hang.
                 self.space_cv.wait_for(&mut g, Duration::from_millis(1));
             }
         }
     }
 
-    /// Whether resident pages, less those already on their way out, are
-    /// past the high watermark.
+    /// Resident pages the evictor need not count: those already on their
+    /// way out, and pinned ones, which it cannot take (see
+    /// [`Self::try_reserve`]).
+    fn not_evictable(&self) -> u64 {
+        self.in_flight.load(Ordering::SeqCst) + self.pinned()
+    }
+
+    /// Whether resident pages, less those already on their way out or
+    /// pinned, are past the high watermark.
     fn past_high(&self) -> bool {
-        let leaving = self.in_flight.load(Ordering::SeqCst);
         self.marks
-            .should_evict(self.resident(), leaving, self.room())
+            .should_evict(self.resident(), self.not_evictable(), self.room())
     }
 
     /// The evictor's wait: until kicked, past the high watermark, or
@@ -603,8 +675,9 @@ impl Cache {
     /// policy's choice.
     pub(crate) fn victims(&self, batch: usize, now: u64) -> Vec<BlockId> {
         let mut blocks = std::mem::take(&mut *self.forced.lock());
-        let leaving = self.in_flight.load(Ordering::SeqCst);
-        let excess = self.marks.to_evict(self.resident(), leaving, self.room()) as usize;
+        let excess =
+            self.marks
+                .to_evict(self.resident(), self.not_evictable(), self.room()) as usize;
         if excess > 0 {
             let want = excess.min(batch);
             let mut p = self.lock_policy();
@@ -649,10 +722,14 @@ impl Cache {
     /// The cache's books, for diagnosing a stall.
     pub(crate) fn census(&self) -> String {
         format!(
-            "policy {} resident {} buffers {} in_flight {} forced {} limit {} room {} high {} low {}",
+            "policy {} resident {} pinned {} buffers {} tables {} store {} outside {} in_flight {} forced {} limit {} room {} high {} low {}",
             self.lock_policy().len(),
             self.resident(),
+            self.pinned(),
             self.buffers(),
+            self.table_charge(),
+            self.store_pages(),
+            self.outside_charge(),
             self.in_flight.load(Ordering::SeqCst),
             self.forced.lock().len(),
             self.limit,

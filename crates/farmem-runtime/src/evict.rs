@@ -68,6 +68,12 @@ impl Segment {
 fn claim(sh: &Shared, r: &Arc<RegionInner>, idx: usize, keep: bool) -> Option<(Victim, State)> {
     let mut m = r.pages.get(idx)?.lock();
     let was = m.state;
+    if !keep && m.pins > 0 && matches!(was, State::Clean | State::Dirty) {
+        // A system call is using it: it stays, and in the policy.
+        sh.cache.reinsert(r.page_addr(idx) / PAGE, sh.now());
+        sh.m.pages_pinned_passed.inc();
+        return None;
+    }
     let remote = match was {
         // None: a lazy region's chunk not backed yet; `diff_into` backs it
         // if the page has lines to ship.
@@ -121,8 +127,20 @@ fn runs(victims: &[Victim]) -> Vec<std::ops::Range<usize>> {
     out
 }
 
-/// Unmaps pages whose data is safe on the store and makes them Absent.
-fn drop_pages(sh: &Shared, mut victims: Vec<Victim>) {
+/// Unmaps pages whose data is safe on the store and makes them Absent;
+/// returns how many. A page pinned since it was claimed
+/// (`Runtime::pin`) stays, Clean: a read touching it found it
+/// still mapped and took no fault, and the kernel's copy from it would
+/// fail once it is gone. (One pinned between this check and the unmap is
+/// left to the caller's retry on `EFAULT`.)
+fn drop_pages(sh: &Shared, victims: Vec<Victim>) -> u64 {
+    let (kept, mut victims): (Vec<Victim>, Vec<Victim>) = victims
+        .into_iter()
+        .partition(|v| v.region.pages[v.idx].lock().pins > 0);
+    for v in kept {
+        sh.m.pages_pinned_passed.inc();
+        settle_clean(sh, v);
+    }
     victims.sort_by_key(|v| v.page);
     let t = Instant::now();
     for r in runs(&victims) {
@@ -146,6 +164,7 @@ fn drop_pages(sh: &Shared, mut victims: Vec<Victim>) {
         .filter_map(|v| v.snapshot.take())
         .collect();
     sh.cache.put_bufs(spare);
+    let dropped = victims.len() as u64;
     for v in victims {
         let mut m = v.region.pages[v.idx].lock();
         m.state = State::Absent;
@@ -160,10 +179,19 @@ fn drop_pages(sh: &Shared, mut victims: Vec<Victim>) {
             sh.woke(since);
         }
     }
+    dropped
 }
 
 /// Write-back of a kept (synced) page succeeded.
-fn finish_kept(sh: &Shared, mut v: Victim) {
+fn finish_kept(sh: &Shared, v: Victim) {
+    if settle_clean(sh, v) {
+        sh.m.pages_synced.inc();
+    }
+}
+
+/// A page identical to the store stays resident, Clean (false if its
+/// region was dropped meanwhile, and with it the page's slot).
+fn settle_clean(sh: &Shared, mut v: Victim) -> bool {
     sh.cache.put_buf(v.snapshot.take());
     let mut m = v.region.pages[v.idx].lock();
     m.force = 0;
@@ -173,17 +201,17 @@ fn finish_kept(sh: &Shared, mut v: Victim) {
         m.state = State::Absent;
         drop(m);
         sh.cache.release_page();
-        return;
+        return false;
     }
     // Still write-protected, now identical to the store: Clean.
     m.state = State::Clean;
     sh.cache.reinsert(v.page / PAGE, sh.now());
     drop(m);
-    sh.m.pages_synced.inc();
     if let Some(since) = waiters {
         let _ = sh.uffd.wake(v.page, PAGE);
         sh.woke(since);
     }
+    true
 }
 
 /// Write-back failed for good: the page stays resident and dirty with its
@@ -337,8 +365,8 @@ fn ship(sh: &Shared, seg: &mut Segment) -> Result<(), (usize, StoreError)> {
             } else {
                 let n = seg.pages.len() as u64;
                 sh.cache.in_flight(n, false);
-                sh.m.pages_evicted_dirty.add(n);
-                drop_pages(sh, seg.pages.drain(..).collect());
+                let dropped = drop_pages(sh, seg.pages.drain(..).collect());
+                sh.m.pages_evicted_dirty.add(dropped);
             }
             Ok(())
         }
@@ -414,6 +442,8 @@ pub(crate) fn evictor(sh: Arc<Shared>, ship_tx: Sender<Segment>, free_rx: Receiv
     let mut seg: Option<Segment> = None;
     let mut trimmed_at = 0u64;
     let mut tables_counted = Instant::now();
+    // Pinned pages passed by since a page was last evicted.
+    let mut pinned_streak = 0u64;
     loop {
         let evicted = sh.m.pages_evicted_clean.get() + sh.m.pages_evicted_dirty.get();
         if evicted - trimmed_at >= TRIM_EVERY_PAGES {
@@ -444,8 +474,23 @@ pub(crate) fn evictor(sh: Arc<Shared>, ship_tx: Sender<Segment>, free_rx: Receiv
             if blocks.is_empty() && !all {
                 break;
             }
-            evict_round(&sh, blocks, all, &mut seg, &ship_tx, &free_rx);
+            let pinned_before = sh.m.pages_pinned_passed.get();
+            let claimed = evict_round(&sh, blocks, all, &mut seg, &ship_tx, &free_rx);
             sh.cache.reclaim_file_pages();
+            if claimed > 0 {
+                pinned_streak = 0;
+            } else {
+                pinned_streak += sh.m.pages_pinned_passed.get() - pinned_before;
+            }
+            if pinned_streak > 0 && pinned_streak >= sh.cache.resident() {
+                // The policy offered nothing but pinned pages, every
+                // resident one's worth: faults have slots for them
+                // (`Cache::try_reserve`), so back off rather than spin
+                // until a call ends.
+                pinned_streak = 0;
+                std::thread::sleep(Duration::from_millis(1));
+                break;
+            }
             // Ship what the round produced now rather than wait for a full
             // segment: fillers may be waiting on these pages' slots.
             if let Some(s) = seg.take() {
@@ -490,7 +535,11 @@ fn probation(sh: &Shared, park: &Parking, blocks: Vec<u64>, all: bool) -> Vec<u6
         let addr = b * PAGE;
         let Some(r) = sh.lookup(addr) else { continue };
         let mut m = r.pages[r.page_index(addr)].lock();
-        if matches!(m.state, State::Clean | State::Dirty) && park.park(&sh.uffd, addr, &mut m) {
+        // A pinned page goes on to `claim`, which passes it by.
+        if matches!(m.state, State::Clean | State::Dirty)
+            && m.pins == 0
+            && park.park(&sh.uffd, addr, &mut m)
+        {
             sh.m.pages_parked.inc();
         } else {
             out.push(b);
@@ -538,6 +587,8 @@ fn unpark_for_sync(sh: &Shared, r: &RegionInner, idx: usize) -> Result<(), Runti
     }
 }
 
+/// Evicts `blocks` (those still resident and not pinned); returns how
+/// many it took.
 fn evict_round(
     sh: &Shared,
     blocks: Vec<u64>,
@@ -545,7 +596,7 @@ fn evict_round(
     seg: &mut Option<Segment>,
     ship_tx: &Sender<Segment>,
     free_rx: &Receiver<Segment>,
-) {
+) -> usize {
     let blocks = match &sh.park {
         Some(park) => probation(sh, park, blocks, all),
         None => blocks,
@@ -564,8 +615,9 @@ fn evict_round(
             None => {}
         }
     }
-    sh.m.pages_evicted_clean.add(clean.len() as u64);
-    drop_pages(sh, clean);
+    let claimed = clean.len() + dirty.len();
+    let dropped = drop_pages(sh, clean);
+    sh.m.pages_evicted_clean.add(dropped);
     sh.cache.in_flight(dirty.len() as u64, true);
     let dirty = protect(sh, dirty, false);
     for v in dirty {
@@ -588,6 +640,7 @@ fn evict_round(
             let _ = diff_into(sh, v, s);
         }
     }
+    claimed
 }
 
 /// The shipper thread: sends segments in order, completes their pages on

@@ -51,7 +51,7 @@ pub mod uffd;
 pub use config::{Config, DirtyMode, Engine, FaultPath, WaitMode};
 pub use error::RuntimeError;
 pub use page::{LINE, MAX_FAULT_AROUND, PAGE};
-pub use runtime::{Region, Runtime};
+pub use runtime::{Pinned, Region, Runtime};
 pub use shared::LOST_EXIT_CODE;
 pub use stats::{FaultBuckets, StageTimes, Stats};
 pub use store::{FaultOp, MemStore, MemStoreStats, RemoteStore, SlabSource, StoreError};

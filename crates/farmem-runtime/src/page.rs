@@ -112,6 +112,9 @@ pub(crate) struct PageMeta {
     pub parked_dirty: bool,
     /// The number of its last parking ([`crate::park::Parking`]).
     pub parking: u32,
+    /// Calls in flight whose buffers hold this page (`Runtime::pin`):
+    /// the evictor passes it by, so the kernel finds it mapped.
+    pub pins: u32,
 }
 
 /// One lock and state per page of a region, in a mapping of its own: all

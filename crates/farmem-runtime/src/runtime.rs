@@ -9,7 +9,7 @@ use crate::config::{Config, FaultPath};
 use crate::error::RuntimeError;
 use crate::evict::{self, Segment};
 use crate::handler::{filler, handoff_filler, monitor};
-use crate::page::{PAGE, RegionInner, State};
+use crate::page::{PAGE, PageMeta, RegionInner, State};
 use crate::shared::Shared;
 use crate::slab::{Backing, LazyTable, ResourceManager, SlabTable};
 use crate::stats::{Books, FaultBuckets, Stats};
@@ -221,6 +221,45 @@ impl Runtime {
         }
         self.sh.m.pages_discarded.add(dropped);
         dropped
+    }
+
+    /// Holds the far pages of `[addr, addr + len)` in local memory while
+    /// the guard lives: the evictor passes them by (`pages_pinned_passed`)
+    /// once they are resident, however the cache's room changes meanwhile.
+    /// For a caller that touches a buffer and then hands it to the kernel,
+    /// whose own accesses to a far page fail rather than fault it in. Pin
+    /// before touching, and keep the pinned bytes within a share of
+    /// [`Self::cache_room_bytes`]: pinned pages may stay resident past the
+    /// room (counted in `pinned_overruns`), so the local limit is exceeded
+    /// by at most what is pinned.
+    pub fn pin(&self, addr: usize, len: usize) -> Pinned<'_> {
+        let pages = page_span(addr, len);
+        let cache = &self.sh.cache;
+        self.each_page(pages.clone(), |m| {
+            if m.pins == 0 {
+                cache.pin_page(true);
+            }
+            m.pins = m.pins.saturating_add(1);
+        });
+        Pinned { rt: self, pages }
+    }
+
+    /// Runs `f` on the state of each far page of `pages` (addresses).
+    fn each_page(&self, pages: std::ops::Range<u64>, mut f: impl FnMut(&mut PageMeta)) {
+        let mut page = pages.start;
+        while page < pages.end {
+            let Some(r) = self.sh.lookup(page) else {
+                page += PAGE;
+                continue;
+            };
+            let end = pages.end.min(r.start + r.pages.len() as u64 * PAGE);
+            while page < end {
+                if let Some(m) = r.pages.get(((page - r.start) / PAGE) as usize) {
+                    f(&mut m.lock());
+                }
+                page += PAGE;
+            }
+        }
     }
 
     pub fn config(&self) -> &Config {
@@ -475,6 +514,12 @@ impl Drop for Region<'_> {
         // are released by the thread that owns them, which sees `dead`.
         for idx in r.pages.touched() {
             let mut m = r.pages[idx].lock();
+            if m.pins > 0 {
+                // Its guard finds no region to release it from: the
+                // cache's count of pinned pages would stay up for good.
+                m.pins = 0;
+                sh.cache.pin_page(false);
+            }
             if matches!(m.state, State::Clean | State::Dirty | State::Parked) {
                 sh.cache.lock_policy().remove(r.page_addr(idx) / PAGE);
                 if let Some(park) = sh.park.as_ref().filter(|_| m.state == State::Parked) {
@@ -487,4 +532,29 @@ impl Drop for Region<'_> {
             }
         }
     }
+}
+
+/// Far pages held for a system call ([`Runtime::pin`]); released on drop.
+pub struct Pinned<'a> {
+    rt: &'a Runtime,
+    pages: std::ops::Range<u64>,
+}
+
+impl Drop for Pinned<'_> {
+    fn drop(&mut self) {
+        let cache = &self.rt.sh.cache;
+        self.rt.each_page(self.pages.clone(), |m| {
+            if m.pins == 1 {
+                cache.pin_page(false);
+            }
+            m.pins = m.pins.saturating_sub(1);
+        });
+    }
+}
+
+/// The page-aligned addresses covering `[addr, addr + len)`.
+fn page_span(addr: usize, len: usize) -> std::ops::Range<u64> {
+    let start = addr as u64 / PAGE * PAGE;
+    let end = (addr as u64).saturating_add(len as u64).div_ceil(PAGE) * PAGE;
+    start..end.max(start)
 }

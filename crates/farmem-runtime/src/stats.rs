@@ -31,6 +31,9 @@ pub(crate) struct Metrics {
     /// Pages installed writable because their streak predicted a write
     /// ([`farmem_policy::write_streak`]): write-protect faults not taken.
     pub writes_predicted: Counter,
+    /// Eviction victims passed by because a system call's buffer held
+    /// them (`Runtime::pin`).
+    pub pages_pinned_passed: Counter,
     /// Faults that found their page mid-fetch or mid-eviction and waited.
     pub faults_waited: Counter,
     /// Fault messages that were already resolved when read (woken only).
@@ -57,6 +60,14 @@ pub(crate) struct Metrics {
     pub writeback_kept: Counter,
     /// Pages cached beyond the limit while the store refused write-backs.
     pub limit_overruns: Counter,
+    /// Slots taken past the room for pages pinned by system calls in
+    /// flight: resident pages stay within the room plus the pinned ones.
+    pub pinned_overruns: Counter,
+    /// Slots taken past the limit because the charges besides the cache
+    /// (page tables, the process, a compressed pool, snapshot buffers)
+    /// left less than the room's floor: the limit is exceeded by at most
+    /// the floor (an eighth of it, 16 pages at least).
+    pub room_floored: Counter,
     pub filler_waits: Counter,
     /// Faults a signal handler passed to a filler thread (fault path
     /// `signal`: no idle page reader, a read failed).
@@ -115,6 +126,7 @@ pub struct Stats {
     pub faults_missing: u64,
     pub faults_wp: u64,
     pub writes_predicted: u64,
+    pub pages_pinned_passed: u64,
     pub faults_waited: u64,
     pub faults_spurious: u64,
     pub pages_fetched: u64,
@@ -152,6 +164,8 @@ pub struct Stats {
     /// Pages cached beyond the limit while the store refused write-backs
     /// (the limit is soft then: the program runs on instead of hanging).
     pub limit_overruns: u64,
+    pub pinned_overruns: u64,
+    pub room_floored: u64,
     pub filler_waits: u64,
     pub faults_handed_off: u64,
     pub snapshots_missed: u64,
@@ -231,6 +245,7 @@ impl Metrics {
             faults_missing: self.faults_missing.get(),
             faults_wp: self.faults_wp.get(),
             writes_predicted: self.writes_predicted.get(),
+            pages_pinned_passed: self.pages_pinned_passed.get(),
             faults_waited: self.faults_waited.get(),
             faults_spurious: self.faults_spurious.get(),
             pages_fetched: self.pages_fetched.get(),
@@ -252,6 +267,8 @@ impl Metrics {
             writeback_errors: self.writeback_errors.get(),
             writeback_kept: self.writeback_kept.get(),
             limit_overruns: self.limit_overruns.get(),
+            pinned_overruns: self.pinned_overruns.get(),
+            room_floored: self.room_floored.get(),
             filler_waits: self.filler_waits.get(),
             faults_handed_off: self.faults_handed_off.get(),
             snapshots_missed: self.snapshots_missed.get(),

@@ -104,12 +104,8 @@ fn init() -> Result<(), String> {
     // The kernel's own accesses to far pages fail on the signal path: the
     // I/O interposers touch them first.
     let touch_for_io = cfg.fault_path == FaultPath::Signal;
-    let backend = if touch_for_io {
-        env.backend.clone().without_stall_tuner()
-    } else {
-        env.backend.clone()
-    };
-    let built = backend
+    let built = env
+        .backend
         .build(
             rack.clone().map(|r| (r.clone() as _, r as _)),
             cfg.local_bytes,

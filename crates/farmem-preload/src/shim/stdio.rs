@@ -26,6 +26,7 @@ fn stream(
     while done < n {
         let items = per_piece.min(n - done);
         let at = ptr as usize + done * size;
+        let _pin = pin(at, items * size);
         touch(at, items * size, access, &far);
         let got = call(at as *const c_void, items);
         done += got;

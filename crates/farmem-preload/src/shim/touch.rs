@@ -21,7 +21,10 @@
 //!   before calling the real function, and retry a call that fails with
 //!   `EFAULT` after touching them again. Receives on sockets go through a
 //!   local buffer instead: a socket dequeues data before copying it out,
-//!   so a faulting copy would lose it. Off the signal path, for buffers
+//!   so a faulting copy would lose it. The pages a call touches are
+//!   pinned first ([`pin`]) and stay local until it returns: the kernel's
+//!   copy fails on a far page, and the cache may shrink meanwhile. Off
+//!   the signal path, for buffers
 //!   with no far byte, or on the runtime's own threads, a call goes
 //!   straight through.
 //!
@@ -83,6 +86,17 @@ fn errno() -> c_int {
     unsafe { *libc::__errno_location() }
 }
 
+/// Holds the far pages of `[start, start + len)` local until dropped
+/// ([`farmem_runtime::Runtime::pin`]), so what a call's buffers had touched
+/// is still mapped when the kernel copies, however the cache's room
+/// changes meanwhile (a compressed pool turned on mid-call shrinks it).
+/// Pin before touching; within [`budget`].
+pub(super) fn pin(start: usize, len: usize) -> Option<farmem_runtime::Pinned<'static>> {
+    let rt = RUNTIME.load(Ordering::Acquire);
+    // SAFETY: the runtime is leaked at start and never freed.
+    (!rt.is_null()).then(|| unsafe { &*rt }.pin(start, len))
+}
+
 /// Touches the far pages of `[start, start + len)` the way `access` says,
 /// each at a byte of the buffer.
 pub(super) fn touch(start: usize, len: usize, access: Access, far: &Range<usize>) {
@@ -117,6 +131,15 @@ pub(super) fn touched(
     far: &Range<usize>,
     mut call: impl FnMut() -> ssize_t,
 ) -> ssize_t {
+    let mut left = budget;
+    let _pins: Vec<_> = bufs
+        .iter()
+        .map(|&(start, len)| {
+            let len = len.min(left);
+            left -= len;
+            pin(start, len)
+        })
+        .collect();
     let mut r = -1;
     for _ in 0..MAX_TRIES {
         let mut left = budget;

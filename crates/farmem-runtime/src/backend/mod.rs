@@ -198,18 +198,6 @@ impl Backend {
         }
     }
 
-    /// `auto` deciding by reads alone, as before the stall tuner, for the
-    /// signal fault path: the stall tuner's probes turn the pool on
-    /// mid-run, and a filling pool shrinks the cache under the buffers the
-    /// I/O interposers touched for a call (which then fails with EFAULT:
-    /// `fread: Bad address`, 1 run in 4 of the signal-path I/O test).
-    pub fn without_stall_tuner(mut self) -> Self {
-        if let Some(t) = self.compressed.as_mut().and_then(|c| c.tuner.as_mut()) {
-            t.ab = None;
-        }
-        self
-    }
-
     /// The stores for a runtime of `local_bytes` and a far heap of
     /// `far_bytes`: over `rack` (its store and slab source) when the
     /// bottom tier is remote, else over a file created here.
@@ -251,18 +239,6 @@ impl Backend {
 
 #[cfg(test)]
 mod tests {
-    #[test]
-    fn the_signal_paths_auto_decides_by_reads_alone() {
-        let auto = super::Backend::auto();
-        assert!(auto.compressed.unwrap().tuner.unwrap().ab.is_some());
-        let signal = auto.clone().without_stall_tuner();
-        assert_eq!(signal.compressed.unwrap().tuner.unwrap().ab, None);
-        // Still auto, and nothing else changed.
-        assert_eq!(signal.to_string(), "auto");
-        let remote: super::Backend = "remote".parse().unwrap();
-        assert_eq!(remote.clone().without_stall_tuner(), remote);
-    }
-
     use super::*;
 
     #[test]
