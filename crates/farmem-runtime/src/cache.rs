@@ -280,10 +280,12 @@ impl Cache {
     }
 
     /// The cache is evicting: what the process maps read-only from files
-    /// goes back to the kernel too, at most once a second, when the limit
-    /// counts it ([`crate::filepages`]).
+    /// goes back to the kernel too, when the limit counts it and the room
+    /// would grow by it ([`crate::filepages`]).
     pub(crate) fn reclaim_file_pages(&self) {
-        if let Some(f) = &self.file_pages {
+        if let Some(f) = &self.file_pages
+            && self.outside_pages() < self.limit / 2
+        {
             f.trim_if_due();
         }
     }

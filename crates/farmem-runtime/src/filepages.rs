@@ -9,50 +9,98 @@
 //! 96 MiB, of which most ran once. So, while the cache is evicting, the
 //! runtime asks the kernel to reclaim the read-only file pages only this
 //! process maps (`MADV_PAGEOUT`; a page shared with another process is
-//! left alone, as are writable mappings), about once a second. A page in
+//! left alone, as are writable mappings), from once a second. A page in
 //! use comes back at its next touch, as after the cgroup's reclaim; the
 //! ones not in use stay out, and their room goes to the cache.
+//!
+//! Unlike the cgroup's reclaim this cannot tell a page in use from a cold
+//! one, and a page in use costs a read from disk each time. So the period
+//! doubles (to a minute) while half of what the last reclaim took came
+//! back as major faults, and halves again when it stays out; and nothing
+//! is reclaimed while the process's other memory is charged at its cap
+//! anyway (the room would not grow).
 
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-/// How often, at most, the file pages are reclaimed.
-pub(crate) const TRIM_EVERY: Duration = Duration::from_secs(1);
+/// The shortest and longest time between two reclaims.
+const FASTEST: Duration = Duration::from_secs(1);
+const SLOWEST: Duration = Duration::from_secs(64);
 
-/// When the file pages were last reclaimed.
+/// When the file pages were last reclaimed, and what came of it.
 pub(crate) struct FilePages {
-    last: Mutex<Instant>,
+    state: Mutex<Trim>,
+}
+
+struct Trim {
+    at: Instant,
+    period: Duration,
+    /// File pages the last reclaim took out of the process's memory.
+    dropped: u64,
+    /// The process's major faults just after it.
+    majflt: u64,
 }
 
 impl FilePages {
     pub(crate) fn new() -> Self {
         Self {
-            last: Mutex::new(Instant::now()),
+            state: Mutex::new(Trim {
+                at: Instant::now(),
+                period: FASTEST,
+                dropped: 0,
+                majflt: major_faults(),
+            }),
         }
     }
 
-    /// Reclaims the process's read-only file pages if [`TRIM_EVERY`] has
-    /// passed since the last time; returns the mappings advised.
-    pub(crate) fn trim_if_due(&self) -> usize {
-        {
-            let mut last = self.last.lock();
-            if last.elapsed() < TRIM_EVERY {
-                return 0;
-            }
-            *last = Instant::now();
+    /// Reclaims the process's read-only file pages if its period has
+    /// passed (see the module's docs); returns the pages it took.
+    pub(crate) fn trim_if_due(&self) -> u64 {
+        let mut t = self.state.lock();
+        if t.at.elapsed() < t.period {
+            return 0;
         }
+        let came_back = major_faults().saturating_sub(t.majflt);
+        t.period = if t.dropped > 0 && came_back * 2 >= t.dropped {
+            (t.period * 2).min(SLOWEST)
+        } else {
+            (t.period / 2).max(FASTEST)
+        };
         let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
             return 0;
         };
-        read_only_file_mappings(&maps)
-            .filter(|&(start, len)| {
-                // SAFETY: advice on a mapping of this process; reclaiming a
-                // clean file page loses nothing (it is read back on touch).
-                unsafe { libc::madvise(start as *mut libc::c_void, len, libc::MADV_PAGEOUT) == 0 }
-            })
-            .count()
+        let before = resident_file_pages();
+        for (start, len) in read_only_file_mappings(&maps) {
+            // SAFETY: advice on a mapping of this process; reclaiming a
+            // clean file page loses nothing (it is read back on touch).
+            unsafe { libc::madvise(start as *mut libc::c_void, len, libc::MADV_PAGEOUT) };
+        }
+        t.dropped = before.saturating_sub(resident_file_pages());
+        t.majflt = major_faults();
+        t.at = Instant::now();
+        t.dropped
     }
+}
+
+/// The process's major faults so far (reads from disk).
+fn major_faults() -> u64 {
+    // SAFETY: getrusage fills the struct it is given.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } != 0 {
+        return 0;
+    }
+    ru.ru_majflt as u64
+}
+
+/// The process's resident file-backed pages (/proc/self/statm's third
+/// field), or 0 if unreadable.
+fn resident_file_pages() -> u64 {
+    std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(2)?.parse().ok())
+        .unwrap_or(0)
 }
 
 /// `(start, len)` of the private mappings in a `/proc/PID/maps` text
