@@ -267,7 +267,7 @@ pub struct Config {
     /// store).
     pub limit_counts_process: bool,
     /// Share of `local_bytes` whose pages are kept on probation before
-    /// eviction ([`crate::park`]): the policy's victims are unmapped first,
+    /// eviction (`park.rs`): the policy's victims are unmapped first,
     /// and evicted only if the program does not touch them while they
     /// wait, so pages in use stay although faults never show their use.
     /// 0 evicts victims at once. Needs `UFFDIO_MOVE` (Linux 6.8+).

@@ -78,7 +78,7 @@ pub(crate) enum State {
     Dirty,
     /// The evictor or a sync owns it: write-protected, being written back.
     Busy,
-    /// On probation ([`crate::park`]): still resident and counted, but its
+    /// On probation (`park.rs`): still resident and counted, but its
     /// frame moved to a parking slot, so the program's next touch faults
     /// and tells the cache the page is in use. Clean or dirty as
     /// `parked_dirty` says.
@@ -110,7 +110,7 @@ pub(crate) struct PageMeta {
     /// Dirty (else Clean) when parked.
     pub slot: Option<std::num::NonZeroU32>,
     pub parked_dirty: bool,
-    /// The number of its last parking ([`crate::park::Parking`]).
+    /// The number of its last parking (`park.rs`).
     pub parking: u32,
     /// Calls in flight whose buffers hold this page (`Runtime::pin`):
     /// the evictor passes it by, so the kernel finds it mapped.

@@ -74,6 +74,11 @@ impl Parking {
         let len = slots * PAGE;
         let area = map_anonymous(len as usize).map_err(RuntimeError::Mmap)?;
         let area = area.as_ptr() as u64;
+        // A forked child would share the parked frames, and the kernel
+        // moves no frame that was ever shared: the child has no use for
+        // them (it cannot touch far memory), so it does not get them.
+        // SAFETY: advice on our own fresh mapping.
+        unsafe { libc::madvise(area as *mut libc::c_void, len as usize, libc::MADV_DONTFORK) };
         if let Err(e) = uffd.register(area, len) {
             // SAFETY: our own fresh mapping, unmapped once.
             unsafe { libc::munmap(area as *mut libc::c_void, len as usize) };
@@ -136,7 +141,13 @@ impl Parking {
         };
         let at = self.slot_addr(slot);
         if m.parked_dirty {
-            uffd.move_pages(page, at, PAGE, false)?;
+            if uffd.move_pages(page, at, PAGE, false).is_err() {
+                // A frame the kernel will not move (one that was ever
+                // shared with another process): copied back instead.
+                // SAFETY: the slot holds the page's frame, readable.
+                unsafe { uffd.copy(page, at as *const u8, PAGE, false) }?;
+                self.drop_frame(at);
+            }
             m.state = State::Dirty;
         } else {
             // SAFETY: the slot holds the page's frame, readable.

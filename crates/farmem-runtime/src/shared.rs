@@ -68,7 +68,7 @@ pub(crate) struct Shared {
     pub park: Option<Parking>,
     pub shutdown: AtomicBool,
     /// The process is exiting and gives its remote memory back
-    /// ([`crate::Runtime::exiting`]): write-backs refused from then on are
+    /// (`Runtime::exiting`): write-backs refused from then on are
     /// expected, and neither retried nor reported.
     pub exiting: AtomicBool,
     /// Zeros for fault-around to install from (None: fault-around is off).

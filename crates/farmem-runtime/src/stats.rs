@@ -219,7 +219,7 @@ pub struct Stats {
     pub engine_bulk_pages: u64,
 }
 
-/// The fault latency histograms in buckets ([`crate::Runtime::latency_buckets`]).
+/// The fault latency histograms in buckets (`Runtime::latency_buckets`).
 #[derive(Debug, Clone, Default, Serialize, serde::Deserialize)]
 pub struct FaultBuckets {
     pub fault: farmem_core::Buckets,
