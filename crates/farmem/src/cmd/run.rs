@@ -162,8 +162,10 @@ pub struct Args {
     /// moved aside, not copied), and evicted only if the program does not
     /// touch them meanwhile; a touch brings the page back in a few
     /// microseconds, without the store, and tells the policy it is in use,
-    /// which page faults alone never show. 0 evicts victims at once.
-    /// Thread fault path, Linux 6.8+ (UFFDIO_MOVE). Default: 0.125
+    /// which page faults alone never show (try 0.125). 0, the default,
+    /// evicts victims at once: on a fast link a touch of a parked page
+    /// costs most of what the fetch it saves costs, so it pays where
+    /// fetches are slow. Thread fault path, Linux 6.8+ (UFFDIO_MOVE)
     #[arg(long, value_name = "SHARE", value_parser = probation_share)]
     probation: Option<f64>,
     /// Smallest allocation placed in far memory.
