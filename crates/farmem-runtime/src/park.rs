@@ -160,7 +160,8 @@ impl Parking {
     }
 
     /// A parked page leaves the cache without its frame: clean (the store
-    /// has its data), or of a dropped region. The page is Absent.
+    /// has its data), freed by the program, or of a dropped region. The
+    /// page is Absent.
     pub(crate) fn discard(&self, m: &mut PageMeta) {
         debug_assert_eq!(m.state, State::Parked);
         if let Some(slot) = m.slot {
