@@ -677,9 +677,7 @@ impl Cache {
     /// policy's choice.
     pub(crate) fn victims(&self, batch: usize, now: u64) -> Vec<BlockId> {
         let mut blocks = std::mem::take(&mut *self.forced.lock());
-        let excess =
-            self.marks
-                .to_evict(self.resident(), self.not_evictable(), self.room()) as usize;
+        let excess = self.excess() as usize;
         if excess > 0 {
             let want = excess.min(batch);
             let mut p = self.lock_policy();
@@ -693,10 +691,17 @@ impl Cache {
         blocks
     }
 
-    /// Whether resident pages are past the low watermark (room to make).
+    /// Pages to evict to come down to the low mark, not counting those
+    /// already leaving or pinned (what [`Self::victims`] asks the policy
+    /// for).
+    fn excess(&self) -> u64 {
+        self.marks
+            .to_evict(self.resident(), self.not_evictable(), self.room())
+    }
+
+    /// Whether there is room to make: resident pages past the low mark.
     pub(crate) fn wants_room(&self) -> bool {
-        let leaving = self.in_flight.load(Ordering::SeqCst);
-        self.marks.to_evict(self.resident(), leaving, self.room()) > 0
+        self.excess() > 0
     }
 
     /// `n` dirty victims' write-backs started (`started`) or ended.
