@@ -178,15 +178,18 @@ pub struct LinkSnapshot {
 
 impl LinkStats {
     pub fn snapshot(&self) -> LinkSnapshot {
-        let raw = self.read_raw_bytes.get() + self.write_raw_bytes.get();
-        let wire = self.read_wire_bytes.get() + self.write_wire_bytes.get();
+        // Payloads before frames (see `Connection::encode`'s order).
+        let (read_raw, read_wire) = (self.read_raw_bytes.get(), self.read_wire_bytes.get());
+        let (write_raw, write_wire) = (self.write_raw_bytes.get(), self.write_wire_bytes.get());
+        let raw = read_raw + write_raw;
+        let wire = read_wire + write_wire;
         LinkSnapshot {
             frame_bytes_sent: self.frame_bytes_sent.get(),
             frame_bytes_received: self.frame_bytes_received.get(),
-            read_raw_bytes: self.read_raw_bytes.get(),
-            read_wire_bytes: self.read_wire_bytes.get(),
-            write_raw_bytes: self.write_raw_bytes.get(),
-            write_wire_bytes: self.write_wire_bytes.get(),
+            read_raw_bytes: read_raw,
+            read_wire_bytes: read_wire,
+            write_raw_bytes: write_raw,
+            write_wire_bytes: write_wire,
             packed_lz: self.packed_lz.get(),
             packed_fpc_bdi: self.packed_fpc_bdi.get(),
             packed_fve: self.packed_fve.get(),

@@ -281,7 +281,6 @@ impl Connection {
         let stats = &self.inner.cfg.link.stats;
         let start = buf.len();
         if let Msg::Write { addr, data } = msg {
-            stats.write_raw_bytes.add(data.len() as u64);
             let mut wire = data.len() as u64;
             if let Some(packer) = &self.inner.packer {
                 let saturated = self.inner.delay.as_ref().is_some_and(|d| {
@@ -304,13 +303,19 @@ impl Connection {
                     .encode(id, buf);
                 }
             }
-            stats.write_wire_bytes.add(wire);
             on_wire = wire;
         }
         if buf.len() == start {
             msg.encode(id, buf);
         }
+        // The frame before its payload, and `LinkStats::snapshot` reads
+        // them the other way round: a snapshot taken mid-send never shows
+        // more payload than frames.
         stats.frame_bytes_sent.add((buf.len() - start) as u64);
+        if let Msg::Write { data, .. } = msg {
+            stats.write_raw_bytes.add(data.len() as u64);
+            stats.write_wire_bytes.add(on_wire);
+        }
         on_wire
     }
 
