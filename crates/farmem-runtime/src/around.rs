@@ -55,7 +55,7 @@ impl Shared {
         // place in the run of remote addresses through the page's.
         let take = |j: usize| {
             let mut m = ctx.lock(&r.pages[j]);
-            let fresh = !(m.stored || r.all_stored);
+            let fresh = m.reads_zero(r);
             let fits = if job.zero {
                 fresh
             } else {

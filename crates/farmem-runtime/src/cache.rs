@@ -448,8 +448,9 @@ impl Cache {
         }
     }
 
-    /// A page about to be written: records what the store holds for it,
-    /// the base its dirty lines are diffed against. Zeros need no copy
+    /// A page about to be written: records the base its dirty lines are
+    /// diffed against, what the store holds for it (or, for a `zeroed`
+    /// page, what it came in as). Zeros (`zeros`) need no copy
     /// (`zero_base`, in both modes: a page still all zeros at eviction
     /// stays unstored); else, in line mode, `current` is copied into a
     /// snapshot buffer. Without one (a signal handler finding the pool
@@ -457,12 +458,12 @@ impl Cache {
     pub(crate) fn keep_diff_base(
         &self,
         m: &mut PageMeta,
-        store_zero: bool,
+        zeros: bool,
         current: &[u8],
         ctx: Ctx,
         metrics: &Metrics,
     ) {
-        if store_zero {
+        if zeros {
             m.zero_base = true;
             return;
         }

@@ -141,7 +141,7 @@ impl Shared {
         let take = |j: usize| {
             let mut m = r.pages[j].lock();
             let offset = (j as i64 - idx as i64) * PAGE as i64;
-            let fits = (m.stored || r.all_stored)
+            let fits = !m.reads_zero(r)
                 && base.is_some()
                 && r.remote(j) == base.and_then(|b| b.checked_add_signed(offset));
             if m.state != State::Absent || !fits || !self.cache.try_reserve(&self.m) {

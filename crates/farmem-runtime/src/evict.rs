@@ -102,7 +102,8 @@ fn claim(sh: &Shared, r: &Arc<RegionInner>, idx: usize, keep: bool) -> Option<(V
         remote,
         snapshot: m.snapshot.take(),
         zero_base: std::mem::take(&mut m.zero_base),
-        force: m.force,
+        // A freed page's store copy is stale: every line goes.
+        force: if m.zeroed { u64::MAX } else { m.force },
         shipped: 0,
     };
     Some((v, was))
@@ -170,6 +171,7 @@ fn drop_pages(sh: &Shared, victims: Vec<Victim>) -> u64 {
         m.state = State::Absent;
         sh.cache.put_buf(m.snapshot.take());
         m.force = 0;
+        m.zeroed &= v.shipped == 0;
         let waiters = sh.take_waiters(&mut m, v.page);
         drop(m);
         sh.cache.release_page();
@@ -195,6 +197,7 @@ fn settle_clean(sh: &Shared, mut v: Victim) -> bool {
     sh.cache.put_buf(v.snapshot.take());
     let mut m = v.region.pages[v.idx].lock();
     m.force = 0;
+    m.zeroed &= v.shipped == 0;
     let waiters = sh.take_waiters(&mut m, v.page);
     if v.region.dead.load(Ordering::SeqCst) {
         // Its region was dropped meanwhile: the slot is ours to release.

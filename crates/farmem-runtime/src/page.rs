@@ -94,13 +94,18 @@ pub(crate) struct PageMeta {
     /// Lines that must be shipped even if they equal the snapshot, because a
     /// failed batch may have half-applied them on the store.
     pub force: u64,
-    /// Line mode without a snapshot: the store holds zeros for this page
-    /// (zeroed slab, never written back), so zero is the diff base and no
-    /// copy is needed. Pages a program fills from scratch cost no snapshot.
+    /// Line mode without a snapshot: the page held zeros when it came in
+    /// (the store holds zeros for it, or it is `zeroed`, whose every line
+    /// is forced anyway), so zero is the diff base and no copy is needed.
+    /// Pages a program fills from scratch cost no snapshot.
     pub zero_base: bool,
     /// The page was written back, so the store holds its data even if the
     /// region's slabs started zeroed ([`RegionInner::all_stored`]).
     pub stored: bool,
+    /// The program freed the page (`Runtime::discard`): it reads as zeros,
+    /// filled locally, while the store keeps what it last had, so its next
+    /// write-back ships every line. Cleared once one has.
+    pub zeroed: bool,
     /// Its writes over past residencies: a fetch installs it writable when
     /// it predicts one ([`farmem_policy::write_streak`]).
     pub streak: WriteStreak,
@@ -115,6 +120,20 @@ pub(crate) struct PageMeta {
     /// Calls in flight whose buffers hold this page (`Runtime::pin`):
     /// the evictor passes it by, so the kernel finds it mapped.
     pub pins: u32,
+}
+
+impl PageMeta {
+    /// Whether the page's next fetch is zeros, filled locally with nothing
+    /// read: the store holds zeros for it, or the program freed it.
+    pub(crate) fn reads_zero(&self, r: &RegionInner) -> bool {
+        self.zeroed || self.store_zero(r)
+    }
+
+    /// Whether the store holds zeros for the page: its region's slabs
+    /// started zeroed and it was never written back.
+    pub(crate) fn store_zero(&self, r: &RegionInner) -> bool {
+        !(self.stored || r.all_stored)
+    }
 }
 
 /// One lock and state per page of a region, in a mapping of its own: all

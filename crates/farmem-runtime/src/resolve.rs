@@ -75,7 +75,7 @@ impl Shared {
                     return Step::Full;
                 }
                 m.state = State::Fetching;
-                let zero = !(m.stored || r.all_stored);
+                let zero = m.reads_zero(&r);
                 let predicted = !f.write && m.streak.predicts_write();
                 drop(m);
                 let write = (f.write || predicted) && self.cfg.writable_on_write_fault;
@@ -141,9 +141,10 @@ impl Shared {
         // SAFETY: the page is mapped and write-protected, so nothing
         // writes it while it is read.
         let current = unsafe { std::slice::from_raw_parts(page as *const u8, PAGE as usize) };
-        let store_zero = !(m.stored || r.all_stored);
+        // A clean page that came in as zeros needs no copy of them.
+        let zero_base = m.reads_zero(r);
         self.cache
-            .keep_diff_base(m, store_zero, current, ctx, &self.m);
+            .keep_diff_base(m, zero_base, current, ctx, &self.m);
         m.state = State::Dirty;
         let touch = PolicyUpdate::Touch(page / PAGE, self.now());
         if let Some(v) = self.cache.update_policy(touch, ctx) {

@@ -98,7 +98,9 @@ impl Runtime {
 
     /// Writes back every dirty page of every region ([`Region::sync`]).
     /// Dropping a runtime or region does not: unsynced data is discarded,
-    /// as at process exit.
+    /// as at process exit. Freed pages ([`Self::discard`]) not written
+    /// since are not written either: they read as zeros here, while the
+    /// store keeps their old bytes.
     pub fn sync(&self) -> Result<(), RuntimeError> {
         let regions: Vec<_> = self.sh.regions.read().values().cloned().collect();
         let mut first_err = None;
@@ -200,27 +202,61 @@ impl Runtime {
 
     /// The pages wholly inside `[addr, addr + len)` of a region hold
     /// nothing the program wants any more (memory it freed): resident ones
-    /// leave the local cache without a write-back, making room at once.
-    /// Their next touch reads what the store last had (zeros, filled
-    /// locally, for a page never written back): the store keeps its copy,
-    /// since a page diffed against zeros later must find zeros there.
+    /// leave the local cache without a write-back, making room at once,
+    /// and every one reads as zeros from now on, filled locally at its
+    /// next touch rather than fetched. The store keeps its stale copy
+    /// until the page's next write-back, which ships every line of it.
     /// Pages mid-fetch or mid-write-back are left as they are. Returns the
     /// pages dropped from the cache.
     ///
     /// Call it before the memory can be handed out again: a write that
     /// lands on a page between the free and this call is discarded too.
     pub fn discard(&self, addr: u64, len: u64) -> u64 {
-        let (first, end) = (addr.div_ceil(PAGE) * PAGE, (addr + len) / PAGE * PAGE);
-        let Some(r) = self.sh.lookup(first).filter(|_| end > first) else {
-            return 0;
-        };
-        let end = end.min(r.start + r.len);
         let mut dropped = 0;
-        for page in (first..end).step_by(PAGE as usize) {
-            dropped += discard_page(&self.sh, &r, page) as u64;
-        }
+        self.each_freed(addr, len, |freed, _| {
+            dropped += (freed == Freed::Dropped) as u64
+        });
         self.sh.m.pages_discarded.add(dropped);
         dropped
+    }
+
+    /// Makes `[addr, addr + len)` read as zeros, as a fresh anonymous
+    /// mapping or `MADV_DONTNEED` does: far pages wholly inside by
+    /// [`Self::discard`] (nothing is fetched or written for them now), the
+    /// rest (the range's partial pages, pages mid-fetch or mid-write-back,
+    /// memory outside far regions) by writing zeros from the calling
+    /// thread, which may take faults.
+    pub fn zero(&self, addr: u64, len: u64) {
+        let mut dropped = 0;
+        self.each_freed(addr, len, |freed, (at, n)| match freed {
+            Freed::Dropped => dropped += 1,
+            Freed::Zeroed => {}
+            // SAFETY: the caller's range, mapped and writable.
+            Freed::Kept => unsafe { std::ptr::write_bytes(at as *mut u8, 0, n as usize) },
+        });
+        self.sh.m.pages_discarded.add(dropped);
+    }
+
+    /// Frees each page of `[addr, addr + len)` ([`free_page`]), passing
+    /// `f` what became of it and its part of the range (address, bytes):
+    /// partial pages and pages outside far regions are `Kept`.
+    fn each_freed(&self, addr: u64, len: u64, mut f: impl FnMut(Freed, (u64, u64))) {
+        let end = addr.saturating_add(len);
+        let mut at = addr;
+        let mut region: Option<Arc<RegionInner>> = None;
+        while at < end {
+            let page = at / PAGE * PAGE;
+            let next = (page + PAGE).min(end);
+            if !region.as_ref().is_some_and(|r| r.contains(page)) {
+                region = self.sh.lookup(page);
+            }
+            let freed = match &region {
+                Some(r) if at == page && next == page + PAGE => free_page(&self.sh, r, page),
+                _ => Freed::Kept,
+            };
+            f(freed, (at, next - at));
+            at = next;
+        }
     }
 
     /// Holds the far pages of `[addr, addr + len)` in local memory while
@@ -464,9 +500,23 @@ impl Region<'_> {
 }
 
 /// [`Runtime::discard`] of one page; true if it left the cache.
-fn discard_page(sh: &Shared, r: &RegionInner, page: u64) -> bool {
+/// What [`free_page`] did with a page.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Freed {
+    /// It was resident: dropped from the cache, unwritten.
+    Dropped,
+    /// It was absent: it now reads as zeros without a fetch.
+    Zeroed,
+    /// A fetch or a write-back owns it, which settles it as usual.
+    Kept,
+}
+
+/// Frees a far page whose contents the program no longer wants: out of
+/// the cache if resident, and reading as zeros from now on.
+fn free_page(sh: &Shared, r: &RegionInner, page: u64) -> Freed {
     let mut m = r.pages[r.page_index(page)].lock();
-    let resident = match m.state {
+    let freed = match m.state {
+        State::Absent => Freed::Zeroed,
         State::Clean | State::Dirty => {
             // SAFETY: a page of a live region, whose contents are unwanted.
             let rc = unsafe {
@@ -477,31 +527,32 @@ fn discard_page(sh: &Shared, r: &RegionInner, page: u64) -> bool {
                 )
             };
             if rc != 0 {
-                return false;
+                return Freed::Kept;
             }
-            true
+            Freed::Dropped
         }
-        State::Parked => {
-            if let Some(park) = &sh.park {
+        State::Parked => match &sh.park {
+            Some(park) => {
                 park.discard(&mut m);
+                Freed::Dropped
             }
-            true
-        }
-        // Its fetch or write-back owns it; it settles as usual.
-        State::Absent | State::Fetching | State::Busy => false,
+            None => Freed::Kept,
+        },
+        State::Fetching | State::Busy => return Freed::Kept,
     };
-    if !resident {
-        return false;
+    // Zeros are the store's own copy of a page never written back.
+    m.zeroed = !m.store_zero(r);
+    if freed == Freed::Dropped {
+        sh.cache.lock_policy().remove(page / PAGE);
+        m.state = State::Absent;
+        sh.cache.put_buf(m.snapshot.take());
+        m.zero_base = false;
+        m.unwatched = false;
+        m.force = 0;
+        drop(m);
+        sh.cache.release_page();
     }
-    sh.cache.lock_policy().remove(page / PAGE);
-    m.state = State::Absent;
-    sh.cache.put_buf(m.snapshot.take());
-    m.zero_base = false;
-    m.unwatched = false;
-    m.force = 0;
-    drop(m);
-    sh.cache.release_page();
-    true
+    freed
 }
 
 impl Drop for Region<'_> {

@@ -26,8 +26,7 @@ pub(super) fn far_alloc(size: usize, zero: bool, kind: Kind) -> Option<*mut c_vo
     }
     let g = with_heap(|h| h.alloc(size, kind)).flatten()?;
     if zero && g.stale > 0 {
-        // SAFETY: the range was just granted to us and is mapped.
-        unsafe { std::ptr::write_bytes(g.addr as *mut u8, 0, g.stale) };
+        zero_range(g.addr, g.stale);
     }
     Some(g.addr as *mut c_void)
 }
@@ -52,6 +51,21 @@ pub(super) fn discard(addr: usize, len: usize) {
     let _busy = Busy::enter();
     // SAFETY: the runtime is leaked, so it lives until the process ends.
     unsafe { &*rt }.discard(addr as u64, len as u64);
+}
+
+/// Makes a far range read as zeros: its freed pages are dropped, not
+/// fetched to be overwritten (`Runtime::zero`). Without a runtime (a
+/// forked child, or before it started) the zeros are written.
+pub(super) fn zero_range(addr: usize, len: usize) {
+    let rt = RUNTIME.load(Ordering::Acquire);
+    if rt.is_null() || FORKED.load(Ordering::Relaxed) {
+        // SAFETY: a far range of the caller's, mapped for the process.
+        unsafe { std::ptr::write_bytes(addr as *mut u8, 0, len) };
+        return;
+    }
+    let _busy = Busy::enter();
+    // SAFETY: the runtime is leaked, so it lives until the process ends.
+    unsafe { &*rt }.zero(addr as u64, len as u64);
 }
 
 /// The length of the far malloc-family block at `p`, if it is one (a

@@ -4,7 +4,7 @@
 use std::ffi::{c_int, c_void};
 use std::sync::atomic::Ordering;
 
-use super::far::{discard, far_alloc};
+use super::far::{discard, far_alloc, zero_range};
 use super::state::{BUSY, FORKED, HEAP_END, is_far, runtime_thread, set_errno, with_heap};
 use crate::heap::Kind;
 
@@ -61,8 +61,7 @@ fn remap_far(addr: *mut c_void, len: usize, prot: c_int, flags: c_int) -> *mut c
         return libc::MAP_FAILED;
     }
     if prot == libc::PROT_READ | libc::PROT_WRITE {
-        // SAFETY: inside the far heap, which stays mapped for the process.
-        unsafe { std::ptr::write_bytes(addr as *mut u8, 0, len) };
+        zero_range(addr as usize, len);
     } else if prot != libc::PROT_NONE {
         set_errno(libc::ENOMEM);
         return libc::MAP_FAILED;
@@ -111,8 +110,7 @@ pub unsafe extern "C" fn madvise(addr: *mut c_void, len: usize, advice: c_int) -
         // program can observe: DONTNEED makes private anonymous memory zero.
         if advice == libc::MADV_DONTNEED {
             let end = (addr as usize + len).min(HEAP_END.load(Ordering::Acquire));
-            // SAFETY: inside the far heap, which stays mapped for the process.
-            unsafe { std::ptr::write_bytes(addr as *mut u8, 0, end - addr as usize) };
+            zero_range(addr as usize, end - addr as usize);
         }
         return 0;
     }
