@@ -195,6 +195,10 @@ impl Shared {
     /// `run` starting `skip` pages in, and settles them: writable when the
     /// job is a write fault's ([`Settle::DirtyOver`]; the thread path,
     /// which reads a window with its page), else write-protected (clean).
+    /// A write only predicted from the faulting page's own history says
+    /// nothing of its neighbours': they come in protected, or each would
+    /// ship whole at its eviction, written or not (the diff-base cap keeps
+    /// no copy of most).
     pub(crate) fn install_read(
         &self,
         job: &FetchJob,
@@ -212,6 +216,7 @@ impl Shared {
         self.m.bytes_fetched.add(n as u64 * PAGE);
         self.m.pages_faulted_around.add(n as u64);
         let pages = &run.run(skip + n)[skip * PAGE as usize..];
+        let written = job.write && !job.unwatched;
         let t = Instant::now();
         // SAFETY: `pages` is n live, page-aligned pages.
         let (copied, result) = unsafe {
@@ -219,14 +224,14 @@ impl Shared {
                 r.page_addr(first),
                 pages.as_ptr(),
                 n as u64 * PAGE,
-                !job.write,
+                !written,
             )
         };
         self.m.st_install.since(t);
         if let Err(e) = result {
             self.report(format!("reading ahead at {:#x}: {e}", r.page_addr(first)));
         }
-        let settle = if job.write {
+        let settle = if written {
             Settle::DirtyOver(pages)
         } else {
             Settle::Clean

@@ -318,6 +318,42 @@ fn a_write_streams_window_is_installed_writable_and_its_writes_reach_the_store()
 }
 
 #[test]
+fn a_read_faults_window_comes_in_protected_whatever_its_pages_history() {
+    if skip() {
+        return;
+    }
+    let store = Arc::new(MemStore::new(1 << 30));
+    let c = Config {
+        local_bytes: PAGES as u64 / 2 * PAGE,
+        ..cfg(DirtyMode::Line, FaultPath::Thread, 32)
+    };
+    let rt = Runtime::new(c, store.clone(), store.clone()).unwrap();
+    let r = rt.region(PAGES as u64 * PAGE).unwrap();
+    // Every page written once and evicted: each one's history predicts a
+    // write, so a read fault installs its own page writable.
+    let p_ = PAGE as usize;
+    for p in 0..PAGES {
+        r.write_at(p * p_, &[p as u8 + 1]).unwrap();
+    }
+    let before = rt.stats();
+    let mut b = [0u8; 1];
+    for p in 0..PAGES {
+        r.read_at(p * p_, &mut b).unwrap();
+        assert_eq!(b[0], p as u8 + 1, "page {p}");
+    }
+    let s = rt.stats();
+    let faults = s.faults_missing - before.faults_missing;
+    let predicted = s.writes_predicted - before.writes_predicted;
+    let around = s.pages_faulted_around - before.pages_faulted_around;
+    assert!(around > faults, "read in windows: {s:?}");
+    assert!(
+        predicted <= faults,
+        "only each fault's own page goes writable on its history: {predicted} of {faults} faults"
+    );
+    assert_eq!(s.faults_wp, before.faults_wp, "nothing was written");
+}
+
+#[test]
 fn a_failed_read_ahead_leaves_each_page_to_its_own_fault() {
     if skip() {
         return;
