@@ -499,7 +499,6 @@ impl Region<'_> {
     }
 }
 
-/// [`Runtime::discard`] of one page; true if it left the cache.
 /// What [`free_page`] did with a page.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Freed {
@@ -507,7 +506,8 @@ enum Freed {
     Dropped,
     /// It was absent: it now reads as zeros without a fetch.
     Zeroed,
-    /// A fetch or a write-back owns it, which settles it as usual.
+    /// Left as it was: a fetch or a write-back owns it and settles it as
+    /// usual (or, to `Runtime::each_freed`, it is no whole far page).
     Kept,
 }
 
