@@ -121,10 +121,12 @@ fn pages_written_through_the_runtime_read_back_from_memory_nodes() {
         return;
     }
     let rack = rack(|_, addr| addr);
-    round_trip(&rack, DirtyMode::Line, FaultPath::Thread, 200_000);
-    round_trip(&rack, DirtyMode::Page, FaultPath::Thread, 50_000);
+    // Each op is about one fault (random over 16 times the cache), so 80 k
+    // ops evict the cache 20 times over; more only made the suite longer.
+    round_trip(&rack, DirtyMode::Line, FaultPath::Thread, 80_000);
+    round_trip(&rack, DirtyMode::Page, FaultPath::Thread, 30_000);
     // Fetched by the faulting thread through the nodes' page readers.
-    round_trip(&rack, DirtyMode::Line, FaultPath::Signal, 200_000);
+    round_trip(&rack, DirtyMode::Line, FaultPath::Signal, 80_000);
 }
 
 #[test]
@@ -144,14 +146,15 @@ fn connections_cut_mid_batch_lose_nothing() {
         }));
         addr
     });
-    // 60 k random writes: with diff bases capped at a 256th of the
-    // cache most go back as whole pages, about 250 MB a run, so the
-    // proxy cuts about 75 connections a run (200 k took 340 s for 760
-    // cuts, every message paying the proxy's two thread hand-offs).
-    round_trip(&rack, DirtyMode::Line, FaultPath::Thread, 60_000);
+    // 25 k random writes: with diff bases capped at a 256th of the
+    // cache most go back as whole pages, about 100 MB a run, so the
+    // proxy cuts about 30 connections a run (60 k took 90 s a run under
+    // the suite's load, every message paying the proxy's two thread
+    // hand-offs and every cut a reconnection).
+    round_trip(&rack, DirtyMode::Line, FaultPath::Thread, 25_000);
     // Page readers die with their connections too: faults go to the
     // fillers, which reopen them.
-    round_trip(&rack, DirtyMode::Line, FaultPath::Signal, 60_000);
+    round_trip(&rack, DirtyMode::Line, FaultPath::Signal, 25_000);
     assert!(
         cuts.load(Ordering::Relaxed) > 0,
         "the proxy never cut a connection"
