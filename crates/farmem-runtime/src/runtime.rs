@@ -9,7 +9,7 @@ use crate::config::{Config, FaultPath};
 use crate::error::RuntimeError;
 use crate::evict::{self, Segment};
 use crate::handler::{filler, handoff_filler, monitor};
-use crate::page::{PAGE, PageMeta, RegionInner, State};
+use crate::page::{PAGE, RegionInner, State};
 use crate::shared::Shared;
 use crate::slab::{Backing, LazyTable, ResourceManager, SlabTable};
 use crate::stats::{Books, FaultBuckets, Stats};
@@ -271,17 +271,7 @@ impl Runtime {
     pub fn pin(&self, addr: usize, len: usize) -> Pinned<'_> {
         let pages = page_span(addr, len);
         let cache = &self.sh.cache;
-        self.each_page(pages.clone(), |m| {
-            if m.pins == 0 {
-                cache.pin_page(true);
-            }
-            m.pins = m.pins.saturating_add(1);
-        });
-        Pinned { rt: self, pages }
-    }
-
-    /// Runs `f` on the state of each far page of `pages` (addresses).
-    fn each_page(&self, pages: std::ops::Range<u64>, mut f: impl FnMut(&mut PageMeta)) {
+        let mut held = Vec::new();
         let mut page = pages.start;
         while page < pages.end {
             let Some(r) = self.sh.lookup(page) else {
@@ -289,13 +279,18 @@ impl Runtime {
                 continue;
             };
             let end = pages.end.min(r.start + r.pages.len() as u64 * PAGE);
-            while page < end {
-                if let Some(m) = r.pages.get(((page - r.start) / PAGE) as usize) {
-                    f(&mut m.lock());
+            let idx = r.page_index(page)..r.page_index(end - 1) + 1;
+            for i in idx.clone() {
+                let mut m = r.pages[i].lock();
+                if m.pins == 0 {
+                    cache.pin_page(true);
                 }
-                page += PAGE;
+                m.pins = m.pins.saturating_add(1);
             }
+            page = end;
+            held.push((r, idx));
         }
+        Pinned { rt: self, held }
     }
 
     pub fn config(&self) -> &Config {
@@ -586,20 +581,31 @@ impl Drop for Region<'_> {
 }
 
 /// Far pages held for a system call ([`Runtime::pin`]); released on drop.
+/// It holds the regions it pinned, not addresses: a region dropped
+/// meanwhile released its pins itself, and a new one mapped at the same
+/// addresses is not another guard's to unpin.
 pub struct Pinned<'a> {
     rt: &'a Runtime,
-    pages: std::ops::Range<u64>,
+    held: Vec<(Arc<RegionInner>, std::ops::Range<usize>)>,
 }
 
 impl Drop for Pinned<'_> {
     fn drop(&mut self) {
         let cache = &self.rt.sh.cache;
-        self.rt.each_page(self.pages.clone(), |m| {
-            if m.pins == 1 {
-                cache.pin_page(false);
+        for (r, idx) in &self.held {
+            for i in idx.clone() {
+                let mut m = r.pages[i].lock();
+                // Checked under the page's lock: `Region`'s drop marks the
+                // region dead before it clears each page's pins.
+                if r.dead.load(Ordering::SeqCst) {
+                    break;
+                }
+                if m.pins == 1 {
+                    cache.pin_page(false);
+                }
+                m.pins = m.pins.saturating_sub(1);
             }
-            m.pins = m.pins.saturating_sub(1);
-        });
+        }
     }
 }
 

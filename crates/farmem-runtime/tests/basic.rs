@@ -722,6 +722,37 @@ fn a_pinned_page_stays_resident_while_the_cache_turns_over() {
 }
 
 #[test]
+fn a_pin_that_outlives_its_region_leaves_the_next_regions_pins_alone() {
+    if skip() {
+        return;
+    }
+    let store = Arc::new(MemStore::new(1 << 30));
+    let c = Config {
+        policy: farmem_policy::cache::PolicyConfig::Lru,
+        ..cfg(64, DirtyMode::Page)
+    };
+    let rt = Runtime::new(c, store.clone(), store.clone()).unwrap();
+    let pages = 1024;
+    let old = rt.region(pages as u64 * PAGE).unwrap();
+    old.write_at(100, &[1; 8]).unwrap();
+    let stale = rt.pin(old.as_ptr() as usize + 100, 8);
+    drop(old);
+    // A new region, perhaps at the old one's addresses, its first page
+    // pinned by a guard of its own; the old guard goes first.
+    let r = rt.region(pages as u64 * PAGE).unwrap();
+    r.write_at(100, &[7; 8]).unwrap();
+    let first = r.as_ptr();
+    let pin = rt.pin(first as usize + 100, 8);
+    drop(stale);
+    rewrite(&r, pages, 1, false);
+    assert!(resident(first), "the pinned page was evicted");
+    drop(pin);
+    let mut b = [0u8; 8];
+    r.read_at(100, &mut b).unwrap();
+    assert_eq!(b, [7; 8]);
+}
+
+#[test]
 fn pins_over_the_whole_cache_let_faults_past_the_limit_rather_than_hang() {
     if skip() {
         return;
