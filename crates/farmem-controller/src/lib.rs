@@ -7,9 +7,9 @@
 //! multiples of the hot-plug granularity (128 MiB by default), placed
 //! round-robin or least-loaded. Before answering, the controller tells each
 //! memory node about its new grants, so a compute node may use an extent the
-//! moment it learns of it. With a state file ([`state`]) the table and the
+//! moment it learns of it. With a state file (`state`) the table and the
 //! leases survive a restart; a controller that cannot write its state file
-//! refuses to start. A quota ([`quota`]) may cap what one client holds.
+//! refuses to start. A quota (`quota`) may cap what one client holds.
 //!
 //! A compute node may hold its grants on a lease (`Msg::Lease`): if it
 //! sends nothing for the lease's length (it was killed, or its host is
@@ -17,21 +17,21 @@
 //! crashed client cannot keep rack memory for good. Leases are kept in the
 //! state file and, after a restart, each counts from the restart: a client
 //! that died while the controller was down loses its grants one lease
-//! length later ([`leases`]). Grants of a client that holds no lease stay
+//! length later (`leases`). Grants of a client that holds no lease stay
 //! granted until released, across restarts too.
 //!
 //! Every extent handed to a client carries a capability ([`farmem_wire::Cap`])
 //! the controller signs with a key derived from the cluster secret; memory
 //! nodes serve a session only ranges it presented one for. Which sessions
-//! may speak for a client name here is [`names`]' business.
+//! may speak for a client name here is `names`' business.
 //!
 //! With `--state etcd://HOST:PORT/PREFIX` the state lives in etcd and
 //! several controllers share it: one leads, the others stand by and refuse
 //! with `NotLeader`, naming the leader, until its etcd lease runs out and
-//! one of them takes over ([`election`]).
+//! one of them takes over (`election`).
 //!
 //! An operator (the admin role) takes a memory node that is gone out of
-//! the table ([`remove`]).
+//! the table (`remove`).
 
 mod alloc;
 mod answered;
@@ -86,7 +86,7 @@ pub struct ControllerConfig {
     pub quota: Option<u64>,
     /// A session that sends nothing for this long is closed (`None`:
     /// never). Clients reopen it and prove their name again with their
-    /// capabilities (see [`names`]).
+    /// capabilities (see `names`).
     pub idle_timeout: Option<Duration>,
 }
 
@@ -217,10 +217,10 @@ pub struct ControllerStats {
     /// Allocations refused for taking their client past `--quota`.
     #[serde(default)]
     pub refused_quota: u64,
-    /// Saves of the state file that failed (see [`state`]).
+    /// Saves of the state file that failed (see `state`).
     #[serde(default)]
     pub state_save_errors: u64,
-    /// A standby controller (another leads, see [`election`]): it serves
+    /// A standby controller (another leads, see `election`): it serves
     /// nothing but these statistics, whose table fields are then empty.
     #[serde(default)]
     pub standby: bool,
@@ -891,7 +891,7 @@ pub struct Controller {
 impl Controller {
     /// Starts serving: at once with a state file or none, which it loads
     /// and writes back first; with etcd, as a standby that leads once
-    /// elected (see [`election`]), after checking etcd answers.
+    /// elected (see `election`), after checking etcd answers.
     pub fn start(cfg: ControllerConfig) -> Result<Self, ControllerError> {
         let mut shared = Shared::new(cfg.clone(), Table::new(cfg.granularity));
         match (&shared.backend, &shared.leadership) {

@@ -17,7 +17,7 @@ const RESERVE_AHEAD: usize = 256 << 10;
 /// Reads one frame: its header, then exactly its body into `body` (resized;
 /// capacity is reused across calls). The length is checked against
 /// `max_frame` before the body is read, and memory beyond
-/// [`RESERVE_AHEAD`] is taken only as the body arrives, so a lying header
+/// `RESERVE_AHEAD` is taken only as the body arrives, so a lying header
 /// costs nothing.
 pub fn read_frame(
     r: &mut impl Read,

@@ -32,7 +32,7 @@ pub struct KonaOpts {
     /// disturbed) by the same predecessor.
     pub rounds: usize,
     /// Memory to take from the kernel and give back right before each
-    /// timed run (0: none); see [`warm_page_allocator`].
+    /// timed run (0: none), so its first faults find the allocator warm.
     pub warm_bytes: u64,
     /// Everything else (wait mode, fillers, policy) comes from here.
     pub base: Config,

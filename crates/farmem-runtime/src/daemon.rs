@@ -1,12 +1,13 @@
-//! `--engine daemon`: DaeMon's selection unit on real faults (seed 000
-//! §4.2 at §4.7's granularities). A fault on a stored page asks
-//! farmem-policy's [`FaultSelector`] whether to fetch the page alone
-//! (demand lane), the page and at the same time the rest of its cluster
-//! (on the bulk lane, read by the `farmem-bulk` thread while the page is
-//! read and after the program runs on), or the cluster alone with the page in it (bulk lane, the
-//! fault waiting). The region's readahead says whether the fault shows
-//! locality; the selector's buffers are the lanes' occupancy. Thread fault
-//! path only: a signal handler cannot wait on the selector's lock.
+//! `--engine daemon`: DaeMon's selection unit on real faults (seed 000 §4.2
+//! at §4.7's granularities). A fault on a stored page asks farmem-policy's
+//! [`FaultSelector`](farmem_policy::daemon::FaultSelector) whether to fetch
+//! the page alone (demand lane), the page and at the same time the rest of
+//! its cluster (on the bulk lane, read by the `farmem-bulk` thread while
+//! the page is read and after the program runs on), or the cluster alone
+//! with the page in it (bulk lane, the fault waiting). The region's
+//! readahead says whether the fault shows locality; the selector's buffers
+//! are the lanes' occupancy. Thread fault path only: a signal handler
+//! cannot wait on the selector's lock.
 //!
 //! Never-written pages keep fault-around's zeros (they cross no link), so
 //! only remote faults meet the selector.

@@ -172,7 +172,7 @@ impl Runtime {
     /// Replaces what happens when far data cannot be had (its memory node
     /// restarted or stayed unreachable past its deadline with no copy
     /// left): by default the process writes the reason on stderr and exits
-    /// with [`LOST_EXIT_CODE`] at once, since the access that needed the
+    /// with [`LOST_EXIT_CODE`](crate::LOST_EXIT_CODE) at once, since the access that needed the
     /// data cannot complete and going on would compute on what is left.
     /// A hook that returns leaves that access waiting.
     pub fn on_lost(&self, hook: impl Fn(&str) + Send + Sync + 'static) {

@@ -81,7 +81,7 @@ fn mac(key: &[u8], parts: &[&[u8]]) -> [u8; PROOF_LEN] {
     mac.finalize().into_bytes().into()
 }
 
-/// A role's key: HMAC(secret, "farmem/role/<role>").
+/// A role's key: HMAC(secret, `"farmem/role/<role>"`).
 pub fn role_key(secret: &[u8], role: Role) -> [u8; PROOF_LEN] {
     mac(secret, &[b"farmem/role/", role.name().as_bytes()])
 }

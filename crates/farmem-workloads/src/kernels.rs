@@ -668,7 +668,7 @@ fn stiffness_matrix(nodes: usize, rng: &mut SmallRng) -> (Vec<u64>, Vec<u32>, Ve
 }
 
 /// Sparse matrix-vector multiply (CSR) over a structural stiffness matrix
-/// ([`stiffness_matrix`]), two iterations.
+/// (`stiffness_matrix`), two iterations.
 pub fn spmv<S: Sink + ?Sized>(sink: &mut S, p: &Params) {
     let nodes = (p.count(43_690) as usize).div_ceil(DOF);
     let rows = nodes * DOF;
@@ -728,7 +728,7 @@ const BLOSUM62_10: [[i8; 10]; 10] = [
 const NW_TILE: usize = 16;
 
 /// Needleman-Wunsch as Rodinia's `nw` (OpenMP `nw_optimized`, DaeMon's
-/// [20]) runs it on two random sequences: an `int` score matrix
+/// \[20\]) runs it on two random sequences: an `int` score matrix
 /// (`input_itemsets`) zeroed, the sequences put in its first row and
 /// column, an `int` reference matrix of the same size filled with their
 /// BLOSUM62 scores, then the first row and column set to the gap

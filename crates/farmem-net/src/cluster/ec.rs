@@ -289,7 +289,7 @@ pub(super) fn is_logical(addr: u64) -> bool {
 impl Cluster {
     /// Every later allocation keeps its bytes as `r` says: replicas
     /// (see [`Self::set_replicas`]) or Reed-Solomon stripes (see the
-    /// module docs of [`ec`](self)).
+    /// module docs of `ec`).
     pub fn set_redundancy(&self, r: Redundancy) {
         match r {
             Redundancy::Replicas(n) => {

@@ -234,7 +234,7 @@ impl Cluster {
 
     /// Applies cache lines to every live copy, all requests in flight at
     /// once; returns when each is acknowledged. Runs of at least
-    /// [`RUN_LINES`] contiguous lines (a page rewritten whole, a struct
+    /// `RUN_LINES` contiguous lines (a page rewritten whole, a struct
     /// streamed) go as one plain write each; the other lines as log records
     /// grouped per node into batches. A line given twice is applied as its
     /// last. A refused request is applied by its node not at all, so the

@@ -115,7 +115,7 @@ impl Cluster {
 
     /// Gives every extent that lost copies new ones, filled from a live
     /// copy, and every stripe that lost a shard a rebuilt one (see
-    /// [`ec`](super::ec)), at no more than `rate` bytes per second. Returns
+    /// `ec`), at no more than `rate` bytes per second. Returns
     /// what it did; an error leaves the rest for the next call.
     pub fn repair(&self, rate: u64) -> Result<Repaired, NetError> {
         let ctl = self

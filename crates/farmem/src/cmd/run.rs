@@ -839,7 +839,7 @@ extern "C" fn forward(sig: libc::c_int) {
 }
 
 /// `libfarmem_preload.so` beside the farmem binary (cargo puts both in
-/// target/<profile>/), or where FARMEM_PRELOAD points.
+/// `target/<profile>/`), or where FARMEM_PRELOAD points.
 pub fn find_preload() -> anyhow::Result<PathBuf> {
     if let Some(p) = std::env::var_os("FARMEM_PRELOAD").filter(|p| !p.is_empty()) {
         let p = PathBuf::from(p);
