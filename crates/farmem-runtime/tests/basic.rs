@@ -691,17 +691,23 @@ fn resident(addr: *mut u8) -> bool {
     v[0] & 1 == 1
 }
 
-#[test]
-fn a_pinned_page_stays_resident_while_the_cache_turns_over() {
-    if skip() {
-        return;
-    }
+/// A runtime of 64 local pages in LRU order, where the policy's next
+/// victim is plain to see.
+fn lru_runtime() -> Runtime {
     let store = Arc::new(MemStore::new(1 << 30));
     let c = Config {
         policy: farmem_policy::cache::PolicyConfig::Lru,
         ..cfg(64, DirtyMode::Page)
     };
-    let rt = Runtime::new(c, store.clone(), store.clone()).unwrap();
+    Runtime::new(c, store.clone(), store).unwrap()
+}
+
+#[test]
+fn a_pinned_page_stays_resident_while_the_cache_turns_over() {
+    if skip() {
+        return;
+    }
+    let rt = lru_runtime();
     let pages = 1024;
     let r = rt.region(pages as u64 * PAGE).unwrap();
     r.write_at(100, &[7; 8]).unwrap();
@@ -726,12 +732,7 @@ fn a_pin_that_outlives_its_region_leaves_the_next_regions_pins_alone() {
     if skip() {
         return;
     }
-    let store = Arc::new(MemStore::new(1 << 30));
-    let c = Config {
-        policy: farmem_policy::cache::PolicyConfig::Lru,
-        ..cfg(64, DirtyMode::Page)
-    };
-    let rt = Runtime::new(c, store.clone(), store.clone()).unwrap();
+    let rt = lru_runtime();
     let pages = 1024;
     let old = rt.region(pages as u64 * PAGE).unwrap();
     old.write_at(100, &[1; 8]).unwrap();
