@@ -231,7 +231,7 @@ impl<C: CoreModel> Sink for Engine<C> {
     }
 
     /// Steps each access with the L2 and LLC sets of the one
-    /// [`LOOKAHEAD`] records later already on their way into the host's
+    /// `LOOKAHEAD` records later already on their way into the host's
     /// cache: the set searches of a large LLC otherwise wait on DRAM.
     fn access_batch(&mut self, batch: &[Access]) {
         for (i, &a) in batch.iter().enumerate() {

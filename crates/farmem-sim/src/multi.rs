@@ -250,7 +250,7 @@ const READ_AHEAD: usize = 1 << 20;
 /// Replays a trace of several threads on several cores (thread `t` on core
 /// `t mod cores`), advancing the core furthest behind in virtual time: the
 /// trace's interleaving only decides the order within a core. Reads ahead at
-/// most [`READ_AHEAD`] records to find the next access of that core.
+/// most `READ_AHEAD` records to find the next access of that core.
 pub fn run_demux<C: CoreModel>(
     engine: &mut Engine<C>,
     reader: &mut TraceReader,

@@ -22,7 +22,7 @@ pub struct PageInfo {
 /// Dense ids keep the per-page state in an array.
 ///
 /// A page's id is found by direct index, not hashing: pages are grouped in
-/// chunks of [`CHUNK_PAGES`] with a slot each, and a small direct-mapped
+/// chunks of `CHUNK_PAGES` with a slot each, and a small direct-mapped
 /// table of recent chunks finds a chunk's slots; only a chunk missing from
 /// it is looked up in a hash map. Workloads touch dense ranges, so nearly
 /// every lookup ends in the two arrays (a hash map per page was the

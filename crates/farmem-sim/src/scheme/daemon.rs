@@ -275,7 +275,7 @@ fn class_of(index: usize) -> Class {
 /// The simulator is not event-driven (a miss returns its completion time
 /// at once), so the queue controller is modelled by when each request may
 /// leave its queue: a request enters its class's share of the bus and of
-/// the link ([`Path`]); the time it waits there for its share is the time
+/// the link (`Path`); the time it waits there for its share is the time
 /// it spends in the engine's queue. The engine is told a request left its
 /// queue (`pop_line` / `pop_page`) when simulated time passes that moment,
 /// and replies are applied (releasing buffer entries, installing pages)

@@ -11,7 +11,7 @@ use crate::eval::Check;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Experiment {
-    /// Fig. 9, 10 (and 11 with workload [`MIXED`]): x = cache percent.
+    /// Fig. 9, 10 (and 11 with workload `MIXED`): x = cache percent.
     CacheSize,
     /// Fig. 12: x = block bytes.
     BlockSize,
