@@ -212,12 +212,7 @@ impl Runtime {
     /// Call it before the memory can be handed out again: a write that
     /// lands on a page between the free and this call is discarded too.
     pub fn discard(&self, addr: u64, len: u64) -> u64 {
-        let mut dropped = 0;
-        self.each_freed(addr, len, |freed, _| {
-            dropped += (freed == Freed::Dropped) as u64
-        });
-        self.sh.m.pages_discarded.add(dropped);
-        dropped
+        self.each_freed(addr, len, |_, _| {})
     }
 
     /// Makes `[addr, addr + len)` read as zeros, as a fresh anonymous
@@ -227,23 +222,23 @@ impl Runtime {
     /// memory outside far regions) by writing zeros from the calling
     /// thread, which may take faults.
     pub fn zero(&self, addr: u64, len: u64) {
-        let mut dropped = 0;
-        self.each_freed(addr, len, |freed, (at, n)| match freed {
-            Freed::Dropped => dropped += 1,
-            Freed::Zeroed => {}
-            // SAFETY: the caller's range, mapped and writable.
-            Freed::Kept => unsafe { std::ptr::write_bytes(at as *mut u8, 0, n as usize) },
+        self.each_freed(addr, len, |freed, (at, n)| {
+            if freed == Freed::Kept {
+                // SAFETY: the caller's range, mapped and writable.
+                unsafe { std::ptr::write_bytes(at as *mut u8, 0, n as usize) }
+            }
         });
-        self.sh.m.pages_discarded.add(dropped);
     }
 
     /// Frees each page of `[addr, addr + len)` ([`free_page`]), passing
     /// `f` what became of it and its part of the range (address, bytes):
-    /// partial pages and pages outside far regions are `Kept`.
-    fn each_freed(&self, addr: u64, len: u64, mut f: impl FnMut(Freed, (u64, u64))) {
+    /// partial pages and pages outside far regions are `Kept`. Returns
+    /// the pages dropped from the cache (`pages_discarded`).
+    fn each_freed(&self, addr: u64, len: u64, mut f: impl FnMut(Freed, (u64, u64))) -> u64 {
         let end = addr.saturating_add(len);
         let mut at = addr;
         let mut region: Option<Arc<RegionInner>> = None;
+        let mut dropped = 0;
         while at < end {
             let page = at / PAGE * PAGE;
             let next = (page + PAGE).min(end);
@@ -254,9 +249,12 @@ impl Runtime {
                 Some(r) if at == page && next == page + PAGE => free_page(&self.sh, r, page),
                 _ => Freed::Kept,
             };
+            dropped += (freed == Freed::Dropped) as u64;
             f(freed, (at, next - at));
             at = next;
         }
+        self.sh.m.pages_discarded.add(dropped);
+        dropped
     }
 
     /// Holds the far pages of `[addr, addr + len)` in local memory while

@@ -41,31 +41,35 @@ pub(super) fn far_free(p: *mut c_void) {
 /// Freed far memory leaves the local cache now, unwritten (as the kernel
 /// frees the pages of an unmapped chunk), rather than wait to be evicted
 /// and written back. Before the range goes back to the heap, so no new
-/// owner's write is dropped. Not in a forked child, which has no runtime
-/// of its own (only the parent's locks, as they were at the fork).
+/// owner's write is dropped.
 pub(super) fn discard(addr: usize, len: usize) {
-    let rt = RUNTIME.load(Ordering::Acquire);
-    if rt.is_null() || FORKED.load(Ordering::Relaxed) {
-        return;
+    if let Some(rt) = own_runtime() {
+        let _busy = Busy::enter();
+        rt.discard(addr as u64, len as u64);
     }
-    let _busy = Busy::enter();
-    // SAFETY: the runtime is leaked, so it lives until the process ends.
-    unsafe { &*rt }.discard(addr as u64, len as u64);
 }
 
 /// Makes a far range read as zeros: its freed pages are dropped, not
-/// fetched to be overwritten (`Runtime::zero`). Without a runtime (a
-/// forked child, or before it started) the zeros are written.
+/// fetched to be overwritten (`Runtime::zero`). Without a runtime of our
+/// own the zeros are written.
 pub(super) fn zero_range(addr: usize, len: usize) {
-    let rt = RUNTIME.load(Ordering::Acquire);
-    if rt.is_null() || FORKED.load(Ordering::Relaxed) {
+    match own_runtime() {
+        Some(rt) => {
+            let _busy = Busy::enter();
+            rt.zero(addr as u64, len as u64);
+        }
         // SAFETY: a far range of the caller's, mapped for the process.
-        unsafe { std::ptr::write_bytes(addr as *mut u8, 0, len) };
-        return;
+        None => unsafe { std::ptr::write_bytes(addr as *mut u8, 0, len) },
     }
-    let _busy = Busy::enter();
+}
+
+/// The process's runtime, if it has one of its own: not before it
+/// started, and not in a forked child (which has only the parent's
+/// locks, as they were at the fork).
+fn own_runtime() -> Option<&'static farmem_runtime::Runtime> {
+    let rt = RUNTIME.load(Ordering::Acquire);
     // SAFETY: the runtime is leaked, so it lives until the process ends.
-    unsafe { &*rt }.zero(addr as u64, len as u64);
+    (!rt.is_null() && !FORKED.load(Ordering::Relaxed)).then(|| unsafe { &*rt })
 }
 
 /// The length of the far malloc-family block at `p`, if it is one (a
