@@ -319,8 +319,12 @@ impl PoolTuner {
     }
 
     /// Running totals at `now_ns` of the ns the program stalled in faults
-    /// and of its faults (the stall tuner's input; ignored without one).
-    pub fn progress(&mut self, now_ns: u64, stall_ns: u64, faults: u64) {
+    /// and of its faults (the stall tuner's input; ignored without one),
+    /// and whether the pool holds (next to) nothing ([`AbTuner::drained`]).
+    pub fn progress(&mut self, now_ns: u64, stall_ns: u64, faults: u64, drained: bool) {
+        if let Some(ab) = &mut self.ab {
+            ab.drained(drained);
+        }
         if let Some(ab) = &mut self.ab
             && ab.progress(now_ns, stall_ns, faults)
         {
@@ -585,11 +589,11 @@ mod tests {
         // Epochs where the pool costs stall: off after settle, the two
         // measured epochs, and the probe's settle and two measured.
         let (mut now, mut stall) = (0, 0);
-        t.progress(now, stall, 0);
+        t.progress(now, stall, 0, true);
         for f in 1..=6 {
             now += 100;
             stall += if t.is_on() { 60 } else { 20 };
-            t.progress(now, stall, f);
+            t.progress(now, stall, f, true);
         }
         assert!(!t.is_on());
         assert_eq!(t.switches(), 1);
@@ -598,12 +602,12 @@ mod tests {
         // A pool kept at a quarter of the page with room to spare holds
         // its probe off however it stalls.
         let mut t = PoolTuner::new(cfg, 4 * 2048);
-        t.progress(0, 0, 0);
+        t.progress(0, 0, 0, true);
         for f in 1..=20u64 {
             for p in 0..10 {
                 t.written(p, Some(512));
             }
-            t.progress(100 * f, 60 * f, f);
+            t.progress(100 * f, 60 * f, f, true);
         }
         assert!(t.is_on());
         assert_eq!(t.switches(), 0);
@@ -615,12 +619,12 @@ mod tests {
         assert!(!window(&mut t, 1));
         assert_eq!(t.switches(), 1);
         assert_eq!(t.ab_stats().unwrap().probes, 0);
-        t.progress(0, 0, 0);
+        t.progress(0, 0, 0, true);
         for f in 1..=4 {
-            t.progress(100 * f, 10 * f, f);
+            t.progress(100 * f, 10 * f, f, true);
         }
         assert!(!t.is_on());
-        t.progress(500, 50, 5);
+        t.progress(500, 50, 5, true);
         assert!(t.is_on(), "probed after settling and four epochs");
         assert!(window(&mut t, 1), "filling: not judged");
         assert!(!window(&mut t, 1), "the probe is cut short");

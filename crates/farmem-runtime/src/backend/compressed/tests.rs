@@ -150,6 +150,10 @@ fn a_full_pool_demotes_its_oldest_pages_and_loses_none() {
     assert!(st.bytes <= 3 * (ENTRY_OVERHEAD + 40), "{st:?}");
     assert_eq!(st.demoted + st.pages, 10, "{st:?}");
     assert!(st.demoted >= 7);
+    assert!(
+        st.trims >= 1,
+        "dropped pages past a quarter of the pool: {st:?}"
+    );
     assert_eq!(below.stats().lines_written, 64 * st.demoted);
     for i in 0..10 {
         assert_eq!(
@@ -369,25 +373,35 @@ fn auto_keeps_the_pool_over_a_slow_tier_and_turns_it_off_over_a_fast_one() {
 }
 
 #[test]
-fn a_pool_turned_off_drains_a_batch_at_a_time() {
-    let (_below, s, base) = setup_with(1 << 20, tuned(300));
-    for i in 0..300 {
+fn a_pool_turned_off_drains_a_few_batches_per_write_back_one_at_a_time() {
+    let n = 1200;
+    let (below, s, base) = setup_with(1 << 20, tuned(n as u32));
+    for i in 0..n {
         s.write_lines(&lines_of(base + i * P, &compressible(i as u8)))
             .unwrap();
     }
-    let batch = DEMOTE_BATCH as u64;
+    let per_write = (DEMOTE_BATCH * DRAIN_BATCHES) as u64;
     let st = s.stats();
-    assert_eq!((st.switches, st.demoted, st.pages), (1, batch, 300 - batch));
-    // Each later write-back demotes one more batch.
-    for i in 1..300u64.div_ceil(batch) {
-        s.write_lines(&lines_of(base + (300 + i) * P, &compressible(0)))
+    assert_eq!((st.switches, st.demoted), (1, per_write), "{st:?}");
+    let mut calls = below.stats().write_lines_calls;
+    // Each later write-back drains as many more, each batch in a write of
+    // its own (the page written goes below in the first).
+    for i in 1..n.div_ceil(per_write) {
+        s.write_lines(&lines_of(base + (n + i) * P, &compressible(0)))
             .unwrap();
         let st = s.stats();
-        assert_eq!(st.demoted, (batch * (i + 1)).min(300), "{st:?}");
+        assert_eq!(st.demoted, (per_write * (i + 1)).min(n), "{st:?}");
+        let now = below.stats().write_lines_calls;
+        assert!(
+            now - calls <= DRAIN_BATCHES as u64,
+            "{} writes",
+            now - calls
+        );
+        calls = now;
     }
     let st = s.stats();
-    assert_eq!((st.demoted, st.pages, s.local_bytes()), (300, 0, 0));
-    for i in 0..300 {
+    assert_eq!((st.demoted, st.pages, s.local_bytes()), (n, 0, 0));
+    for i in 0..n {
         assert_eq!(read(&s, base + i * P, PAGE), compressible(i as u8));
     }
 }
