@@ -20,8 +20,9 @@
 //! not flap) than the incumbent's epochs before it; then it is the
 //! incumbent. A probe that loses doubles `backoff` up to `max_backoff`, so
 //! a steady workload pays little for exploring; one that wins resets it.
-//! A phase change re-probes at once: two epochs in a row whose stall rate
-//! moved by more than `phase_shift` from the incumbent's when last judged.
+//! A phase change re-probes at once: `phase_epochs` epochs in a row whose
+//! stall rate moved from the incumbent's when last judged by a factor
+//! over 1 + `phase_shift`, up or down.
 //!
 //! Pure: time, stall and fault counts are numbers the caller passes in,
 //! as running totals.
@@ -71,10 +72,15 @@ pub struct AbConfig {
     /// per ns run: less is not worth a switch that drains or refills the
     /// pool).
     pub min_gap: f64,
-    /// An incumbent epoch whose stall rate differs from the incumbent's
-    /// when last judged by more than this share of it (plus `min_gap`),
-    /// twice in a row, is a phase change: probe now (default 0.5).
+    /// An incumbent epoch whose stall rate is over 1 + this times the
+    /// incumbent's when last judged, or under it divided by as much
+    /// (`min_gap` aside), `phase_epochs` times in a row, is a phase
+    /// change: probe now (defaults 1.0 and 3: twice or half). A Python job's 100 ms epochs move 0.4-4 ns
+    /// per ns run within one phase: at half and twice in a row, a phase
+    /// change was seen every few epochs, and each probe on refilled the
+    /// pool at the cost of the cache.
     pub phase_shift: f64,
+    pub phase_epochs: u32,
 }
 
 impl Default for AbConfig {
@@ -90,7 +96,8 @@ impl Default for AbConfig {
             max_backoff: 64,
             hysteresis: 0.15,
             min_gap: 0.02,
-            phase_shift: 0.5,
+            phase_shift: 1.0,
+            phase_epochs: 3,
         }
     }
 }
@@ -295,9 +302,11 @@ impl AbTuner {
         // Stall per ns the program ran, not per ns of wall time: a program
         // stalled 95% of the time with one setting and 97% with the other
         // runs 1.6x as long with the second, a 2% difference of shares of wall time.
-        // (Threads stalling more than the wall time in all are counted
-        // against a hundredth of it.)
-        let ran = wall.saturating_sub(stall).max(wall / 100).max(1);
+        // (An epoch stalled past nine tenths of its wall time is counted
+        // against a tenth of it: a fault is timed whole in the epoch it
+        // ends in, so one that began in the epoch before, or threads
+        // stalling at once, can make the stall the whole epoch or more.)
+        let ran = wall.saturating_sub(stall).max(wall / 10).max(1);
         self.epoch(stall as f64 / ran as f64)
     }
 
@@ -336,17 +345,16 @@ impl AbTuner {
                 }
                 self.recent = [self.recent[1], Some(share)];
                 let reference = *self.reference.get_or_insert(share);
-                let band = reference * self.cfg.phase_shift + self.cfg.min_gap;
-                self.shifted = if (share - reference).abs() > band {
-                    self.shifted + 1
-                } else {
-                    0
-                };
+                // A factor either way: rates only go down to zero.
+                let by = 1.0 + self.cfg.phase_shift;
+                let gap = self.cfg.min_gap;
+                let moved = share > reference * by + gap || share < reference / by - gap;
+                self.shifted = if moved { self.shifted + 1 } else { 0 };
                 let held = self.on && self.held;
                 if !held {
                     self.waited += 1;
                 }
-                let phase = self.shifted >= 2 && !held;
+                let phase = self.shifted >= self.cfg.phase_epochs.max(1) && !held;
                 if phase {
                     self.backoff = self.cfg.backoff.max(1);
                 }
@@ -443,6 +451,7 @@ mod tests {
             hysteresis: 0.15,
             min_gap: 0.02,
             phase_shift: 0.5,
+            phase_epochs: 2,
         }
     }
 
@@ -502,6 +511,46 @@ mod tests {
         assert!(second_half < first_half, "{first_half} {second_half}");
         assert_eq!(st.stall_per_mille(true), 300);
         assert_eq!(st.stall_per_mille(false), 500);
+    }
+
+    #[test]
+    fn by_default_a_rate_that_moves_within_a_phase_is_no_phase_change() {
+        let c = AbConfig {
+            epoch_ns: 100,
+            min_faults: 10,
+            max_fill: 0,
+            ..AbConfig::default()
+        };
+        // The pool pays, but its epochs go 1.5, 1.5, 0.43 ns per ns run
+        // (stalled 60%, 60%, 30%), as a real program's do; off is 4.
+        let noisy = |on: bool, i: usize| match (on, i % 3) {
+            (false, _) => 0.8,
+            (true, 2) => 0.3,
+            (true, _) => 0.6,
+        };
+        let mut r = Run::new(c);
+        let seen = r.epochs(300, noisy);
+        // Probes back off to 64 epochs: about eight of them.
+        let st = r.t.stats();
+        assert!(st.probes <= 10, "{st:?}");
+        assert_eq!(st.probes_won, 0);
+        assert!(seen.last().copied().unwrap_or(false));
+        // With the old rule (half, twice in a row), each pair of epochs
+        // at 1.5 after one at 0.43 was a phase change.
+        let mut r = Run::new(AbConfig {
+            phase_shift: 0.5,
+            phase_epochs: 2,
+            ..c
+        });
+        r.epochs(300, noisy);
+        assert!(r.t.stats().probes > 30, "{:?}", r.t.stats());
+        // A real change (on now stalls 90%, off 30%) is seen in three.
+        let mut r = Run::new(c);
+        r.epochs(300, noisy);
+        let seen = r.epochs(30, |on, _| if on { 0.9 } else { 0.3 });
+        let off = seen.iter().position(|on| !on).unwrap();
+        assert!(off <= 4, "found after {off} epochs");
+        assert!(!seen.last().copied().unwrap_or(true));
     }
 
     #[test]
