@@ -47,11 +47,14 @@ pub struct AbConfig {
     /// empty at first, one turned off still drains.
     pub settle: u32,
     /// More settling epochs a pool turned on may take to have had its
-    /// size's worth of pages written back, or a pool turned off to have
-    /// given its memory back (default 6): until then the pool on has not
-    /// yet taken its cache nor been read back, and off it still holds the
-    /// cache it took, so an epoch of either measures a bit of both.
+    /// size's worth of pages written back (default 3): until then it has
+    /// not yet taken its cache nor been read back.
     pub max_fill: u32,
+    /// More settling epochs a pool turned off may take to have given its
+    /// memory back and the cache to have refilled it (default 6): until
+    /// then it still holds the cache it took, so an epoch off measures a
+    /// bit of both settings.
+    pub max_drain: u32,
     /// Epochs a probe is measured (default 2): each must win (below).
     /// With one, a kv run at 6 MiB of 24 MiB, both settings within 10%
     /// of each other, flapped: 18 of 32 probes won on one epoch's noise.
@@ -75,10 +78,11 @@ pub struct AbConfig {
     /// An incumbent epoch whose stall rate is over 1 + this times the
     /// incumbent's when last judged, or under it divided by as much
     /// (`min_gap` aside), `phase_epochs` times in a row, is a phase
-    /// change: probe now (defaults 1.0 and 3: twice or half). A Python job's 100 ms epochs move 0.4-4 ns
-    /// per ns run within one phase: at half and twice in a row, a phase
-    /// change was seen every few epochs, and each probe on refilled the
-    /// pool at the cost of the cache.
+    /// change: probe now (defaults 1.0 and 3: twice or half). A Python
+    /// job's 100 ms epochs move between 0.4 and 4 ns per ns run within
+    /// one phase: at half and twice in a row, a phase change was seen
+    /// every few epochs, and each probe on refilled the pool at the cost
+    /// of the cache.
     pub phase_shift: f64,
     pub phase_epochs: u32,
 }
@@ -89,7 +93,8 @@ impl Default for AbConfig {
             epoch_ns: 100_000_000,
             min_faults: 64,
             settle: 1,
-            max_fill: 6,
+            max_fill: 3,
+            max_drain: 6,
             probe: 2,
             first_probe: 2,
             backoff: 4,
@@ -169,7 +174,7 @@ pub struct AbTuner {
     written: u64,
     fill: u64,
     /// Settling epochs past `settle` spent waiting for the pool to fill
-    /// (on) or drain (off).
+    /// (on) or drain and the cache to refill (off).
     filling: u32,
     /// The pool, off, has given back its memory ([`Self::drained`]).
     drained: bool,
@@ -302,9 +307,9 @@ impl AbTuner {
         // Stall per ns the program ran, not per ns of wall time: a program
         // stalled 95% of the time with one setting and 97% with the other
         // runs 1.6x as long with the second, a 2% difference of shares of wall time.
-        // (An epoch stalled past nine tenths of its wall time is counted
-        // against a tenth of it: a fault is timed whole in the epoch it
-        // ends in, so one that began in the epoch before, or threads
+        // (An epoch stalled past nine tenths of its wall time counts as
+        // having run a tenth of it: a fault is timed whole in the epoch
+        // it ends in, so one that began in the epoch before, or threads
         // stalling at once, can make the stall the whole epoch or more.)
         let ran = wall.saturating_sub(stall).max(wall / 10).max(1);
         self.epoch(stall as f64 / ran as f64)
@@ -327,7 +332,12 @@ impl AbTuner {
             self.drained_at
                 .is_none_or(|at| self.faults.saturating_sub(at) < self.fill / 2)
         };
-        if unsettled && self.filling < self.cfg.max_fill {
+        let most = if self.on {
+            self.cfg.max_fill
+        } else {
+            self.cfg.max_drain
+        };
+        if unsettled && self.filling < most {
             self.filling += 1;
             return true;
         }
@@ -444,6 +454,7 @@ mod tests {
             min_faults: 10,
             settle: 1,
             max_fill: 0,
+            max_drain: 0,
             probe: 2,
             first_probe: 2,
             backoff: 4,
@@ -671,7 +682,7 @@ mod tests {
     #[test]
     fn a_pool_turned_off_settles_until_drained_and_refilled() {
         let c = AbConfig {
-            max_fill: 10,
+            max_drain: 10,
             ..cfg()
         };
         let mut t = AbTuner::new(c, true, 100);
@@ -694,9 +705,9 @@ mod tests {
         }
         t.progress(900, 0, 90);
         assert_eq!(t.recent[1], Some(0.0), "refilled: measured");
-        // However long a drain takes, `max_fill` epochs past the settle
+        // However long a drain takes, `max_drain` epochs past the settle
         // end it.
-        let c = AbConfig { max_fill: 6, ..c };
+        let c = AbConfig { max_drain: 6, ..c };
         let mut t = AbTuner::new(c, true, 100);
         t.progress(0, 0, 0);
         assert!(t.veto());

@@ -573,6 +573,7 @@ mod tests {
             epoch_ns: 100,
             min_faults: 1,
             max_fill: 0,
+            max_drain: 0,
             ..AbConfig::default()
         };
         let cfg = TunerConfig {
