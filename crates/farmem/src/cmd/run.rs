@@ -96,9 +96,10 @@ pub struct Args {
     /// to 3/4 and for the pool's oldest when it is full;
     /// `tiered:compressed,file:PATH`, the same pool in front of a file;
     /// `auto`, the compressed pool over the memory nodes, turned off while
-    /// its pages are not read back enough to pay for the cache it takes
-    /// (as with random access over data larger than the pool) and tried
-    /// again when it would pay.
+    /// the program stalls less in faults without it (as with random access
+    /// over data larger than the pool, or a program whose cache is just
+    /// big enough without the pool), judged in 100 ms epochs with it on
+    /// and off, and tried again later; off, it gives its memory back.
     #[arg(long, default_value = "auto")]
     backend: Backend,
     /// Dirty tracking: `line` (Kona: only changed cache lines are written
