@@ -135,6 +135,15 @@ impl EgressDelay {
         }
     }
 
+    /// Changes whenever the delay in force may have: a shared link's is set
+    /// live (`farmem link set`); a gate of the process's own never changes.
+    pub fn generation(&self) -> u64 {
+        match &self.gate {
+            Gate::Own(_) => 0,
+            Gate::Shared { link, .. } => link.generation(),
+        }
+    }
+
     /// What an error should say of this gate: None when it delays nothing.
     pub fn in_force(&self) -> Option<String> {
         let model = self.model();

@@ -240,6 +240,12 @@ impl SharedLink {
         Ok(())
     }
 
+    /// Changes with every [`Self::set`], so a reader can tell whether the
+    /// delay may have changed since it last read [`Self::model`].
+    pub fn generation(&self) -> u64 {
+        self.state().seq.load(Ordering::Acquire)
+    }
+
     /// The link's delay now.
     pub fn model(&self) -> DelayModel {
         let s = self.state();

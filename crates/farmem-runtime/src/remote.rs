@@ -177,3 +177,13 @@ fn store_error(e: NetError) -> StoreError {
         e => StoreError::Other(Box::new(e)),
     }
 }
+
+impl crate::stats::DelaySource for farmem_net::delay::EgressDelay {
+    fn generation(&self) -> u64 {
+        farmem_net::delay::EgressDelay::generation(self)
+    }
+
+    fn label(&self) -> String {
+        self.model().to_string()
+    }
+}

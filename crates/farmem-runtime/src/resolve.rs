@@ -401,6 +401,9 @@ impl Shared {
         // What `auto`'s tuner weighs the pool by: the fault's whole wait.
         crate::backend::FAULT_CLOCK.fault(took);
         let remote = (!job.zero).then_some(&self.m.remote_fault_latency);
+        if !job.zero {
+            self.m.remote_by_delay.record(took, ctx == Ctx::Thread);
+        }
         for hist in std::iter::once(&self.m.fault_latency).chain(remote) {
             match ctx {
                 Ctx::Thread => hist.record(took),

@@ -179,6 +179,13 @@ impl Runtime {
         *self.sh.on_lost.write() = Arc::new(hook);
     }
 
+    /// Counts remote faults by the delay in force on `gate` as well
+    /// (`Stats::remote_fault_latency_by_delay`), so a delay switched live
+    /// (`farmem link set`) is measured within one run.
+    pub fn watch_delay(&self, gate: Arc<farmem_net::delay::EgressDelay>) {
+        self.sh.m.remote_by_delay.watch(gate);
+    }
+
     /// The process is exiting and is about to give its remote memory back:
     /// write-backs the store refuses from now on (their pages die with the
     /// process) are neither retried nor reported.

@@ -1,7 +1,11 @@
 //! Counters for everything that moves, and their serializable snapshot.
 
-use std::time::Instant;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
 
+use parking_lot::Mutex;
 use serde::Serialize;
 
 use farmem_core::metrics::LatencySummary;
@@ -85,6 +89,8 @@ pub(crate) struct Metrics {
     pub fault_latency: LatencyHistogram,
     /// The missing faults whose page the store had (not filled with zeros).
     pub remote_fault_latency: LatencyHistogram,
+    /// The same, by the delay in force on the link.
+    pub remote_by_delay: ByDelay,
     /// Missing faults that found their page in transition (fetched by
     /// another fault or read ahead, or being written back): fault to wake.
     pub wait_latency: LatencyHistogram,
@@ -97,6 +103,101 @@ pub(crate) struct Metrics {
     pub st_ship: Stage,
     pub st_unmap: Stage,
     pub st_wait_space: Stage,
+}
+
+/// The delay in force on a client's link, which `farmem link set` may
+/// change while the program runs.
+pub(crate) trait DelaySource: Send + Sync {
+    /// Changes whenever the delay may have.
+    fn generation(&self) -> u64;
+    /// The delay in force, as `--delay` takes it.
+    fn label(&self) -> String;
+}
+
+/// Delays a run tells apart; faults under more are not counted here.
+const DELAY_SLOTS: usize = 8;
+
+/// Remote fault latency by the delay in force when each fault ended: what
+/// a delay adds, measured within one run whose delay is switched live, so
+/// the noise between runs (another sitting, other fault windows) cancels.
+#[derive(Default)]
+pub(crate) struct ByDelay {
+    source: OnceLock<Arc<dyn DelaySource>>,
+    /// The source's generation, shifted up a byte, and the slot of its
+    /// label plus one (0: none seen yet).
+    key: AtomicU64,
+    labels: Mutex<Vec<String>>,
+    hists: [LatencyHistogram; DELAY_SLOTS],
+}
+
+impl std::fmt::Debug for ByDelay {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_map().entries(self.summaries()).finish()
+    }
+}
+
+impl ByDelay {
+    /// Counts faults by `source`'s delay from now on (once per run).
+    pub(crate) fn watch(&self, source: Arc<dyn DelaySource>) {
+        // Named now, so a signal handler has a slot from the first fault.
+        self.name(&*source);
+        let _ = self.source.set(source);
+    }
+
+    /// Records a remote fault of `took`. `may_block` false (a signal
+    /// handler): recorded only under the delay last named, since naming a
+    /// new one allocates.
+    pub(crate) fn record(&self, took: Duration, may_block: bool) {
+        let Some(source) = self.source.get() else {
+            return;
+        };
+        let key = self.key.load(Ordering::Acquire);
+        let slot = if key & 0xff != 0 && key >> 8 << 8 == source.generation() << 8 {
+            Some((key & 0xff) as usize - 1)
+        } else if may_block {
+            self.name(&**source)
+        } else {
+            None
+        };
+        let Some(hist) = slot.map(|s| &self.hists[s]) else {
+            return;
+        };
+        if may_block {
+            hist.record(took);
+        } else {
+            hist.try_record(took);
+        }
+    }
+
+    /// The slot of the delay in force, taken if new; None when every slot
+    /// holds another.
+    fn name(&self, source: &dyn DelaySource) -> Option<usize> {
+        // The generation before the label: if the delay changes between,
+        // the next fault sees a newer generation and names it again.
+        let generation = source.generation() << 8;
+        let label = source.label();
+        let mut labels = self.labels.lock();
+        let slot = match labels.iter().position(|l| *l == label) {
+            Some(slot) => slot,
+            None if labels.len() < DELAY_SLOTS => {
+                labels.push(label);
+                labels.len() - 1
+            }
+            None => return None,
+        };
+        self.key
+            .store(generation | (slot as u64 + 1), Ordering::Release);
+        Some(slot)
+    }
+
+    fn summaries(&self) -> BTreeMap<String, LatencySummary> {
+        let labels = self.labels.lock();
+        labels
+            .iter()
+            .zip(&self.hists)
+            .map(|(label, hist)| (label.clone(), hist.summary()))
+            .collect()
+    }
 }
 
 /// Nanoseconds spent in each stage, summed over threads.
@@ -195,6 +296,10 @@ pub struct Stats {
     /// The same for the faults that read their page from the store: what
     /// the link's latency and an injected delay add to.
     pub remote_fault_latency: LatencySummary,
+    /// The same by the delay in force on the link (`--delay`, or set live
+    /// by `farmem link set`); empty without a delay.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub remote_fault_latency_by_delay: BTreeMap<String, LatencySummary>,
     /// Missing faults that waited for a page in transition, from the fault
     /// to the wake (thread path; not in `fault_latency`, which times the
     /// faults that fetched). A program sees these too.
@@ -283,6 +388,7 @@ impl Metrics {
             room_pages_mean: self.room_taken_sum.get() / self.slots_taken.get().max(1),
             fault_latency: self.fault_latency.summary(),
             remote_fault_latency: self.remote_fault_latency.summary(),
+            remote_fault_latency_by_delay: self.remote_by_delay.summaries(),
             wait_latency: self.wait_latency.summary(),
             wp_latency: self.wp_latency.summary(),
             stages: StageTimes {
@@ -297,5 +403,67 @@ impl Metrics {
             },
             ..Stats::default()
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A link whose delay the test sets.
+    #[derive(Default)]
+    struct Link(Mutex<(u64, String)>);
+
+    impl DelaySource for Link {
+        fn generation(&self) -> u64 {
+            self.0.lock().0
+        }
+        fn label(&self) -> String {
+            self.0.lock().1.clone()
+        }
+    }
+
+    impl Link {
+        fn set(&self, label: &str) {
+            let mut l = self.0.lock();
+            *l = (l.0 + 2, label.into());
+        }
+    }
+
+    #[test]
+    fn faults_go_under_the_delay_in_force_and_a_handler_never_names_one() {
+        let by = ByDelay::default();
+        let us = Duration::from_micros;
+        // Nothing watched: nothing counted.
+        by.record(us(1), true);
+        assert!(by.summaries().is_empty());
+        let link = Arc::new(Link::default());
+        link.set("none");
+        by.watch(link.clone());
+        // Named at watch, so a handler counts from the first fault.
+        by.record(us(10), false);
+        by.record(us(30), true);
+        link.set("20us");
+        // A handler does not name the new delay: its fault is not counted.
+        by.record(us(99), false);
+        by.record(us(40), true);
+        by.record(us(60), false);
+        link.set("none");
+        by.record(us(20), true);
+        let s = by.summaries();
+        assert_eq!(s.len(), 2);
+        assert_eq!((s["none"].count, s["20us"].count), (3, 2));
+        assert!((s["20us"].mean_us - 50.0).abs() < 0.1, "{s:?}");
+        assert!((s["none"].mean_us - 20.0).abs() < 0.1, "{s:?}");
+        // Past the slots, a delay is not counted rather than mislabelled.
+        for i in 0..DELAY_SLOTS {
+            link.set(&format!("{i}us"));
+            by.record(us(1), true);
+        }
+        assert_eq!(by.summaries().len(), DELAY_SLOTS);
+        assert!(
+            !by.summaries()
+                .contains_key(&format!("{}us", DELAY_SLOTS - 1))
+        );
     }
 }

@@ -131,7 +131,13 @@ local_mem = "8MiB"
         kv["reuse"].as_f64().unwrap() >= 0.25 && kv["compressible"].as_f64().unwrap() >= 1.0 / 32.0;
     let kv_backend = if hot { "compressed" } else { "remote" };
     assert_eq!(backend(dispatch, 0), kv_backend, "{kv} {dispatch}");
-    assert_eq!(backend(dispatch, 1), "file", "{dispatch}");
+    // The scan's share of pages brought around a fault is 0.8-0.95 from
+    // run to run (how far each window reaches depends on the write-backs
+    // behind it): under the stream threshold, it waits for the rack.
+    let scan = &jobs[1]["profile"];
+    let stream = scan["sequential"].as_f64().unwrap() >= 0.8;
+    let scan_backend = if stream { "file" } else { "remote" };
+    assert_eq!(backend(dispatch, 1), scan_backend, "{scan} {dispatch}");
     let remote = runs
         .iter()
         .find(|r| r["assignment"] == "all-remote")

@@ -158,3 +158,76 @@ fn link_commands_name_what_is_wrong() {
     assert!(link(&["remove", &l.0]).status.success());
     assert!(!std::path::Path::new(&path).exists());
 }
+
+#[test]
+fn remote_faults_are_counted_by_the_delay_in_force_when_it_changes_live() {
+    if userfaultfd_missing() {
+        eprintln!("skipping: no userfaultfd");
+        return;
+    }
+    let l = TestLink::new("by-delay");
+    let stats = std::env::temp_dir().join(format!("{}.stats.json", l.0));
+    let run = farmem()
+        .args(["run", "--local-mem", "4MiB", "--link", &l.0])
+        .args(["--delay", "none", "--stats-json"])
+        .arg(&stats)
+        .arg("--")
+        .arg(env!("CARGO_BIN_EXE_farmem"))
+        .args(["demo", "--worker", "--kind", "scan", "--size", "16MiB"])
+        .args(["--iterations", "4"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The run makes the link; then its delay flips every 2 ms until the
+    // program ends.
+    let link = loop {
+        match farmem_net::link::SharedLink::open(&l.0) {
+            Ok(link) => break link,
+            Err(_) => std::thread::sleep(std::time::Duration::from_millis(1)),
+        }
+    };
+    let delays = [
+        farmem_policy::delay::DelayModel::Period { gap_ns: 2_000 },
+        farmem_policy::delay::DelayModel::None,
+    ];
+    let ended = std::sync::atomic::AtomicBool::new(false);
+    let out = std::thread::scope(|s| {
+        s.spawn(|| {
+            for d in delays.iter().cycle() {
+                if ended.load(std::sync::atomic::Ordering::Relaxed) {
+                    break;
+                }
+                link.set(d).unwrap();
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
+        });
+        let out = run.wait_with_output().unwrap();
+        ended.store(true, std::sync::atomic::Ordering::Relaxed);
+        out
+    });
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
+    let _ = std::fs::remove_file(&stats);
+    let s = report["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| &p["stats"])
+        .max_by_key(|s| s["remote_fault_latency"]["count"].as_u64())
+        .unwrap();
+    // Every remote fault under the one delay in force when it ended.
+    let by = s["remote_fault_latency_by_delay"].as_object().unwrap();
+    let count = |k: &str| by.get(k).and_then(|h| h["count"].as_u64()).unwrap_or(0);
+    assert!(count("none") > 0 && count("2us") > 0, "{by:?}");
+    assert_eq!(by.len(), 2, "{by:?}");
+    assert_eq!(
+        count("none") + count("2us"),
+        s["remote_fault_latency"]["count"].as_u64().unwrap()
+    );
+}

@@ -115,6 +115,10 @@ fn init() -> Result<(), String> {
     let rt = Runtime::new(cfg, built.store, built.slabs)
         .map_err(|e| format!("starting the far-memory runtime: {e}"))?;
     if let Some(rack) = rack {
+        // One gate (a link's): its delays tell the faults apart.
+        if let [gate] = rack.cluster().delay_gates().as_slice() {
+            rt.watch_delay(gate.clone());
+        }
         STORE.store(Arc::into_raw(rack) as *mut RackStore, Ordering::Release);
     }
     if let Some(pool) = built.pool {

@@ -130,9 +130,11 @@ fn gap_ns(model: &DelayModel) -> Option<u64> {
 
 /// The paper's two checks over the fixed gaps: latency linear in the gap
 /// (least squares, R^2), and the bandwidth-delay product constant where
-/// the gap dominates the link's own latency (gaps of at least four times
-/// the undelayed latency; the paper's link took about 1 µs, so its whole
-/// sweep of 1.2-150 µs was in that regime).
+/// the gap dominates the link's own latency: gaps of at least five times
+/// the undelayed median latency, where a read's `base + gap` is within a
+/// fifth of its gap, so the product, `bytes x (1 + base / gap)`, is
+/// within about 10% of its mean. The paper's link took about 1 µs, so
+/// its whole sweep of 1.2-150 µs was in that regime.
 fn validation(rows: &[serde_json::Value]) -> serde_json::Value {
     let pts: Vec<(f64, f64, f64)> = rows
         .iter()
@@ -144,6 +146,10 @@ fn validation(rows: &[serde_json::Value]) -> serde_json::Value {
             ))
         })
         .collect();
+    let undelayed_p50 = rows
+        .iter()
+        .find(|r| r["gap_us"].as_f64() == Some(0.0))
+        .and_then(|r| r["read4k_us_p50"].as_f64());
     let n = pts.len() as f64;
     if pts.len() < 2 {
         return serde_json::json!({"fixed_gaps": pts.len()});
@@ -161,11 +167,10 @@ fn validation(rows: &[serde_json::Value]) -> serde_json::Value {
     } else {
         0.0
     };
-    let undelayed = pts
-        .iter()
-        .find(|p| p.0 == 0.0)
-        .map_or(my - slope * mx, |p| p.1);
-    let from = 4.0 * undelayed;
+    // The median: one hiccup of the host moves a mean of a few hundred
+    // reads by tens of µs, and with it which gaps count.
+    let undelayed = undelayed_p50.unwrap_or(my - slope * mx);
+    let from = 5.0 * undelayed;
     let bdp: Vec<f64> = pts.iter().filter(|p| p.0 >= from).map(|p| p.2).collect();
     let mean = bdp.iter().sum::<f64>() / bdp.len().max(1) as f64;
     let spread = bdp
@@ -319,6 +324,8 @@ impl ProgramRun {
             "remote_fault_us_mean": faults["mean_us"],
             "remote_fault_us_p50": faults["p50_us"],
             "remote_fault_us_p99": faults["p99_us"],
+            // Under each delay in force, where it changed in the run.
+            "remote_faults_by_delay": self.stats["remote_fault_latency_by_delay"],
             "waited_faults": waits["count"],
             "waited_fault_us_mean": waits["mean_us"],
             "gate_requests": self.gate["requests"],
@@ -370,7 +377,9 @@ fn one_gap(
         "read4k_us_mean": s.mean_us,
         "read4k_us_p99": s.p99_us,
         "stream_gbps": gbps,
-        "bdp_bytes": gbps * 1e9 * s.mean_us * 1e-6,
+        // By the median: one hiccup of this shared host in a few hundred
+        // reads moves the mean by tens of µs.
+        "bdp_bytes": gbps * 1e9 * s.p50_us * 1e-6,
         "admitted": delay.admitted.get(),
         "injected_wait_ms": delay.waited_ns.get() as f64 / 1e6,
     });
@@ -401,6 +410,7 @@ mod tests {
                 serde_json::json!({
                     "gap_us": g,
                     "read4k_us_mean": lat,
+                    "read4k_us_p50": lat,
                     "bdp_bytes": gbps * 1e9 * lat * 1e-6,
                 })
             })
@@ -415,12 +425,12 @@ mod tests {
             "{v}"
         );
         assert!((fit["r2"].as_f64().unwrap() - 1.0).abs() < 1e-9, "{v}");
-        // From 120 µs (four times 30): 4096 x (1 + 30/gap).
+        // From 150 µs (five times 30): 4096 x (1 + 30/gap).
         let bdp = &v["bdp"];
-        assert_eq!(bdp["gaps"], 4, "{v}");
-        assert_eq!(bdp["from_gap_us"], 120.0);
+        assert_eq!(bdp["gaps"], 3, "{v}");
+        assert_eq!(bdp["from_gap_us"], 150.0);
         let spread = bdp["max_deviation_from_mean"].as_f64().unwrap();
-        assert!(spread > 0.05 && spread < 0.15, "{v}");
+        assert!(spread > 0.05 && spread < 0.1, "{v}");
         assert_eq!(validation(&rows[..1])["fixed_gaps"], 1);
     }
 }

@@ -5,6 +5,7 @@
 //! |--------------|---------------------------------------------|------|
 //! | `validation` | Figs. 2-3: latency linear in PERIOD, bandwidth-delay product constant | `farmem bench delay` (4 KiB reads through the gate) |
 //! | `programs`   | §V: STREAM bandwidth, redis, Graph500 BFS/SSSP per delay (Table I) | each program on local memory, then under `farmem run --delay D` at a quarter of its footprint local, for every D |
+//! | `added`      | (§III-B: the injected latency reaches the program) | with `programs`: each program once more, its delay switched between none and 20 µs in the run (`added.rs`) |
 //! | `variance`   | its next step: delays from distributions, varying in a run | one mean delay as fixed, uniform and exponential, and a step mid-run from twice it to none |
 //! | `resilience` | the attach broke at 4 ms                    | 1, 4 and 10 ms: the answer, or the named deadline error |
 //! | `contention` | §V-C: MCBN, MCLN                            | `contention.rs` |
@@ -13,6 +14,7 @@
 //! Every far run's answer is checked against the local run's; a run that
 //! answers differently fails the evaluation whatever its speed.
 
+mod added;
 mod contention;
 mod live;
 mod plan;
@@ -45,7 +47,7 @@ fn planned(plan: &Plan) -> u64 {
         n += 1;
     }
     if plan.has("programs") {
-        n += p * (1 + plan.delays.len() as u64);
+        n += p * (2 + plan.delays.len() as u64);
     }
     if plan.has("variance") {
         n += plan.variance_programs().len() as u64 * 5;
@@ -79,7 +81,9 @@ pub fn run(args: Args) -> Outcome {
         out["validation"] = validation(&plan)?;
     }
     if plan.has("programs") {
-        out["programs"] = json!(sweep(&plan)?);
+        let (rows, added) = sweep(&plan)?;
+        out["programs"] = json!(rows);
+        out["added"] = json!(added);
     }
     if plan.has("variance") {
         out["variance"] = json!(variance(&plan)?);
@@ -121,8 +125,11 @@ fn validation(plan: &Plan) -> anyhow::Result<Value> {
     let mut cmd = Command::new(exe);
     cmd.args(["bench", "delay", "--json"]);
     if plan.quick {
-        cmd.args(["--gaps", "none,5us,20us,100us,150us,200us,300us,500us,1ms"])
-            .args(["--iters", "300"]);
+        cmd.args([
+            "--gaps",
+            "none,5us,20us,100us,150us,200us,300us,500us,1ms,2ms",
+        ])
+        .args(["--iters", "300"]);
     }
     let m = measure::run(&mut cmd, Some(plan.limit))?;
     anyhow::ensure!(
@@ -136,9 +143,10 @@ fn validation(plan: &Plan) -> anyhow::Result<Value> {
     Ok(json!({"runs": v["runs"], "checks": v["validation"]}))
 }
 
-/// Every program on local memory, then under each delay.
-fn sweep(plan: &Plan) -> anyhow::Result<Vec<Value>> {
-    let mut rows = Vec::new();
+/// Every program on local memory, then under each delay: their rows; and
+/// once more with the delay switched in the run: what it added.
+fn sweep(plan: &Plan) -> anyhow::Result<(Vec<Value>, Vec<Value>)> {
+    let (mut rows, mut added) = (Vec::new(), Vec::new());
     for &p in &plan.programs {
         let w = plan.shape.workload(p, plan.shape.bytes)?;
         let base = local(plan, p, &w)?;
@@ -146,8 +154,9 @@ fn sweep(plan: &Plan) -> anyhow::Result<Vec<Value>> {
         for model in &plan.delays {
             rows.push(far(plan, p, &w, model, plan.local_mem, None, &base)?);
         }
+        added.push(added::run(plan, p, &w, &base)?);
     }
-    Ok(rows)
+    Ok((rows, added))
 }
 
 /// One mean delay drawn three ways, and a step from twice it down to none

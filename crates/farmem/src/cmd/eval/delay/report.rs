@@ -109,35 +109,29 @@ pub fn checks(out: &Value) -> Map<String, Value> {
             "programs_at_6_delays_identical".into(),
             json!({"per_program": per, "pass": pass}),
         );
-        // What --delay 20us adds to the mean remote fault, per program.
-        let mut added = Map::new();
-        let mut ok = true;
-        for p in Program::ALL {
-            let at = |d: &str| {
-                progs
-                    .iter()
-                    .find(|r| r["program"] == p.name() && r["delay"] == d)
-                    .and_then(|r| r["remote_fault_us_mean"].as_f64())
-            };
-            let ran = |d: &str| {
-                progs
-                    .iter()
-                    .any(|r| r["program"] == p.name() && r["delay"] == d)
-            };
-            if !(ran("none") && ran("20us")) {
-                continue;
-            }
-            // A run without fault statistics fails the check.
-            let a = at("none").zip(at("20us")).map(|(none, d20)| d20 - none);
-            ok &= a.is_some_and(|a| (a - 20.0).abs() <= 2.0);
-            added.insert(p.name().into(), json!(a));
-        }
-        if !added.is_empty() {
-            c.insert(
-                "delay_20us_adds_20us_within_10pct".into(),
-                json!({"added_us": added, "pass": ok}),
-            );
-        }
+    }
+    // What the delay adds to the mean remote fault, per program, measured
+    // within one run (`added.rs`); a run without fault statistics fails.
+    let added = rows(out, "added");
+    if !added.is_empty() {
+        let per: Map<String, Value> = added
+            .iter()
+            .map(|r| {
+                (
+                    r["program"].as_str().unwrap_or("?").into(),
+                    r["added_us"].clone(),
+                )
+            })
+            .collect();
+        let want = super::added::DELAY_US;
+        let pass = added.iter().all(|r| r["identical"] == true)
+            && per
+                .values()
+                .all(|a| a.as_f64().is_some_and(|a| (a - want).abs() <= want / 10.0));
+        c.insert(
+            "delay_20us_adds_20us_within_10pct".into(),
+            json!({"added_us": per, "pass": pass}),
+        );
     }
     let res = rows(out, "resilience");
     if !res.is_empty() {
@@ -237,7 +231,7 @@ pub fn print(out: &Value) {
         "program", "delay", "outcome", "seconds", "measure", "fault µs", "slowdown"
     );
     println!("(measure: stream triad MB/s, bfs and sssp search seconds, redis p99 ms)");
-    for part in ["programs", "variance", "resilience"] {
+    for part in ["programs", "added", "variance", "resilience"] {
         let slow = slowdowns(out, part);
         for r in rows(out, part) {
             let name = r["program"].as_str().unwrap_or("?");
@@ -279,7 +273,7 @@ pub fn write(dir: &Path, out: &Value) -> anyhow::Result<()> {
     };
     put("delay.json", &format!("{out:#}\n"))?;
     put("validation.csv", &csv(&rows(&out["validation"], "runs")))?;
-    for part in ["programs", "variance", "resilience"] {
+    for part in ["programs", "added", "variance", "resilience"] {
         put(&format!("{part}.csv"), &csv(&rows(out, part)))?;
     }
     let mcbn: Vec<Value> = rows(&out["contention"], "mcbn")
@@ -470,13 +464,17 @@ mod tests {
                 {"program": "bfs", "delay": "none", "identical": true, "search_seconds": 4.0, "remote_fault_us_mean": 100.0},
                 {"program": "bfs", "delay": "20us", "identical": true, "search_seconds": 6.0, "remote_fault_us_mean": 119.0},
             ],
+            "added": [
+                {"program": "bfs", "identical": true, "added_us": 19.0},
+                {"program": "redis", "identical": true, "added_us": 21.5},
+            ],
             "resilience": [
                 {"program": "stream", "delay": "local", "outcome": "ok"},
                 {"program": "stream", "delay": "4ms", "outcome": "named_deadline_error"},
             ],
         });
         let c = checks(&out);
-        // Two delays is too few for the sweep; the 20 µs step adds 19.
+        // Two delays is too few for the sweep; 20 µs added 19 and 21.5.
         assert_eq!(c["programs_at_6_delays_identical"]["pass"], false);
         assert_eq!(c["delay_20us_adds_20us_within_10pct"]["pass"], true);
         assert_eq!(c["resilience_answer_or_named_error"]["pass"], true);
@@ -484,8 +482,16 @@ mod tests {
             slowdowns(&out, "programs")["bfs"]["slowdown_vs_local"]["20us"],
             6.0
         );
+        // A run that answered differently fails it, and so does one
+        // without fault statistics.
+        out["added"][0]["identical"] = json!(false);
+        assert_eq!(
+            checks(&out)["delay_20us_adds_20us_within_10pct"]["pass"],
+            false
+        );
+        out["added"][0]["identical"] = json!(true);
+        out["added"][1]["added_us"] = Value::Null;
         out["resilience"][1]["outcome"] = json!("wrong_answer");
-        out["programs"][2]["remote_fault_us_mean"] = Value::Null;
         let c = checks(&out);
         assert_eq!(c["delay_20us_adds_20us_within_10pct"]["pass"], false);
         assert_eq!(

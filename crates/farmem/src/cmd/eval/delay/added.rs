@@ -1,0 +1,83 @@
+//! What an injected delay adds to a program's remote faults (`--delay
+//! 20us` should add 20 µs), measured within one run: the program runs
+//! under `farmem run --link NAME`, whose delay this switches between none
+//! and the delay every [`PHASE`] until the program ends, and the runtime
+//! counts its remote faults by the delay in force when each ended
+//! (`remote_fault_latency_by_delay` in `--stats-json`). Two separate runs'
+//! means differ by more than the 2 µs this is judged to on this machine
+//! (another moment of a shared host, other fault windows); phases a
+//! fraction of a second apart share both.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use farmem_net::link::SharedLink;
+use farmem_policy::delay::DelayModel;
+use serde_json::{Value, json};
+
+use super::plan::Plan;
+use super::programs::Program;
+use super::runs::{Local, far};
+use crate::cmd::bench::workload::Workload;
+
+/// The delay switched on and off, in µs: the 20.
+pub const DELAY_US: f64 = 20.0;
+/// Long enough that a fault rarely spans a switch, short enough for a
+/// quick run to see several of each.
+const PHASE: Duration = Duration::from_millis(50);
+
+/// `w` on a link of its own whose delay alternates between none and
+/// [`DELAY`]: its row, with its mean remote fault under each and what the
+/// delay added.
+pub(super) fn run(plan: &Plan, p: Program, w: &Workload, base: &Local) -> anyhow::Result<Value> {
+    let delay = DelayModel::Period {
+        gap_ns: (DELAY_US * 1e3) as u64,
+    };
+    let label = delay.to_string();
+    let name = format!("eval-delay-added-{}-{}", p.name(), std::process::id());
+    let link = SharedLink::open_or_create(&name, Some(&DelayModel::None))?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let switcher = {
+        let (stop, delay) = (stop.clone(), delay.clone());
+        std::thread::spawn(move || -> anyhow::Result<u64> {
+            let mut switches = 0;
+            while !stop.load(Ordering::Relaxed) {
+                std::thread::sleep(PHASE);
+                let next = if switches % 2 == 0 {
+                    &delay
+                } else {
+                    &DelayModel::None
+                };
+                link.set(next)?;
+                switches += 1;
+            }
+            Ok(switches)
+        })
+    };
+    let row = far(
+        plan,
+        p,
+        w,
+        &DelayModel::None,
+        plan.local_mem,
+        Some(&name),
+        base,
+    );
+    stop.store(true, Ordering::Relaxed);
+    let switches = switcher
+        .join()
+        .map_err(|_| anyhow::anyhow!("the delay switcher panicked"))?;
+    let _ = std::fs::remove_file(SharedLink::path(&name));
+    let mut row = row?;
+    let switches = switches?;
+    let by = &row["remote_faults_by_delay"];
+    let added = by[label.as_str()]["mean_us"]
+        .as_f64()
+        .zip(by["none"]["mean_us"].as_f64())
+        .map(|(on, off)| on - off);
+    row["delay"] = json!(format!("none/{label} every {}ms", PHASE.as_millis()));
+    row["switches"] = json!(switches);
+    row["added_us"] = json!(added);
+    Ok(row)
+}
