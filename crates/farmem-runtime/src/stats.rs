@@ -127,7 +127,8 @@ pub(crate) struct ByDelay {
     /// label plus one (0: none seen yet).
     key: AtomicU64,
     labels: Mutex<Vec<String>>,
-    hists: [LatencyHistogram; DELAY_SLOTS],
+    /// Made when a source is watched: most runs have no delay.
+    hists: OnceLock<Box<[LatencyHistogram; DELAY_SLOTS]>>,
 }
 
 impl std::fmt::Debug for ByDelay {
@@ -139,6 +140,7 @@ impl std::fmt::Debug for ByDelay {
 impl ByDelay {
     /// Counts faults by `source`'s delay from now on (once per run).
     pub(crate) fn watch(&self, source: Arc<dyn DelaySource>) {
+        self.hists.get_or_init(Box::default);
         // Named now, so a signal handler has a slot from the first fault.
         self.name(&*source);
         let _ = self.source.set(source);
@@ -148,7 +150,7 @@ impl ByDelay {
     /// handler): recorded only under the delay last named, since naming a
     /// new one allocates.
     pub(crate) fn record(&self, took: Duration, may_block: bool) {
-        let Some(source) = self.source.get() else {
+        let (Some(source), Some(hists)) = (self.source.get(), self.hists.get()) else {
             return;
         };
         let key = self.key.load(Ordering::Acquire);
@@ -159,7 +161,7 @@ impl ByDelay {
         } else {
             None
         };
-        let Some(hist) = slot.map(|s| &self.hists[s]) else {
+        let Some(hist) = slot.map(|s| &hists[s]) else {
             return;
         };
         if may_block {
@@ -191,10 +193,13 @@ impl ByDelay {
     }
 
     fn summaries(&self) -> BTreeMap<String, LatencySummary> {
+        let Some(hists) = self.hists.get() else {
+            return BTreeMap::new();
+        };
         let labels = self.labels.lock();
         labels
             .iter()
-            .zip(&self.hists)
+            .zip(hists.iter())
             .map(|(label, hist)| (label.clone(), hist.summary()))
             .collect()
     }
