@@ -134,6 +134,9 @@ pub(crate) struct Cache {
     /// The process's resident pages that nothing above counts (its own
     /// heap, stacks and libraries, the runtime's books), as last measured.
     outside_pages: AtomicU64,
+    /// The most `outside_pages` ever measured: a program's own heap can
+    /// swell for a phase and shrink by its exit.
+    outside_peak: AtomicU64,
     /// When the process's resident memory was last measured.
     measured: Mutex<Instant>,
     /// The process's read-only file pages, reclaimed while the cache
@@ -183,6 +186,7 @@ impl Cache {
             store_pages: AtomicU64::new(0),
             count_process: cfg.limit_counts_process,
             outside_pages: AtomicU64::new(0),
+            outside_peak: AtomicU64::new(0),
             measured: Mutex::new(Instant::now()),
             file_pages: cfg.limit_counts_process.then(FilePages::new),
             diff: Mutex::new(DiffBase::new(cfg.diff_base)),
@@ -238,6 +242,10 @@ impl Cache {
         self.outside_pages.load(Ordering::SeqCst)
     }
 
+    pub(crate) fn outside_peak(&self) -> u64 {
+        self.outside_peak.load(Ordering::Relaxed)
+    }
+
     /// The outside pages' share of the limit: all of them, up to half of
     /// it, so a program whose own local memory is larger still has a cache
     /// (the limit is then exceeded by the rest).
@@ -275,8 +283,9 @@ impl Cache {
             return;
         };
         let counted = self.resident() + self.buffers() + self.table_pages() + self.store_pages();
-        self.outside_pages
-            .store(rss.saturating_sub(counted), Ordering::SeqCst);
+        let outside = rss.saturating_sub(counted);
+        self.outside_pages.store(outside, Ordering::SeqCst);
+        self.outside_peak.fetch_max(outside, Ordering::Relaxed);
     }
 
     /// The cache is evicting: what the process maps read-only from files

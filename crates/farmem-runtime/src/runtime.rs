@@ -135,6 +135,7 @@ impl Runtime {
             tables: cache.table_pages(),
             store: cache.store_pages(),
             outside: cache.outside_pages(),
+            outside_peak: cache.outside_peak(),
             limit: cache.limit(),
         });
         if let Some(d) = &self.sh.daemon {

@@ -291,6 +291,9 @@ pub struct Stats {
     /// as last measured, counted against the limit too when it bounds the
     /// process (`Config::limit_counts_process`; 0 otherwise).
     pub outside_pages: u64,
+    /// The most of those ever measured: a program's own heap may swell
+    /// for a phase and shrink by the end.
+    pub outside_pages_peak: u64,
     pub limit_pages: u64,
     /// The cache's room (the limit less everything else charged against
     /// it) when it took a page, averaged over the pages it took: the local
@@ -346,6 +349,7 @@ pub(crate) struct Books {
     pub tables: u64,
     pub store: u64,
     pub outside: u64,
+    pub outside_peak: u64,
     pub limit: u64,
 }
 
@@ -389,6 +393,7 @@ impl Metrics {
             table_pages: books.tables,
             store_pages: books.store,
             outside_pages: books.outside,
+            outside_pages_peak: books.outside_peak,
             limit_pages: books.limit,
             room_pages_mean: self.room_taken_sum.get() / self.slots_taken.get().max(1),
             fault_latency: self.fault_latency.summary(),

@@ -54,12 +54,14 @@ fn the_process_memory_outside_the_cache_is_charged_against_its_limit() {
     let ballast = vec![3u8; 16 << 20];
     let s = fill_twice(false, &ballast);
     assert_eq!(s.outside_pages, 0, "{s:?}");
+    assert_eq!(s.outside_pages_peak, 0, "{s:?}");
     assert!(s.resident_pages > LIMIT_PAGES * 5 / 8, "{s:?}");
 
     let s = fill_twice(true, &ballast);
     // Charged up to half the limit: the cache keeps the other half, less
     // its diff bases and page tables, evicted down to the low watermark.
     assert!(s.outside_pages >= LIMIT_PAGES, "{s:?}");
+    assert!(s.outside_pages_peak >= s.outside_pages, "{s:?}");
     assert!(s.resident_pages <= LIMIT_PAGES / 2, "{s:?}");
     assert!(s.resident_pages >= LIMIT_PAGES / 8, "{s:?}");
 }

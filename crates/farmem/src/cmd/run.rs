@@ -749,12 +749,17 @@ impl Summary<'_> {
         let outside = self
             .processes
             .iter()
-            .filter_map(|p| p["stats"]["outside_pages"].as_u64())
+            .filter_map(|p| {
+                let s = &p["stats"];
+                s["outside_pages_peak"]
+                    .as_u64()
+                    .or(s["outside_pages"].as_u64())
+            })
             .max()
             .unwrap_or(0)
             * 4096;
         eprintln!(
-            "farmem: peak resident set {} is {:.0}% over --local-mem {}: {} of it was memory farmem does not move (allocations under --threshold {}, libraries, stacks, farmem's own buffers), and only half the limit is set aside for that; a lower --threshold moves more of it far",
+            "farmem: peak resident set {} is {:.0}% over --local-mem {}: up to {} of it was memory farmem does not move (allocations under --threshold {}, libraries, stacks, farmem's own buffers), and only half the limit is set aside for that; a lower --threshold moves more of it far, though below a page each allocation takes a far page of its own",
             ByteSize(self.resident),
             (self.resident as f64 / limit as f64 - 1.0) * 100.0,
             args.local_mem,
