@@ -26,7 +26,9 @@
 //! `malloc`, `calloc`, `realloc`, `reallocarray`, `posix_memalign`,
 //! `aligned_alloc`, `memalign`, `malloc_usable_size`, `free` and anonymous
 //! private read-write `mmap`/`munmap` at or above the threshold are served
-//! from one far region (a first-fit heap of whole pages). Smaller blocks go
+//! from one far region (a first-fit heap of whole pages; malloc-family
+//! blocks under 16 KiB are packed into runs of its pages by size class,
+//! with their book-keeping in local memory). Smaller blocks go
 //! to the allocator the program would have had without us (found with
 //! `dlsym(RTLD_NEXT)`: glibc's, or jemalloc for Debian's redis-server), so
 //! its own extensions (`mallctl`, its `malloc_usable_size`) only ever see

@@ -6,11 +6,11 @@ use std::sync::atomic::Ordering;
 
 use super::init::ensure_init;
 use super::state::{Busy, FORKED, READY, RUNTIME, STATE, is_far, local_only, threshold, with_heap};
-use crate::heap::{Kind, PAGE};
+use crate::heap::{Kind, PAGE, Taken, small};
 
-/// A far range of at least `size` bytes, zeroed if asked; None when the
-/// request belongs in local memory.
-pub(super) fn far_alloc(size: usize, zero: bool, kind: Kind) -> Option<*mut c_void> {
+/// A far range of at least `size` bytes aligned to `align`, zeroed if
+/// asked; None when the request belongs in local memory.
+pub(super) fn far_alloc(size: usize, zero: bool, kind: Kind, align: usize) -> Option<*mut c_void> {
     if size < threshold() || local_only() {
         return None;
     }
@@ -19,23 +19,32 @@ pub(super) fn far_alloc(size: usize, zero: bool, kind: Kind) -> Option<*mut c_vo
     // runtime starts in the constructor below (or at a malloc).
     let ready = match kind {
         Kind::Block => ensure_init(),
-        Kind::Mapping => STATE.load(Ordering::Acquire) == READY,
+        Kind::Mapping | Kind::Run => STATE.load(Ordering::Acquire) == READY,
     };
     if !ready {
         return None;
     }
-    let g = with_heap(|h| h.alloc(size, kind)).flatten()?;
+    let g = with_heap(|h| h.alloc(size, kind, align)).flatten()?;
     if zero && g.stale > 0 {
         zero_range(g.addr, g.stale);
     }
     Some(g.addr as *mut c_void)
 }
 
-pub(super) fn far_free(p: *mut c_void) {
-    if let Some(len) = with_heap(|h| h.block_len(p as usize)).flatten() {
-        discard(p as usize, len);
+/// Frees the far malloc-family block at `p`; false if there is none.
+pub(super) fn far_free(p: *mut c_void) -> bool {
+    if !may_be_block(p) {
+        return false;
     }
-    with_heap(|h| h.free(p as usize));
+    match with_heap(|h| h.take(p as usize)).flatten() {
+        Some(Taken::Pages { addr, len }) => {
+            discard(addr, len);
+            with_heap(|h| h.put_back(addr, len));
+            true
+        }
+        Some(Taken::Block) => true,
+        None => false,
+    }
 }
 
 /// Freed far memory leaves the local cache now, unwritten (as the kernel
@@ -75,10 +84,21 @@ fn own_runtime() -> Option<&'static farmem_runtime::Runtime> {
 /// The length of the far malloc-family block at `p`, if it is one (a
 /// pointer into a far mapping belongs to whoever mapped it).
 pub(super) fn far_block(p: *const c_void) -> Option<usize> {
-    // Far blocks start on a page: a small block of the program's allocator
-    // inside a far arena is told apart without taking the heap's lock.
-    if !is_far(p) || !(p as usize).is_multiple_of(PAGE) {
+    if !may_be_block(p) {
         return None;
     }
     with_heap(|h| h.block_len(p as usize)).flatten()
+}
+
+/// Whether `p` can be a far block. Far blocks are aligned as malloc's are,
+/// and start on a page unless the threshold lets blocks be small: a small
+/// block of the program's allocator inside a far arena is mostly told
+/// apart without taking the heap's lock.
+fn may_be_block(p: *const c_void) -> bool {
+    let align = if threshold() > small::MAX {
+        PAGE
+    } else {
+        small::ALIGN
+    };
+    is_far(p) && (p as usize).is_multiple_of(align)
 }

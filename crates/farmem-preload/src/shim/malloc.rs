@@ -11,7 +11,7 @@ use crate::heap::{Kind, PAGE};
 
 #[unsafe(no_mangle)]
 pub extern "C" fn malloc(size: usize) -> *mut c_void {
-    if let Some(p) = far_alloc(size, false, Kind::Block) {
+    if let Some(p) = far_alloc(size, false, Kind::Block, MIN_ALIGN) {
         return p;
     }
     local_malloc(size)
@@ -23,7 +23,7 @@ pub extern "C" fn calloc(n: usize, size: usize) -> *mut c_void {
         set_errno(libc::ENOMEM);
         return std::ptr::null_mut();
     };
-    if let Some(p) = far_alloc(total, true, Kind::Block) {
+    if let Some(p) = far_alloc(total, true, Kind::Block, MIN_ALIGN) {
         return p;
     }
     match next() {
@@ -41,9 +41,7 @@ pub unsafe extern "C" fn free(p: *mut c_void) {
     if p.is_null() {
         return;
     }
-    if far_block(p).is_some() {
-        far_free(p);
-    } else {
+    if !far_free(p) {
         // SAFETY: not ours, so a local block.
         unsafe { local_free(p) }
     }
@@ -62,7 +60,7 @@ pub unsafe extern "C" fn realloc(p: *mut c_void, size: usize) -> *mut c_void {
             return unsafe { local_realloc(p, size) };
         }
         // Growing a local block past the threshold: move it far.
-        let Some(q) = far_alloc(size, false, Kind::Block) else {
+        let Some(q) = far_alloc(size, false, Kind::Block, MIN_ALIGN) else {
             // SAFETY: as above.
             return unsafe { local_realloc(p, size) };
         };
@@ -78,8 +76,11 @@ pub unsafe extern "C" fn realloc(p: *mut c_void, size: usize) -> *mut c_void {
         far_free(p);
         return std::ptr::null_mut();
     }
-    if size <= old && size >= threshold() && !FORKED.load(Ordering::Relaxed) {
-        with_heap(|h| h.shrink(p as usize, size));
+    if size <= old
+        && size >= threshold()
+        && !FORKED.load(Ordering::Relaxed)
+        && with_heap(|h| h.shrink(p as usize, size)) == Some(true)
+    {
         return p;
     }
     let q = malloc(size);
@@ -108,7 +109,7 @@ pub unsafe extern "C" fn reallocarray(p: *mut c_void, n: usize, size: usize) -> 
 
 fn aligned(align: usize, size: usize) -> *mut c_void {
     if align <= PAGE
-        && let Some(p) = far_alloc(size, false, Kind::Block)
+        && let Some(p) = far_alloc(size, false, Kind::Block, align)
     {
         return p;
     }

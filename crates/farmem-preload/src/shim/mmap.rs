@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 
 use super::far::{discard, far_alloc, zero_range};
 use super::state::{BUSY, FORKED, HEAP_END, is_far, runtime_thread, set_errno, with_heap};
-use crate::heap::Kind;
+use crate::heap::{Kind, PAGE};
 
 fn far_mapping(addr: *mut c_void, prot: c_int, flags: c_int) -> bool {
     const BAD: c_int = libc::MAP_SHARED
@@ -34,7 +34,7 @@ pub unsafe extern "C" fn mmap(
     off: libc::off_t,
 ) -> *mut c_void {
     if far_mapping(addr, prot, flags)
-        && let Some(p) = far_alloc(len, true, Kind::Mapping)
+        && let Some(p) = far_alloc(len, true, Kind::Mapping, PAGE)
     {
         return p;
     }

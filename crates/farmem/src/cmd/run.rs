@@ -169,7 +169,15 @@ pub struct Args {
     /// fetches are slow. Thread fault path, Linux 6.8+ (UFFDIO_MOVE)
     #[arg(long, value_name = "SHARE", value_parser = probation_share)]
     probation: Option<f64>,
-    /// Smallest allocation placed in far memory.
+    /// Smallest allocation placed in far memory. Blocks under 16 KiB that
+    /// go far are packed into far pages by size class (16 B steps up to
+    /// 128 B, then four classes to each doubling), so `--threshold 16B`
+    /// holds a program of many small allocations (sqlite, a compiler) to
+    /// --local-mem, for a slower malloc, where the default leaves them in
+    /// local memory (charged against the cache) and the process's resident
+    /// set past the limit. A forked child cannot read far memory, so keep
+    /// the default for a program whose children read what it allocated
+    /// before the fork (a shell's subshells).
     #[arg(long, default_value_t = ByteSize(preload_env::DEFAULT_THRESHOLD))]
     threshold: ByteSize,
     /// Size of each process's far heap.
@@ -759,7 +767,7 @@ impl Summary<'_> {
             .unwrap_or(0)
             * 4096;
         eprintln!(
-            "farmem: peak resident set {} is {:.0}% over --local-mem {}: up to {} of it was memory farmem does not move (allocations under --threshold {}, libraries, stacks, farmem's own buffers), and only half the limit is set aside for that; a lower --threshold moves more of it far, though below a page each allocation takes a far page of its own",
+            "farmem: peak resident set {} is {:.0}% over --local-mem {}: up to {} of it was memory farmem does not move (allocations under --threshold {}, libraries, stacks, farmem's own buffers), and only half the limit is set aside for that; `--threshold 16B` moves the program's small allocations far too, packed by size class",
             ByteSize(self.resident),
             (self.resident as f64 / limit as f64 - 1.0) * 100.0,
             args.local_mem,
