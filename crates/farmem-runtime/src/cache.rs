@@ -18,7 +18,6 @@ use farmem_policy::watermark::Watermarks;
 use crate::bufs::{Arena, Buf};
 use crate::config::{Config, DirtyMode, FaultPath};
 use crate::error::RuntimeError;
-use crate::filepages::FilePages;
 use crate::page::{PAGE, PageMeta};
 use crate::stats::Metrics;
 
@@ -78,11 +77,20 @@ const POOL_LOW: u64 = 1024;
 /// counts it: a read of /proc/self/statm, some microseconds.
 const MEASURE_EVERY: Duration = Duration::from_millis(20);
 
-/// The process's resident pages (/proc/self/statm), or None if unreadable.
-fn process_resident_pages() -> Option<u64> {
+/// The process's resident anonymous pages (/proc/self/statm: resident less
+/// shared, the pages backed by files and shared memory), or None if
+/// unreadable. File pages are the page cache's: shared with every process
+/// that maps the file, and charged by a cgroup only to the one that first
+/// read them (libraries are mostly in the cache already), so a limit that
+/// charged them would hold farmem to less memory than the kernel's swap
+/// under a cgroup of the same size.
+fn process_anon_pages() -> Option<u64> {
     let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let mut fields = statm.split_whitespace().skip(1);
     // In the system's pages, which are the runtime's.
-    statm.split_whitespace().nth(1)?.parse::<u64>().ok()
+    let resident = fields.next()?.parse::<u64>().ok()?;
+    let shared = fields.next()?.parse::<u64>().ok()?;
+    Some(resident.saturating_sub(shared))
 }
 
 pub(crate) struct Cache {
@@ -131,17 +139,15 @@ pub(crate) struct Cache {
     /// [`Config::limit_counts_process`]: the limit bounds the process's
     /// resident memory, not the cache alone.
     count_process: bool,
-    /// The process's resident pages that nothing above counts (its own
-    /// heap, stacks and libraries, the runtime's books), as last measured.
+    /// The process's resident anonymous pages that nothing above counts
+    /// (its own heap and stacks, the runtime's books), as last measured;
+    /// file pages are not charged ([`process_anon_pages`]).
     outside_pages: AtomicU64,
     /// The most `outside_pages` ever measured: a program's own heap can
     /// swell for a phase and shrink by its exit.
     outside_peak: AtomicU64,
     /// When the process's resident memory was last measured.
     measured: Mutex<Instant>,
-    /// The process's read-only file pages, reclaimed while the cache
-    /// evicts when the limit counts them (None otherwise).
-    file_pages: Option<FilePages>,
     /// Whether first writes keep a diff base.
     diff: Mutex<DiffBase>,
     /// Line mode: first writes take snapshots from the pool.
@@ -188,7 +194,6 @@ impl Cache {
             outside_pages: AtomicU64::new(0),
             outside_peak: AtomicU64::new(0),
             measured: Mutex::new(Instant::now()),
-            file_pages: cfg.limit_counts_process.then(FilePages::new),
             diff: Mutex::new(DiffBase::new(cfg.diff_base)),
             line_mode: cfg.dirty == DirtyMode::Line,
             policy_updates: signal.then(|| crossbeam_channel::bounded(2 * limit as usize + 64)),
@@ -273,30 +278,18 @@ impl Cache {
     /// Measures the process's resident memory now and charges what the
     /// cache does not count (when the limit counts the process). Also at
     /// start: a program filling fresh memory fills the cache within the
-    /// first [`MEASURE_EVERY`], and its libraries and heap must already
-    /// be charged then.
+    /// first [`MEASURE_EVERY`], and its heap must already be charged then.
     pub(crate) fn charge_process(&self) {
         if !self.count_process {
             return;
         }
-        let Some(rss) = process_resident_pages() else {
+        let Some(rss) = process_anon_pages() else {
             return;
         };
         let counted = self.resident() + self.buffers() + self.table_pages() + self.store_pages();
         let outside = rss.saturating_sub(counted);
         self.outside_pages.store(outside, Ordering::SeqCst);
         self.outside_peak.fetch_max(outside, Ordering::Relaxed);
-    }
-
-    /// The cache is evicting: what the process maps read-only from files
-    /// goes back to the kernel too, when the limit counts it and the room
-    /// would grow by it ([`crate::filepages`]).
-    pub(crate) fn reclaim_file_pages(&self) {
-        if let Some(f) = &self.file_pages
-            && self.outside_pages() < self.limit / 2
-        {
-            f.trim_if_due();
-        }
     }
 
     /// Local pages in use besides resident ones: snapshot buffers, page

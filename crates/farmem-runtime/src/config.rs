@@ -259,10 +259,11 @@ pub struct Config {
     /// instead ([`farmem_policy::diffbase`]).
     pub diff_base: DiffBaseConfig,
     /// `local_bytes` bounds the process's resident memory, as a cgroup's
-    /// limit would, not the cache alone: the process's pages that the
-    /// cache does not count (its own heap, stacks, libraries, the
+    /// limit would, not the cache alone: the process's anonymous pages
+    /// that the cache does not count (its own heap and stacks, the
     /// runtime's books), measured as it runs, are charged against it, up
-    /// to half of it. On for `farmem run`; off by default, where the
+    /// to half of it. File pages (libraries, program text) are not: a
+    /// cgroup charges the page cache to whoever first read it. On for `farmem run`; off by default, where the
     /// process holds more than the runtime's program (a test's in-memory
     /// store).
     pub limit_counts_process: bool,

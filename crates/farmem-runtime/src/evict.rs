@@ -479,7 +479,6 @@ pub(crate) fn evictor(sh: Arc<Shared>, ship_tx: Sender<Segment>, free_rx: Receiv
             }
             let pinned_before = sh.m.pages_pinned_passed.get();
             let claimed = evict_round(&sh, blocks, all, &mut seg, &ship_tx, &free_rx);
-            sh.cache.reclaim_file_pages();
             if claimed > 0 {
                 pinned_streak = 0;
             } else {

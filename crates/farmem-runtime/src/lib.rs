@@ -20,7 +20,7 @@
 
 // Layers, bottom up, each module using only those in layers below it (see
 // README.md, Modules): store; error, uffd, stats; slab; bufs; page; config;
-// filepages; backend; cache; park; shared; around; resolve; evict, signal, handler; runtime;
+// backend; cache; park; shared; around; resolve; evict, signal, handler; runtime;
 // bench, preload_env, remote; join.
 mod around;
 pub mod backend;
@@ -31,7 +31,6 @@ pub mod config;
 mod daemon;
 mod error;
 mod evict;
-mod filepages;
 mod handler;
 pub mod join;
 mod page;

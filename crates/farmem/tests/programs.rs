@@ -131,7 +131,9 @@ fn a_python_job_prints_the_same_digest_on_far_memory() {
     let (out, _) = same_output_under_farmem(
         &python,
         &["-c", PYTHON_JOB],
-        "24MiB",
+        // Its anonymous memory, less what stays local: libraries are
+        // not charged (a cgroup charges them to whoever read them first).
+        "20MiB",
         &["--backend", "remote"],
     );
     let line = String::from_utf8_lossy(&out.stdout);
@@ -161,12 +163,13 @@ fn bzip2_compresses_to_the_same_bytes_on_far_memory() {
     std::fs::write(&input, &text).unwrap();
     // bzip2 -9 takes about 8 MiB, most of it in one far allocation.
     let (out, stderr) =
-        same_output_under_farmem(&bzip2, &["-9", "-c", input.to_str().unwrap()], "8MiB", &[]);
-    // At 8 MiB what farmem cannot move (its own buffers and libraries)
-    // takes more than the half of the limit set aside for it, and the
-    // summary says so rather than leave the overrun unexplained.
+        same_output_under_farmem(&bzip2, &["-9", "-c", input.to_str().unwrap()], "6MiB", &[]);
+    // At 6 MiB what farmem cannot move (its own buffers under eviction,
+    // bzip2's small allocations) takes more than the half of the limit
+    // set aside for it, and the summary says so rather than leave the
+    // overrun unexplained.
     assert!(
-        stderr.contains("over --local-mem 8MiB") && stderr.contains("does not move"),
+        stderr.contains("over --local-mem 6MiB") && stderr.contains("does not move"),
         "{stderr}"
     );
     // And the bytes decompress to the input.

@@ -745,10 +745,11 @@ impl Summary<'_> {
     }
 
     /// Why the program's peak resident set went past --local-mem, when it
-    /// went well past: memory farmem cannot move is charged against the
-    /// limit only up to half of it, so a program whose own small
-    /// allocations, libraries and stacks (and farmem's buffers) take more
-    /// runs over, where a cgroup's limit would swap them.
+    /// went well past: file pages are not charged, and anonymous memory
+    /// farmem cannot move is charged only up to half the limit, so a
+    /// program whose own small allocations and stacks (and farmem's
+    /// buffers) take more runs over, where a cgroup's limit would swap
+    /// them.
     fn print_over_limit(&self, args: &Args) {
         let limit = args.local_mem.bytes();
         if limit == 0 || (self.resident as f64) < limit as f64 * OVER_LIMIT_NOTED {
@@ -766,11 +767,20 @@ impl Summary<'_> {
             .max()
             .unwrap_or(0)
             * 4096;
-        eprintln!(
-            "farmem: peak resident set {} is {:.0}% over --local-mem {}: up to {} of it was memory farmem does not move (allocations under --threshold {}, libraries, stacks, farmem's own buffers), and only half the limit is set aside for that; `--threshold 16B` moves the program's small allocations far too, packed by size class",
+        let over = format!(
+            "farmem: peak resident set {} is {:.0}% over --local-mem {}",
             ByteSize(self.resident),
             (self.resident as f64 / limit as f64 - 1.0) * 100.0,
             args.local_mem,
+        );
+        if outside <= limit / 2 {
+            eprintln!(
+                "{over}: the pages of libraries and other files, which the limit does not charge (a cgroup charges the page cache to whoever read it first)"
+            );
+            return;
+        }
+        eprintln!(
+            "{over}: up to {} of anonymous memory farmem does not move (allocations under --threshold {}, stacks, farmem's own buffers), of which only half the limit is charged, and file pages, which are not; `--threshold 16B` moves the program's small allocations far too, packed by size class",
             ByteSize(outside),
             args.threshold,
         );
