@@ -445,9 +445,10 @@ mod tests {
     fn auto_compresses_on_a_slow_link_and_not_on_an_unthrottled_one() {
         let stats = LinkStats::default();
         let raw = compressible(4096);
-        // 1 MiB/s: a page's saving (ms) dwarfs any codec time a loaded
-        // host measures, so the choice does not hang on the clock.
-        let mut slow = Packer::new(LinkMode::Auto, 1 << 20).unwrap();
+        // 64 KiB/s: a page's saving (tens of ms) dwarfs any codec time a
+        // loaded host measures (at 1 MiB/s, a few ms, a preempted pack
+        // once took longer), so the choice does not hang on the clock.
+        let mut slow = Packer::new(LinkMode::Auto, 64 << 10).unwrap();
         assert!((0..8).all(|_| slow.pack(&raw, false, &stats).is_some()));
         let mut fast = Packer::new(LinkMode::Auto, 0).unwrap();
         // Give it the speed a real codec has at least on this machine
