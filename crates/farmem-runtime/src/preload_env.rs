@@ -445,6 +445,7 @@ impl PreloadEnv {
             (cfg.high_watermark, cfg.low_watermark) = (0.95, 0.85);
         }
         cfg.fault_around.max_blocks = self.fault_around;
+        cfg.log_lines = log_lines_within(self.local_bytes, &cfg);
         if let Some(share) = self.probation {
             cfg.park_share = share;
         }
@@ -462,10 +463,41 @@ impl PreloadEnv {
     }
 }
 
+/// Bytes a line takes in a log segment: its address and its 64 bytes.
+const LOG_LINE_BYTES: u64 = 8 + 64;
+
+/// Lines per log segment under a limit of `local_bytes`: the ring of
+/// segments, which fills as the evictor ships dirty lines and is charged
+/// against the limit like any of the process's memory, takes at most
+/// 1/64 of it (the default's 1.2 MB from 75 MiB up; at 6 MiB, 96 KiB
+/// where it took a fifth of the limit), but holds at least a page's lines.
+fn log_lines_within(local_bytes: u64, cfg: &Config) -> usize {
+    let segments = cfg.log_segments.max(1) as u64;
+    let lines = local_bytes / 64 / segments / LOG_LINE_BYTES;
+    (lines as usize).clamp(64, cfg.log_lines.max(64))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::collections::HashMap;
+
+    #[test]
+    fn the_log_ring_takes_a_sixty_fourth_of_a_small_limit() {
+        let cfg = Config::default();
+        let ring = |local: u64| {
+            log_lines_within(local, &cfg) as u64 * cfg.log_segments as u64 * LOG_LINE_BYTES
+        };
+        assert_eq!(log_lines_within(1 << 30, &cfg), cfg.log_lines);
+        assert_eq!(log_lines_within(256 << 20, &cfg), cfg.log_lines);
+        assert!(ring(16 << 20) <= (16 << 20) / 64);
+        assert!(ring(6 << 20) <= (6 << 20) / 64);
+        assert_eq!(
+            log_lines_within(1 << 20, &cfg),
+            64,
+            "a page's lines at least"
+        );
+    }
 
     fn env(vars: &[(&str, &str)]) -> HashMap<String, String> {
         vars.iter()
