@@ -8,7 +8,7 @@ use std::process::Command;
 mod common;
 
 use common::far_memory_unavailable as unavailable;
-use common::installed;
+use common::{compiled_or_skip, installed};
 
 fn farmem() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_farmem"))
@@ -29,30 +29,6 @@ fn c_program_or_skip(name: &str, source: &str) -> Option<PathBuf> {
     let bin = compiled_or_skip(name, &src);
     let _ = std::fs::remove_file(&src);
     bin
-}
-
-/// Compiles the C file `src` into a fresh binary; None (reason printed)
-/// without userfaultfd or a C compiler.
-fn compiled_or_skip(name: &str, src: &Path) -> Option<PathBuf> {
-    if let Some(why) = unavailable() {
-        eprintln!("skipping: {why}");
-        return None;
-    }
-    // Tests run in parallel and may compile the same program.
-    static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let out = std::env::temp_dir().join(format!("{name}-{}-{n}", std::process::id()));
-    let Ok(status) = Command::new("cc")
-        .args(["-O2", "-Wall", "-pthread", "-o"])
-        .arg(&out)
-        .arg(src)
-        .status()
-    else {
-        eprintln!("skipping: no C compiler (cc)");
-        return None;
-    };
-    assert!(status.success(), "cc failed on {}", src.display());
-    Some(out)
 }
 
 #[test]

@@ -8,31 +8,16 @@ use std::process::Command;
 
 mod common;
 
-use common::far_memory_unavailable as unavailable;
+use common::compiled_or_skip;
 
 /// The C test program `name` (under farmem-preload/tests/c), compiled; None
 /// (reason printed) where these tests cannot run.
 fn compiled(name: &str) -> Option<PathBuf> {
-    if let Some(why) = unavailable() {
-        eprintln!("skipping: {why}");
-        return None;
-    }
     let src = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../farmem-preload/tests/c")
         .join(format!("{name}.c"));
     // Not `farmem-…`: the shim takes threads of that name for its own.
-    let out = std::env::temp_dir().join(format!("{name}-{}", std::process::id()));
-    let Ok(status) = Command::new("cc")
-        .args(["-O2", "-Wall", "-pthread", "-o"])
-        .arg(&out)
-        .arg(&src)
-        .status()
-    else {
-        eprintln!("skipping: no C compiler (cc)");
-        return None;
-    };
-    assert!(status.success(), "cc failed on {}", src.display());
-    Some(out)
+    compiled_or_skip(name, &src)
 }
 
 /// Runs `bin args` locally and under `farmem run --threshold 16` with

@@ -110,3 +110,27 @@ pub fn installed(program: &str) -> Option<std::path::PathBuf> {
     }
     found
 }
+
+/// Compiles the C file `src` into a fresh binary; None (reason printed)
+/// without userfaultfd or a C compiler.
+pub fn compiled_or_skip(name: &str, src: &std::path::Path) -> Option<std::path::PathBuf> {
+    if let Some(why) = far_memory_unavailable() {
+        eprintln!("skipping: {why}");
+        return None;
+    }
+    // Tests run in parallel and may compile the same program.
+    static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let out = std::env::temp_dir().join(format!("{name}-{}-{n}", std::process::id()));
+    let Ok(status) = std::process::Command::new("cc")
+        .args(["-O2", "-Wall", "-pthread", "-o"])
+        .arg(&out)
+        .arg(src)
+        .status()
+    else {
+        eprintln!("skipping: no C compiler (cc)");
+        return None;
+    };
+    assert!(status.success(), "cc failed on {}", src.display());
+    Some(out)
+}
