@@ -71,7 +71,8 @@ pub struct Args {
     #[arg(long)]
     json: bool,
     /// A flag passed on to `farmem run` (repeatable), e.g.
-    /// `--farmem-arg=--fault-path=signal`.
+    /// `--farmem-arg=--fault-path=signal`; not --backend, --local-mem or
+    /// --stats-json, which each config sets.
     #[arg(long = "farmem-arg", value_name = "FLAG", allow_hyphen_values = true)]
     farmem_args: Vec<String>,
     /// Directory for the swap files (it must take one: ext4, xfs; not
@@ -111,6 +112,7 @@ struct Bench {
 
 pub fn run(args: Args) -> Outcome {
     let configs = parse_configs(&args.configs)?;
+    refuse_flags_set_per_config(&args.farmem_args)?;
     let local = LocalMem::parse(&args.local)?;
     let size = args.size.unwrap_or(if args.quick {
         ByteSize::mib(32)
@@ -448,4 +450,42 @@ fn tiers(s: &Value) -> Value {
         "below_pages_written": n("passed_down") + n("off_passed") + n("demoted"),
         "below_pages_read": n("misses"),
     })
+}
+
+/// The `farmem run` flags each farmem config sets itself: a
+/// `--farmem-arg` repeating one made clap refuse every farmem run, after
+/// the kernel's configs had run.
+const SET_PER_CONFIG: [(&str, &str); 3] = [
+    (
+        "--backend",
+        "each farmem config sets its backend; choose them with --configs (farmem, farmem-compressed, farmem-auto, farmem-file)",
+    ),
+    ("--local-mem", "every config gets --local"),
+    ("--stats-json", "bench swap reads each run's stats itself"),
+];
+
+fn refuse_flags_set_per_config(farmem_args: &[String]) -> anyhow::Result<()> {
+    for arg in farmem_args {
+        let flag = arg.split('=').next().unwrap_or(arg);
+        if let Some((_, why)) = SET_PER_CONFIG.iter().find(|(f, _)| *f == flag) {
+            anyhow::bail!("--farmem-arg={arg}: {why}");
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_each_config_sets_are_refused_up_front() {
+        let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let passed = args(&["--fault-path=signal", "--threshold", "16B"]);
+        assert!(refuse_flags_set_per_config(&passed).is_ok());
+        let e = refuse_flags_set_per_config(&args(&["--backend=compressed"])).unwrap_err();
+        assert!(e.to_string().contains("--configs"), "{e}");
+        assert!(refuse_flags_set_per_config(&args(&["--local-mem"])).is_err());
+        assert!(refuse_flags_set_per_config(&args(&["--stats-json=/tmp/x"])).is_err());
+    }
 }
