@@ -31,9 +31,10 @@ pub trait SetRule: Debug + Clone + Copy + Default + Send + 'static {
     /// Whether [`on_evict`](Self::on_evict) does anything (LRU's fills
     /// then skip finding the set).
     const AGES_SET: bool = false;
-    /// `set[victim]` is about to be replaced (every slot of `set` is valid).
+    /// The slot `victim` of a set whose stamps are `stamps` is about to be
+    /// replaced (every slot of the set is valid).
     #[inline]
-    fn on_evict(_set: &mut [(u64, u64)], _victim: usize) {}
+    fn on_evict(_stamps: &mut [u64], _victim: usize) {}
 }
 
 /// True LRU: the stamp is the time of last use.
@@ -104,11 +105,11 @@ impl SetRule for SrripRule {
     /// (the first of the highest) gets there after `3 - its RRPV` steps, and
     /// so does everyone else's age.
     #[inline]
-    fn on_evict(set: &mut [(u64, u64)], victim: usize) {
-        let age = RRPV_DISTANT - set[victim].1;
+    fn on_evict(stamps: &mut [u64], victim: usize) {
+        let age = RRPV_DISTANT - stamps[victim];
         if age > 0 {
-            for slot in set.iter_mut() {
-                slot.1 += age;
+            for stamp in stamps.iter_mut() {
+                *stamp += age;
             }
         }
     }
@@ -168,9 +169,13 @@ pub struct SetAssoc {
     /// `sets - 1` when `sets` is a power of two: the common case avoids a division.
     mask: Option<u64>,
     ways: usize,
-    /// (tag, stamp) per slot, a set contiguous: one search reads both,
-    /// which halves the memory a lookup-then-fill touches.
-    slots: Vec<(u64, u64)>,
+    /// The block in each slot, a set contiguous: a lookup reads only
+    /// these (a 16-way set's are two host cache lines, where tags and
+    /// stamps side by side were four).
+    tags: Vec<u64>,
+    /// Each slot's stamp for the rule, read to choose a victim and written
+    /// on a hit.
+    stamps: Vec<u64>,
     clock: u64,
     len: usize,
     /// Bumped whenever a block leaves other than by `fill`, so a victim
@@ -210,7 +215,8 @@ impl SetAssoc {
             sets,
             mask: sets.is_power_of_two().then(|| sets - 1),
             ways,
-            slots: vec![(INVALID, 0); slots],
+            tags: vec![INVALID; slots],
+            stamps: vec![0; slots],
             clock: 0,
             len: 0,
             generation: 0,
@@ -230,7 +236,7 @@ impl SetAssoc {
     }
     /// Number of slots (`sets × ways`): the index range of slot arrays.
     pub fn slots(&self) -> usize {
-        self.slots.len()
+        self.tags.len()
     }
 
     /// Changes whenever a block leaves other than through a fill.
@@ -254,7 +260,7 @@ impl SetAssoc {
     #[inline]
     pub fn prefetch(&self, block: BlockId) {
         let base = self.set_base(block);
-        let set = &self.slots[base..base + self.ways];
+        let set = &self.tags[base..base + self.ways];
         #[cfg(target_arch = "x86_64")]
         {
             use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
@@ -272,9 +278,9 @@ impl SetAssoc {
     #[inline]
     pub fn find(&self, block: BlockId) -> Option<usize> {
         let base = self.set_base(block);
-        self.slots[base..base + self.ways]
+        self.tags[base..base + self.ways]
             .iter()
-            .position(|&(t, _)| t == block)
+            .position(|&t| t == block)
             .map(|w| base + w)
     }
 
@@ -290,7 +296,9 @@ impl SetAssoc {
         let base = self.set_base(block);
         let mut victim = base;
         let mut lowest = u64::MAX;
-        for (w, &(t, stamp)) in self.slots[base..base + self.ways].iter().enumerate() {
+        let tags = &self.tags[base..base + self.ways];
+        let stamps = &self.stamps[base..base + self.ways];
+        for (w, (&t, &stamp)) in tags.iter().zip(stamps).enumerate() {
             if t == INVALID {
                 return base + w;
             }
@@ -303,45 +311,24 @@ impl SetAssoc {
         victim
     }
 
-    /// One pass over the set: the slot holding `block`, or the slot a fill
-    /// would use (the first invalid one, else the rule's victim).
+    /// The slot holding `block`, or the slot a fill would use (the first
+    /// invalid one, else the rule's victim): the tags first, the stamps
+    /// only on a miss.
     #[inline]
     pub fn probe(&self, block: BlockId) -> Probe {
-        by_rule!(self.rule, R => self.probe_by::<R>(block))
-    }
-
-    #[inline]
-    fn probe_by<R: SetRule>(&self, block: BlockId) -> Probe {
-        let base = self.set_base(block);
-        let mut victim = base;
-        let mut lowest = u64::MAX;
-        let mut free = false;
-        for (w, &(t, stamp)) in self.slots[base..base + self.ways].iter().enumerate() {
-            if t == block {
-                return Probe::Hit(base + w);
-            }
-            if free {
-                continue;
-            }
-            if t == INVALID {
-                victim = base + w;
-                free = true;
-            } else {
-                let rank = R::rank(stamp, self.clock);
-                if rank < lowest {
-                    lowest = rank;
-                    victim = base + w;
-                }
-            }
+        match self.find(block) {
+            Some(slot) => Probe::Hit(slot),
+            None => Probe::Miss {
+                victim: self.victim_slot(block),
+            },
         }
-        Probe::Miss { victim }
     }
 
     /// Places `block` in `slot` (from [`probe`](Self::probe), with no
     /// invalidation since: same `generation`); returns the block it displaced.
     #[inline]
     pub fn fill_at(&mut self, slot: usize, block: BlockId) -> Option<BlockId> {
-        let old = self.slots[slot].0;
+        let old = self.tags[slot];
         let victim = (old != INVALID).then_some(old);
         let replaced = victim.is_some();
         self.len += usize::from(!replaced);
@@ -350,11 +337,11 @@ impl SetAssoc {
         by_rule!(self.rule, R => {
             if replaced && R::AGES_SET {
                 let base = self.set_base(block);
-                R::on_evict(&mut self.slots[base..base + self.ways], slot - base);
+                R::on_evict(&mut self.stamps[base..base + self.ways], slot - base);
             }
-            R::on_fill(&mut self.slots[slot].1, clock);
+            R::on_fill(&mut self.stamps[slot], clock);
         });
-        self.slots[slot].0 = block;
+        self.tags[slot] = block;
         victim
     }
 
@@ -362,7 +349,7 @@ impl SetAssoc {
     #[inline]
     pub fn touch_slot(&mut self, slot: usize) {
         self.clock += 1;
-        let (clock, stamp) = (self.clock, &mut self.slots[slot].1);
+        let (clock, stamp) = (self.clock, &mut self.stamps[slot]);
         by_rule!(self.rule, R => R::on_hit(stamp, clock));
     }
 
@@ -378,7 +365,7 @@ impl SetAssoc {
     /// Drops `block`; returns the slot it held.
     pub fn invalidate(&mut self, block: BlockId) -> Option<usize> {
         let slot = self.find(block)?;
-        self.slots[slot].0 = INVALID;
+        self.tags[slot] = INVALID;
         self.len -= 1;
         self.generation += 1;
         Some(slot)
@@ -386,7 +373,7 @@ impl SetAssoc {
 
     /// The block in `slot`, if any.
     pub fn block_at(&self, slot: usize) -> Option<BlockId> {
-        let t = self.slots[slot].0;
+        let t = self.tags[slot];
         (t != INVALID).then_some(t)
     }
 }
@@ -400,7 +387,7 @@ impl ReplacementPolicy for SetAssoc {
         }
     }
     fn capacity(&self) -> usize {
-        self.slots.len()
+        self.tags.len()
     }
     fn len(&self) -> usize {
         self.len
@@ -425,12 +412,12 @@ impl ReplacementPolicy for SetAssoc {
     /// The lowest-ranked block of the whole cache (a scan: demand
     /// eviction goes through `insert`, which is O(ways)).
     fn evict(&mut self, _now: Nanos) -> Option<BlockId> {
-        let rank = |s: usize| by_rule!(self.rule, R => R::rank(self.slots[s].1, self.clock));
-        let slot = (0..self.slots.len())
-            .filter(|&s| self.slots[s].0 != INVALID)
+        let rank = |s: usize| by_rule!(self.rule, R => R::rank(self.stamps[s], self.clock));
+        let slot = (0..self.tags.len())
+            .filter(|&s| self.tags[s] != INVALID)
             .min_by_key(|&s| rank(s))?;
-        let victim = self.slots[slot].0;
-        self.slots[slot].0 = INVALID;
+        let victim = self.tags[slot];
+        self.tags[slot] = INVALID;
         self.len -= 1;
         self.generation += 1;
         Some(victim)
