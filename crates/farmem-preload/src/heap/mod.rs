@@ -10,7 +10,7 @@ pub mod small;
 use small::{Freed, Small};
 
 /// Granularity of every far range.
-pub const PAGE: usize = 4096;
+pub const PAGE: usize = farmem_core::PAGE_SIZE as usize;
 
 /// Book-keeping for one contiguous address range. Addresses are plain
 /// integers; nothing here touches the memory.

@@ -8,7 +8,8 @@
 //! freeing a block whose page went remote costs no fault, and a block's
 //! neighbours are never read to find its size.
 
-use super::PAGE;
+/// The page the runs are made of (the heap's, which imports this module).
+const PAGE: usize = farmem_core::PAGE_SIZE as usize;
 
 /// Block sizes: 16-byte steps up to 128 B, then four per doubling up to
 /// 16 KiB (jemalloc's spacing), so a block wastes at most a fifth of its
