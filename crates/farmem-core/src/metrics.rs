@@ -23,7 +23,10 @@ impl Counter {
     }
 }
 
-/// Latency distribution in nanoseconds, 1 ns to 100 s at 3 significant digits.
+/// Latency distribution in nanoseconds, 1 ns to 100 s at 2 significant
+/// digits (within 1%). A third digit would take 229 KB a histogram instead
+/// of 31 KB, and a runtime keeps four of them inside the program's
+/// `--local-mem`.
 pub struct LatencyHistogram(Mutex<hdrhistogram::Histogram<u64>>);
 
 impl Default for LatencyHistogram {
@@ -80,9 +83,12 @@ pub struct LatencySummary {
     pub max_us: f64,
 }
 
+/// Each sample is kept to within 1/128 of its value.
+const SIGNIFICANT_DIGITS: u8 = 2;
+
 impl LatencyHistogram {
     pub fn new() -> Self {
-        let hist = hdrhistogram::Histogram::new_with_bounds(1, 100_000_000_000, 3)
+        let hist = hdrhistogram::Histogram::new_with_bounds(1, 100_000_000_000, SIGNIFICANT_DIGITS)
             .expect("static histogram bounds are valid");
         Self(Mutex::new(hist))
     }
@@ -119,7 +125,7 @@ impl LatencyHistogram {
     /// The samples in buckets whose upper bounds are `bounds_ns`
     /// (ascending) and one past them, as a Prometheus histogram takes
     /// them: per-bucket counts (not cumulative), with the sum and count.
-    /// A sample is counted within hdrhistogram's precision (3 digits).
+    /// A sample is counted within the histogram's precision (1%).
     pub fn buckets(&self, bounds_ns: &[u64]) -> Buckets {
         let h = self.0.lock();
         let mut counts = vec![0u64; bounds_ns.len() + 1];
@@ -167,21 +173,22 @@ mod tests {
         }
         let s = h.summary();
         assert_eq!(s.count, 1000);
-        assert!((s.p50_us - 500.0).abs() < 1.0, "{s:?}");
-        assert!((s.p99_us - 990.0).abs() < 2.0, "{s:?}");
+        // Within the 1% the histogram keeps.
+        assert!((s.p50_us - 500.0).abs() < 5.0, "{s:?}");
+        assert!((s.p99_us - 990.0).abs() < 9.9, "{s:?}");
     }
 
     #[test]
     fn buckets_count_each_sample_once_under_its_bound() {
         let h = LatencyHistogram::new();
-        for ns in [500, 1_000, 1_001, 40_000, 7_000_000] {
+        for ns in [500, 990, 1_010, 40_000, 7_000_000] {
             h.record_ns(ns);
         }
         let b = h.buckets(&[1_000, 100_000]);
         assert_eq!(b.counts, [2, 2, 1], "{b:?}");
         assert_eq!(b.count, 5);
-        let exact = 500.0 + 1_000.0 + 1_001.0 + 40_000.0 + 7_000_000.0;
-        assert!((b.sum_ns - exact).abs() / exact < 1e-3, "{b:?}");
+        let exact = 500.0 + 990.0 + 1_010.0 + 40_000.0 + 7_000_000.0;
+        assert!((b.sum_ns - exact).abs() / exact < 1e-2, "{b:?}");
         assert_eq!(LatencyHistogram::new().buckets(&[1]).counts, [0, 0]);
         // Summed across processes: same bounds add, others are refused.
         let mut total = Buckets::default();
