@@ -13,7 +13,7 @@
 //! descending stream and almost none an ascending one.
 //!
 //! The runtime uses it to fault around a miss: never-written pages it
-//! fills locally (upward only), stored pages it reads with the missing one
+//! fills locally, stored pages it reads with the missing one
 //! in one request.
 
 use serde::{Deserialize, Serialize};

@@ -29,9 +29,11 @@ pub(crate) enum Settle<'a> {
 impl Shared {
     /// Step one: if the region's readahead sees a stream at `job`'s page,
     /// takes the absent pages beside it that the window covers (Fetching,
-    /// with their cache slots): never-written pages after a never-written
-    /// one; stored pages whose remote addresses run on from the page's,
-    /// so one read covers them all, above it and, on a thread, below it.
+    /// with their cache slots): never-written pages beside a never-written
+    /// one, above it or below it (GNU sort writes its line table from the
+    /// top of its buffer down); stored pages whose remote addresses run on
+    /// from the page's, so one read covers them all, above it and, on a
+    /// thread, below it.
     /// Done before the job's page is installed, so the program, woken by
     /// that install, finds its next pages taken and waits for them instead
     /// of faulting them in one by one. A full cache or a page that does
@@ -46,10 +48,13 @@ impl Shared {
         let window = readahead.on_miss(idx as u64);
         let room = MAX_FAULT_AROUND as usize - 1;
         let after = (window.after(idx as u64) as usize).min(room);
-        let before = if job.zero || ctx != Ctx::Thread {
-            0
-        } else {
+        // Zeros are installed in place on either path; stored pages below
+        // the fault are read with it only on a thread (a handler's filler
+        // reads those above).
+        let before = if job.zero || ctx == Ctx::Thread {
             (window.before(idx as u64) as usize).min(room)
+        } else {
+            0
         };
         // Page j fits when it is absent and, for stored pages, at its
         // place in the run of remote addresses through the page's.
@@ -85,17 +90,22 @@ impl Shared {
         took
     }
 
-    /// Step two for never-written pages: installs the `n` pages after
-    /// `job`'s that [`Shared::reserve_around`] took, with one UFFDIO_COPY
-    /// from zeros, writable: zeros are their diff base, so no write needs
-    /// a fault to be seen (page mode ships such a page whole once any of
-    /// it is not zero).
-    pub(crate) fn install_around(&self, job: &FetchJob, n: usize, ctx: Ctx) {
+    /// Step two for never-written pages: installs the pages beside `job`'s
+    /// that [`Shared::reserve_around`] took, each side with one
+    /// UFFDIO_COPY from zeros, writable: zeros are their diff base, so no
+    /// write needs a fault to be seen (page mode ships such a page whole
+    /// once any of it is not zero).
+    pub(crate) fn install_around(&self, job: &FetchJob, around: Around, ctx: Ctx) {
+        self.install_zeros(job, job.idx - around.before, around.before, ctx);
+        self.install_zeros(job, job.idx + 1, around.after, ctx);
+    }
+
+    /// Installs zeros over the `n` pages of `job`'s window from `first`.
+    fn install_zeros(&self, job: &FetchJob, first: usize, n: usize, ctx: Ctx) {
         let Some(zeros) = self.zeros.as_ref().filter(|_| n > 0) else {
             return;
         };
         let r = &job.region;
-        let first = job.idx + 1;
         // Counted before the install wakes the program (as in `install`).
         self.m.pages_zero_filled.add(n as u64);
         self.m.pages_faulted_around.add(n as u64);

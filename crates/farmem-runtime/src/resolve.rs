@@ -242,7 +242,7 @@ impl Shared {
     ) -> Option<FetchJob> {
         if job.zero {
             // Installed or not, the pages around are ours to finish.
-            self.install_around(&job, around.after, ctx);
+            self.install_around(&job, around, ctx);
             return Some(job);
         }
         match run {

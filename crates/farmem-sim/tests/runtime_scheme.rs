@@ -136,6 +136,24 @@ fn fault_around_doubles_its_window_and_stops_at_the_region_end() {
 }
 
 #[test]
+fn fault_around_fills_fresh_pages_downward_too() {
+    // The same 64 fresh pages written from the top down: faults at 63
+    // (window 1), 62 (2: 61 and 62), 60 (4), 56, 48, … 8 (8 each, below
+    // the fault), and 0, the region's first page: 11 faults again.
+    let n = 64;
+    let acc: Vec<Access> = (0..n)
+        .rev()
+        .map(|p| Access::store(BASE + p * PAGE, 8, 0))
+        .collect();
+    let sets = [("local.size", "400KiB"), ("runtime.fault_around", "8")];
+    let r = run(&sets, n * PAGE, &acc);
+    assert_eq!(count(&r, "faults_missing"), 11);
+    assert_eq!(count(&r, "pages_zero_filled"), 64);
+    assert_eq!(count(&r, "pages_faulted_around"), 53);
+    assert_eq!(count(&r, "faults_wp"), 0);
+}
+
+#[test]
 fn fault_around_takes_only_free_slots_and_reads_stored_pages_below() {
     // 16 pages local (marks at 15 and 13), windows up to 8. Writing 64
     // pages: faults at 0, 1, 3 and 7 take 1, 2, 4 and 8 pages; at 15

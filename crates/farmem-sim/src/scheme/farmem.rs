@@ -9,8 +9,8 @@
 //! - A missing page faults. A page never written back is filled with zeros
 //!   locally; a stored one is read from its memory node (`resolve.rs`).
 //! - Fault-around takes a window from [`Readahead`]: absent never-written
-//!   pages after a never-written fault, absent stored pages on both sides
-//!   of a stored one, within the region, at most [`MAX_FAULT_AROUND`]
+//!   pages beside a never-written fault, absent stored pages beside a
+//!   stored one, on either side, within the region, at most [`MAX_FAULT_AROUND`]
 //!   pages, and only into free slots: the page itself waits for room, its
 //!   neighbours never do (`around.rs`).
 //! - A page faulted in by a read is write-protected: its first write is a
@@ -210,11 +210,7 @@ impl Runtime {
         let up = (1..=after)
             .take_while(|&d| page + d < self.region_end && self.fits(m, page + d, zero))
             .count() as u64;
-        let before = if zero {
-            0
-        } else {
-            u64::from(window.before(page)).min(room - up)
-        };
+        let before = u64::from(window.before(page)).min(room - up);
         let down = (1..=before)
             .take_while(|&d| page >= BASE_PAGE + d && self.fits(m, page - d, zero))
             .count() as u64;
