@@ -151,10 +151,11 @@ pub struct Args {
     /// handler).
     #[arg(long, default_value_t = farmem_runtime::WaitMode::default())]
     fault_wait: farmem_runtime::WaitMode,
-    /// Fault-around: the most pages a fault brings in after its own when
-    /// the program touches memory in order (never-written ones filled
-    /// locally, far ones read in one request on the thread path; the window
-    /// doubles from 1 as the stream goes on); 0 turns it off.
+    /// Fault-around: the most pages a fault brings in beside its own when
+    /// the program touches memory in order, up or down (never-written ones
+    /// filled locally; far ones read with it in one request on the thread
+    /// path, and on the signal path those above it, by a filler; the
+    /// window doubles from 1 as the stream goes on); 0 turns it off.
     #[arg(long, default_value_t = farmem_policy::readahead::ReadaheadConfig::default().max_blocks,
           value_parser = clap::value_parser!(u32).range(0..=farmem_runtime::MAX_FAULT_AROUND as i64))]
     fault_around: u32,
