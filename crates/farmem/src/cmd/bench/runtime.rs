@@ -43,11 +43,10 @@ pub struct StoreArgs {
     /// hybrid:MICROS.
     #[arg(long, default_value_t = WaitMode::default())]
     wait: WaitMode,
-    /// Fault-around: the most pages a fault in a sequential stream brings
-    /// in after its own (never-written ones filled locally, stored ones read
-    /// in one request on the thread path; the window doubles from 1 as the
-    /// stream goes on); 0 turns it off. `bench fault` always times single
-    /// faults, without it.
+    /// Fault-around, as `farmem run --fault-around`: the most pages a
+    /// fault in an ascending or descending stream brings in beside its
+    /// own; 0 turns it off. `bench fault` always times single faults,
+    /// without it.
     #[arg(long, default_value_t = ReadaheadConfig::default().max_blocks,
           value_parser = clap::value_parser!(u32).range(0..=MAX_FAULT_AROUND as i64))]
     fault_around: u32,
