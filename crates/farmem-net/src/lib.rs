@@ -18,6 +18,7 @@ pub mod compress;
 mod conn;
 pub mod delay;
 mod frame;
+mod handshake;
 mod lane;
 mod lend;
 pub mod link;

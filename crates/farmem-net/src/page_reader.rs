@@ -59,8 +59,8 @@ impl PageReader {
     pub fn connect(addr: &str, cfg: &ClientConfig, max_len: usize) -> Result<Self, NetError> {
         // No link compression: decoding a packed reply would allocate,
         // which a fault served in a signal handler must not.
-        let (reader, stream, welcomed) = crate::conn::session(addr, cfg, 8 << 10)?;
-        let crate::conn::Welcomed {
+        let (reader, stream, welcomed) = crate::handshake::session(addr, cfg, 8 << 10)?;
+        let crate::handshake::Welcomed {
             max_frame,
             incarnation,
             ..
