@@ -75,6 +75,23 @@ fn sequential_faults(pages: usize, max: usize) -> u64 {
     faults
 }
 
+/// Checks a fill of every page in order took a fault per window and no
+/// write-protect fault; fault counts are exact on the signal path only.
+/// (On the thread path the program runs on while its handler faults
+/// around, and may fault on a page still being installed and wait; on the
+/// signal path the faulting thread installs the window before it goes on.)
+fn assert_one_fault_per_window(s: &Stats, faults: u64, path: FaultPath) {
+    assert_eq!(
+        s.pages_faulted_around,
+        PAGES as u64 - faults,
+        "{path}: {s:?}"
+    );
+    assert_eq!(s.faults_wp, 0, "{path}: {s:?}");
+    if path == FaultPath::Signal {
+        assert_eq!(s.faults_missing, faults, "{s:?}");
+    }
+}
+
 #[test]
 fn a_sequential_fill_takes_one_fault_per_window() {
     if skip() {
@@ -84,36 +101,15 @@ fn a_sequential_fill_takes_one_fault_per_window() {
     let faults = sequential_faults(PAGES, 32);
     assert_eq!(faults, 21);
     for path in [FaultPath::Signal, FaultPath::Thread] {
-        // On the thread path the program runs on while its handler faults
-        // around, and may fault on a page still being installed and wait:
-        // fault counts are exact on the signal path only, where the
-        // faulting thread itself installs the window before it goes on.
-        let exact = path == FaultPath::Signal;
         // Line mode: neighbours are mapped writable (zeros are their diff
         // base), so their writes take no fault at all.
         let s = run(cfg(DirtyMode::Line, path, 32), &order);
         assert_eq!(s.pages_zero_filled, PAGES as u64, "{path}: {s:?}");
-        assert_eq!(
-            s.pages_faulted_around,
-            PAGES as u64 - faults,
-            "{path}: {s:?}"
-        );
-        assert_eq!(s.faults_wp, 0, "{path}: {s:?}");
-        if exact {
-            assert_eq!(s.faults_missing, faults, "{s:?}");
-        }
+        assert_one_fault_per_window(&s, faults, path);
         // Page mode too: a neighbour over zeros is shipped whole once
         // written, so its writes need no fault either.
         let s = run(cfg(DirtyMode::Page, path, 32), &order);
-        assert_eq!(
-            s.pages_faulted_around,
-            PAGES as u64 - faults,
-            "{path}: {s:?}"
-        );
-        assert_eq!(s.faults_wp, 0, "{path}: {s:?}");
-        if exact {
-            assert_eq!(s.faults_missing, faults, "{s:?}");
-        }
+        assert_one_fault_per_window(&s, faults, path);
         // Off: a fault per page.
         let s = run(cfg(DirtyMode::Line, path, 0), &order);
         assert_eq!(s.pages_faulted_around, 0, "{path}: {s:?}");
@@ -132,15 +128,7 @@ fn a_descending_fill_takes_one_fault_per_window() {
     for path in [FaultPath::Signal, FaultPath::Thread] {
         let s = run(cfg(DirtyMode::Line, path, 32), &order);
         assert_eq!(s.pages_zero_filled, PAGES as u64, "{path}: {s:?}");
-        assert_eq!(
-            s.pages_faulted_around,
-            PAGES as u64 - faults,
-            "{path}: {s:?}"
-        );
-        assert_eq!(s.faults_wp, 0, "{path}: {s:?}");
-        if path == FaultPath::Signal {
-            assert_eq!(s.faults_missing, faults, "{s:?}");
-        }
+        assert_one_fault_per_window(&s, faults, path);
     }
 }
 

@@ -121,36 +121,28 @@ fn fault_around_doubles_its_window_and_stops_at_the_region_end() {
     // A store per page over 64 fresh pages, windows up to 8, room for
     // all: faults at pages 0 (window 1), 1 (2), 3 (4), 7, 15, … 55 (8
     // each), and 63, whose window of 8 is cut at the region's end: 11
-    // faults, exactly the 64 pages filled, none past the region.
+    // faults, exactly the 64 pages filled, none past the region. From the
+    // top down the same: faults at 63, 62 (with 61), 60 (57-60), 56, 48,
+    // … 8 (8 each, below the fault), and 0, the region's first page.
     let n = 64;
-    let acc: Vec<Access> = (0..n)
-        .map(|p| Access::store(BASE + p * PAGE, 8, 0))
-        .collect();
-    let sets = [("local.size", "400KiB"), ("runtime.fault_around", "8")];
-    let r = run(&sets, n * PAGE, &acc);
-    assert_eq!(count(&r, "faults_missing"), 11);
-    assert_eq!(count(&r, "pages_zero_filled"), 64);
-    assert_eq!(count(&r, "pages_faulted_around"), 53);
-    // Pages filled around a write start writable: no write-protect fault.
-    assert_eq!(count(&r, "faults_wp"), 0);
-}
-
-#[test]
-fn fault_around_fills_fresh_pages_downward_too() {
-    // The same 64 fresh pages written from the top down: faults at 63
-    // (window 1), 62 (2: 61 and 62), 60 (4), 56, 48, … 8 (8 each, below
-    // the fault), and 0, the region's first page: 11 faults again.
-    let n = 64;
-    let acc: Vec<Access> = (0..n)
-        .rev()
-        .map(|p| Access::store(BASE + p * PAGE, 8, 0))
-        .collect();
-    let sets = [("local.size", "400KiB"), ("runtime.fault_around", "8")];
-    let r = run(&sets, n * PAGE, &acc);
-    assert_eq!(count(&r, "faults_missing"), 11);
-    assert_eq!(count(&r, "pages_zero_filled"), 64);
-    assert_eq!(count(&r, "pages_faulted_around"), 53);
-    assert_eq!(count(&r, "faults_wp"), 0);
+    for down in [false, true] {
+        let pages: Vec<u64> = if down {
+            (0..n).rev().collect()
+        } else {
+            (0..n).collect()
+        };
+        let acc: Vec<Access> = pages
+            .iter()
+            .map(|p| Access::store(BASE + p * PAGE, 8, 0))
+            .collect();
+        let sets = [("local.size", "400KiB"), ("runtime.fault_around", "8")];
+        let r = run(&sets, n * PAGE, &acc);
+        assert_eq!(count(&r, "faults_missing"), 11, "down: {down}");
+        assert_eq!(count(&r, "pages_zero_filled"), 64, "down: {down}");
+        assert_eq!(count(&r, "pages_faulted_around"), 53, "down: {down}");
+        // Pages filled around a write start writable: no write-protect fault.
+        assert_eq!(count(&r, "faults_wp"), 0, "down: {down}");
+    }
 }
 
 #[test]
