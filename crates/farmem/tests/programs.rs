@@ -164,12 +164,15 @@ fn bzip2_compresses_to_the_same_bytes_on_far_memory() {
     // bzip2 -9 takes about 8 MiB, most of it in one far allocation.
     let (out, stderr) =
         same_output_under_farmem(&bzip2, &["-9", "-c", input.to_str().unwrap()], "6MiB", &[]);
-    // At 6 MiB what farmem cannot move (its own buffers under eviction,
-    // bzip2's small allocations) takes more than the half of the limit
-    // set aside for it, and the summary says so rather than leave the
-    // overrun unexplained.
+    // At 6 MiB the resident set passes the limit, and the summary says
+    // why rather than leave the overrun unexplained: the libraries' file
+    // pages, which the limit does not charge, and, when it takes more
+    // than the half of the limit set aside for it, the anonymous memory
+    // farmem cannot move (its own buffers under eviction, bzip2's small
+    // allocations; since the latency histograms shrank it fits).
     assert!(
-        stderr.contains("over --local-mem 6MiB") && stderr.contains("does not move"),
+        stderr.contains("over --local-mem 6MiB")
+            && (stderr.contains("the limit does not charge") || stderr.contains("does not move")),
         "{stderr}"
     );
     // And the bytes decompress to the input.
