@@ -2,7 +2,9 @@
 //!
 //! A miss that lands just past where an earlier window ended continues that
 //! stream upward, one that lands just below where it began continues it
-//! downward, and the stream's window doubles up to a cap; any other miss
+//! downward (a few blocks past, too, once the stream is confirmed: the
+//! window then covers the blocks skipped), and the stream's window doubles
+//! up to a cap; any other miss
 //! starts a stream with a window of one block (no speculation on a single
 //! miss). This is Linux's on-demand readahead reduced to its core, with
 //! several streams tracked at once so threads filling different parts of
@@ -19,6 +21,13 @@
 use serde::{Deserialize, Serialize};
 
 use crate::BlockId;
+
+/// How many blocks past a confirmed stream's edge (window over 1) a miss
+/// may land and still continue it, the blocks it skipped brought in with
+/// its window: GNU sort's merge threads write their output a page or three
+/// out of order, and each such miss restarted its stream at one block (on
+/// sort of 300 k numbers, 319 of 697 fresh-memory faults).
+const JITTER: u64 = 4;
 
 /// Streams tracked at once. A miss that continues none replaces a stream
 /// not yet confirmed (window 1) before one that is, the least recently
@@ -47,7 +56,8 @@ impl Default for ReadaheadConfig {
 
 /// The blocks to bring in for a miss: `len` blocks from `first`, the
 /// missing block among them. An ascending window starts at the miss, a
-/// descending one ends there.
+/// descending one ends there, unless the miss skipped a few blocks past
+/// its stream's last window: then the window takes those too.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Window {
     pub first: BlockId,
@@ -92,9 +102,11 @@ impl Stream {
         if self.window == 0 {
             return None;
         }
-        if self.dir != Direction::Down && block == self.end {
+        // A confirmed stream also takes a miss a few blocks past its edge.
+        let slack = if self.window > 1 { JITTER } else { 0 };
+        if self.dir != Direction::Down && block >= self.end && block - self.end <= slack {
             Some(Direction::Up)
-        } else if self.dir != Direction::Up && self.low.checked_sub(1) == Some(block) {
+        } else if self.dir != Direction::Up && block < self.low && self.low - 1 - block <= slack {
             Some(Direction::Down)
         } else {
             None
@@ -129,10 +141,17 @@ impl Readahead {
             .streams
             .iter_mut()
             .find_map(|s| s.continued_by(block).map(|dir| (s, dir)));
+        // Where the last window ended, for a stream the miss continues: the
+        // new window runs from there, over any blocks the miss skipped.
+        let mut edge = None;
         let s = match continued {
             Some((s, dir)) => {
                 s.window = (s.window * 2).min(max);
                 s.dir = dir;
+                edge = Some(match dir {
+                    Direction::Down => s.low,
+                    _ => s.end,
+                });
                 s
             }
             None => {
@@ -148,9 +167,10 @@ impl Readahead {
         };
         s.used = now;
         let w = u64::from(s.window);
-        let (low, end) = match s.dir {
-            Direction::Down => (block.saturating_sub(w - 1), block.saturating_add(1)),
-            _ => (block, block.saturating_add(w)),
+        let (low, end) = match (s.dir, edge) {
+            (Direction::Down, Some(low)) => (block.saturating_sub(w - 1), low),
+            (_, Some(end)) => (end, block.saturating_add(w)),
+            (_, None) => (block, block.saturating_add(w)),
         };
         s.low = low;
         s.end = end;
@@ -226,6 +246,26 @@ mod tests {
             r.on_miss(b);
         }
         assert_eq!(r.on_miss(0), Window { first: 0, len: 1 });
+    }
+
+    #[test]
+    fn a_miss_a_few_blocks_past_a_stream_continues_it_over_the_gap() {
+        let mut r = ra(16);
+        assert_eq!(sequential(&mut r, 100, 2), [1, 2]);
+        // The stream's window ended at 103; a miss at 106 skipped 3 blocks:
+        // it continues the stream, its window of 4 taken from 103.
+        assert_eq!(r.on_miss(106), Window { first: 103, len: 7 });
+        // Past the slack, a miss starts a stream of its own.
+        assert_eq!(r.on_miss(110 + JITTER + 1).len, 1);
+        // Downward alike: 1000 and 999 (window [998, 1000)), then 995.
+        let mut r = ra(16);
+        r.on_miss(1000);
+        assert_eq!(r.on_miss(999), Window { first: 998, len: 2 });
+        assert_eq!(r.on_miss(995), Window { first: 992, len: 6 });
+        // A stream of one block takes no slack: random misses stay alone.
+        let mut r = ra(16);
+        r.on_miss(500);
+        assert_eq!(r.on_miss(502).len, 1);
     }
 
     #[test]
