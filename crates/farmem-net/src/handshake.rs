@@ -1,8 +1,9 @@
 //! Opening a session with a server: dialing it, the handshake that
 //! proves both sides know the cluster token's key for their roles (at our
 //! protocol version, or the oldest we speak), the capabilities a client
-//! presents, and the link compression the two agree on. The
-//! [`crate::conn::Connection`] and the page reader open theirs here.
+//! presents, and the link compression the two agree on. Client
+//! connections (`conn.rs`) and the page reader open theirs here; this
+//! module knows neither.
 
 use std::io::{BufReader, Write};
 use std::net::{TcpStream, ToSocketAddrs};
