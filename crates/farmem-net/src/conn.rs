@@ -176,12 +176,8 @@ impl Ticket {
             let saved = delay.refund(self.read_charged, wire, self.traffic);
             self.hold = self.hold.saturating_sub(saved);
         }
-        if let Some(delay) = self
-            .conn
-            .inner
-            .delay
-            .as_ref()
-            .filter(|_| !self.hold.is_zero())
+        // Called with no hold too: it counts the round trip.
+        if let Some(delay) = self.conn.inner.delay.as_ref()
             && !delay.hold(
                 self.passed,
                 waited_from,

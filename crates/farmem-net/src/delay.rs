@@ -55,6 +55,14 @@ pub struct GateStats {
     pub held_us_mean: f64,
     /// Requests whose turn or reply came past their deadline.
     pub late: u64,
+    /// The reads faults wait for, apart: how many, their wait for a turn,
+    /// their round trip from the gate to the reply landing (the host's
+    /// link), and their hold. What a delay adds to a fault is the sum of
+    /// what it adds to these three.
+    pub demand_reads: u64,
+    pub demand_queued_us_mean: f64,
+    pub demand_round_trip_us_mean: f64,
+    pub demand_held_us_mean: f64,
 }
 
 impl GateStats {
@@ -62,13 +70,24 @@ impl GateStats {
     pub fn of(gates: &[std::sync::Arc<EgressDelay>]) -> Self {
         let sum = |f: &dyn Fn(&EgressDelay) -> u64| gates.iter().map(|g| f(g)).sum::<u64>();
         let requests = sum(&|g| g.admitted.get());
-        let mean_us = |ns: u64| ns as f64 / requests.max(1) as f64 / 1e3;
+        let demand_reads = sum(&|g| g.demand.admitted.get());
+        let mean_us = |ns: u64, n: u64| ns as f64 / n.max(1) as f64 / 1e3;
         Self {
             requests,
             bytes: sum(&|g| g.bytes.get()) - sum(&|g| g.refunded.get()),
-            queued_us_mean: mean_us(sum(&|g| g.waited_ns.get())),
-            held_us_mean: mean_us(sum(&|g| g.held_ns.get())),
+            queued_us_mean: mean_us(sum(&|g| g.waited_ns.get()), requests),
+            held_us_mean: mean_us(sum(&|g| g.held_ns.get()), requests),
             late: sum(&|g| g.late.get()),
+            demand_reads,
+            demand_queued_us_mean: mean_us(sum(&|g| g.demand.waited_ns.get()), demand_reads),
+            demand_round_trip_us_mean: mean_us(
+                sum(&|g| g.demand.round_trip_ns.get()),
+                sum(&|g| g.demand.landed.get()),
+            ),
+            demand_held_us_mean: mean_us(
+                sum(&|g| g.demand.held_ns.get()),
+                sum(&|g| g.demand.landed.get()),
+            ),
         }
     }
 }
@@ -91,6 +110,20 @@ pub struct EgressDelay {
     pub held_ns: Counter,
     /// Requests whose turn came after their deadline (not sent).
     pub late: Counter,
+    /// The same for demand reads alone, with their round trips.
+    pub demand: DemandCounters,
+}
+
+/// What demand reads met at a gate ([`GateStats`]'s `demand_` fields).
+#[derive(Debug, Default)]
+pub struct DemandCounters {
+    pub admitted: Counter,
+    pub waited_ns: Counter,
+    /// Replies that landed, and the nanoseconds from their requests
+    /// passing the gate to then.
+    pub landed: Counter,
+    pub round_trip_ns: Counter,
+    pub held_ns: Counter,
 }
 
 impl EgressDelay {
@@ -125,6 +158,7 @@ impl EgressDelay {
             waited_ns: Counter::default(),
             held_ns: Counter::default(),
             late: Counter::default(),
+            demand: DemandCounters::default(),
         }
     }
 
@@ -187,6 +221,8 @@ impl EgressDelay {
     /// round trip lately; a reply read late (its thread was waiting out
     /// another's hold first) landed that quickest round trip after it
     /// left, so the holds of a thread's requests to several nodes overlap.
+    /// A demand read's round trip (passed to landed) is counted whatever
+    /// its hold, so the statistics compare a delay with none.
     ///
     /// A demand read's hold is spun out, since a fault waits on it to the
     /// microsecond; a bulk request's (a write-back's acknowledgement) is
@@ -218,6 +254,15 @@ impl EgressDelay {
         } else {
             arrived.min(passed + was)
         };
+        if traffic == Traffic::Demand {
+            self.demand.landed.inc();
+            self.demand
+                .round_trip_ns
+                .add(landed.saturating_duration_since(passed).as_nanos() as u64);
+        }
+        if hold.is_zero() {
+            return true;
+        }
         let until = landed + hold;
         if until > deadline {
             self.late.inc();
@@ -226,7 +271,11 @@ impl EgressDelay {
         }
         let now = Instant::now();
         if until > now {
-            self.held_ns.add((until - now).as_nanos() as u64);
+            let ns = (until - now).as_nanos() as u64;
+            self.held_ns.add(ns);
+            if traffic == Traffic::Demand {
+                self.demand.held_ns.add(ns);
+            }
         }
         match traffic {
             Traffic::Demand => wait_until(until),
@@ -281,6 +330,10 @@ impl EgressDelay {
         self.bytes.add(bytes);
         let wait = Duration::from_nanos(at.saturating_sub(now));
         self.waited_ns.add(wait.as_nanos() as u64);
+        if traffic == Traffic::Demand {
+            self.demand.admitted.inc();
+            self.demand.waited_ns.add(wait.as_nanos() as u64);
+        }
         (Instant::now() + wait, Duration::from_nanos(hold))
     }
 }

@@ -338,3 +338,29 @@ fn a_rate_gate_charges_packed_payloads_their_bytes_on_the_wire() {
         }
     }
 }
+
+/// A gate counts the reads faults wait for apart from the rest, with
+/// their round trips even when it holds nothing, so a delay's statistics
+/// compare with none's (`farmem eval delay`'s `added`).
+#[test]
+fn a_gate_counts_demand_reads_and_their_round_trips_with_no_delay_too() {
+    use farmem_net::delay::{EgressDelay, GateStats};
+    use farmem_policy::delay::DelayModel;
+    let mem = Arc::new(Mem(Mutex::new(vec![0; MEM])));
+    let srv = server(mem, false, farmem_wire::PROTOCOL_VERSION);
+    let gate = Arc::new(EgressDelay::new(DelayModel::None, 0));
+    let cfg = ClientConfig::new("cn-0", Role::Compute).with_delay(gate.clone());
+    let conn = Connection::connect(&srv.local_addr().to_string(), &cfg).unwrap();
+    let data = page(4096, 3);
+    conn.write(0, &data).unwrap();
+    let mut back = vec![0; data.len()];
+    for _ in 0..2 {
+        conn.read(0, &mut back).unwrap();
+        assert_eq!(back, data);
+    }
+    let g = GateStats::of(std::slice::from_ref(&gate));
+    assert_eq!((g.requests, g.demand_reads), (3, 2), "{g:?}");
+    assert_eq!(gate.demand.landed.get(), 2, "both replies counted");
+    assert!(gate.demand.round_trip_ns.get() > 0);
+    assert_eq!(gate.demand.held_ns.get(), 0, "no delay, no hold");
+}

@@ -331,6 +331,10 @@ impl ProgramRun {
             "gate_requests": self.gate["requests"],
             "gate_queued_us_mean": self.gate["queued_us_mean"],
             "gate_held_us_mean": self.gate["held_us_mean"],
+            "gate_demand_reads": self.gate["demand_reads"],
+            "gate_demand_queued_us_mean": self.gate["demand_queued_us_mean"],
+            "gate_demand_round_trip_us_mean": self.gate["demand_round_trip_us_mean"],
+            "gate_demand_held_us_mean": self.gate["demand_held_us_mean"],
         })
     }
 }

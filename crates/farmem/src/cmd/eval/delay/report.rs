@@ -114,15 +114,13 @@ pub fn checks(out: &Value) -> Map<String, Value> {
     // within one run (`added.rs`); a run without fault statistics fails.
     let added = rows(out, "added");
     if !added.is_empty() {
-        let per: Map<String, Value> = added
-            .iter()
-            .map(|r| {
-                (
-                    r["program"].as_str().unwrap_or("?").into(),
-                    r["added_us"].clone(),
-                )
-            })
-            .collect();
+        let per_program = |key: &str| -> Map<String, Value> {
+            added
+                .iter()
+                .map(|r| (r["program"].as_str().unwrap_or("?").into(), r[key].clone()))
+                .collect()
+        };
+        let per = per_program("added_us");
         let want = super::added::DELAY_US;
         let pass = added.iter().all(|r| r["identical"] == true)
             && per
@@ -130,7 +128,8 @@ pub fn checks(out: &Value) -> Map<String, Value> {
                 .all(|a| a.as_f64().is_some_and(|a| (a - want).abs() <= want / 10.0));
         c.insert(
             "delay_20us_adds_20us_within_10pct".into(),
-            json!({"added_us": per, "pass": pass}),
+            // The median's beside it, not judged: the issue asks the mean.
+            json!({"added_us": per, "added_p50_us": per_program("added_p50_us"), "pass": pass}),
         );
     }
     let res = rows(out, "resilience");
