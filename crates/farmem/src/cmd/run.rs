@@ -381,7 +381,7 @@ pub fn run(args: Args) -> Outcome {
 }
 
 /// Checks the flags; the lease in ms and the far heap's size.
-fn validate(args: &Args) -> anyhow::Result<(u64, u64)> {
+pub(crate) fn validate(args: &Args) -> anyhow::Result<(u64, u64)> {
     if let Some(p) = &args.policy {
         p.parse::<farmem_policy::cache::PolicyConfig>()
             .map_err(|e| anyhow::anyhow!("--policy {p}: {e}"))?;

@@ -2,6 +2,7 @@
 //! module per evaluation; they share the flags below.
 
 mod daemon;
+mod daemon_real;
 mod delay;
 mod faults;
 mod fig3;
@@ -32,6 +33,14 @@ const EVALS: &[Eval] = &[
         "DaeMon §6: schemes x bandwidth x switch latency, sensitivity studies \
          (452 runs, ~8 min on 2 cores; --quick: 230 runs, ~15 s)",
         daemon::run,
+    ),
+    (
+        "daemon-real",
+        "DaeMon on the real link: the demo's PageRank, key/value and redis under \
+         farmem run, page against daemon engines (and LC, BP, PQ alone) at full, 1/2, 1/4 \
+         and 1/8 bandwidth, beside the simulator's prediction and the paper's \
+         (~40 min; --quick: PageRank and kv, page and daemon, one round, ~5 min)",
+        daemon_real::run,
     ),
     (
         "unimem",
@@ -94,6 +103,8 @@ pub struct Args {
     pub faults: faults::Flags,
     #[command(flatten)]
     pub delay: delay::Flags,
+    #[command(flatten)]
+    pub daemon_real: daemon_real::Flags,
 }
 
 pub fn run(args: Args) -> Outcome {
