@@ -343,11 +343,15 @@ fn start_threads(sh: &Arc<Shared>) -> Result<Vec<JoinHandle<()>>, RuntimeError> 
         "farmem-evict",
         Box::new(move || evict::evictor(s, ship_tx, free_rx)),
     )?);
-    let s = sh.clone();
-    threads.push(spawn(
-        "farmem-ship",
-        Box::new(move || evict::shipper(s, ship_rx, free_tx)),
-    )?);
+    for i in 0..sh.cfg.shippers.min(sh.cfg.log_segments) {
+        let (s, rx, free) = (sh.clone(), ship_rx.clone(), free_tx.clone());
+        threads.push(spawn(
+            &format!("farmem-ship{i}"),
+            Box::new(move || evict::shipper(s, rx, free)),
+        )?);
+    }
+    // The shippers hold the only ends left: the evictor sees them go.
+    drop((ship_rx, free_tx));
     let s = sh.clone();
     threads.push(spawn(
         "farmem-slabs",

@@ -1,6 +1,9 @@
 //! The stress test: two threads randomly read and write a 1 GiB far
 //! region through a 64 MiB local cache against a shadow copy; every byte
-//! matches at the end, and a fresh runtime reads the same bytes back.
+//! matches at the end, and a fresh runtime reads the same bytes back. And
+//! the same over a small region through a tiny cache, where every page is
+//! evicted, fetched and rewritten over and over while several shippers
+//! have its write-backs in flight.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -37,7 +40,7 @@ fn cfg(dirty: DirtyMode, fault_path: FaultPath) -> Config {
 
 fn worker(t: usize, region: &Region<'_>, shadow: &Shadow, mismatches: &AtomicU64) {
     let mut rng = SmallRng::seed_from_u64(0x5eed + t as u64);
-    let lines = REGION as usize / 64;
+    let lines = region.len() / 64;
     let mut buf = [0u8; 64];
     for _ in 0..OPS_PER_THREAD {
         let line = rng.gen_range(0..lines / THREADS) * THREADS + t;
@@ -72,13 +75,18 @@ fn compare_all(region: &Region<'_>, shadow: &[u8]) -> usize {
 }
 
 fn stress(dirty: DirtyMode, path: FaultPath) {
-    let store = Arc::new(MemStore::new(2 * REGION));
+    stress_with(cfg(dirty, path), REGION);
+}
+
+fn stress_with(cfg: Config, region_bytes: u64) {
+    let (dirty, path, local) = (cfg.dirty, cfg.fault_path, cfg.local_bytes);
+    let store = Arc::new(MemStore::new(2 * region_bytes));
     // Zero-filled by the OS lazily: only touched shadow pages cost memory.
-    let mut shadow = vec![0u8; REGION as usize];
+    let mut shadow = vec![0u8; region_bytes as usize];
     let extents;
     {
-        let rt = Runtime::new(cfg(dirty, path), store.clone(), store.clone()).unwrap();
-        let region = rt.region(REGION).unwrap();
+        let rt = Runtime::new(cfg.clone(), store.clone(), store.clone()).unwrap();
+        let region = rt.region(region_bytes).unwrap();
         let mismatches = AtomicU64::new(0);
         let sp = Shadow(shadow.as_mut_ptr());
         std::thread::scope(|s| {
@@ -97,7 +105,7 @@ fn stress(dirty: DirtyMode, path: FaultPath) {
             0,
             "reads disagreed with the shadow"
         );
-        assert!(st.resident_pages <= LOCAL / PAGE);
+        assert!(st.resident_pages <= local / PAGE);
         assert!(st.pages_evicted_dirty > 0 && st.pages_evicted_clean > 0);
         assert_eq!(
             compare_all(&region, &shadow),
@@ -108,7 +116,7 @@ fn stress(dirty: DirtyMode, path: FaultPath) {
         assert!(rt.last_error().is_none(), "{:?}", rt.last_error());
         extents = region.extents().unwrap();
     }
-    let rt = Runtime::new(cfg(dirty, path), store.clone(), store.clone()).unwrap();
+    let rt = Runtime::new(cfg, store.clone(), store.clone()).unwrap();
     let region = rt.region_over(&extents).unwrap();
     assert_eq!(
         compare_all(&region, &shadow),
@@ -142,4 +150,25 @@ fn two_threads_random_1g_region_64m_cache_signal_path() {
         return;
     }
     stress(DirtyMode::Line, FaultPath::Signal);
+}
+
+/// Every page of 8 MiB evicted, fetched and rewritten hundreds of times
+/// through 2 MiB, with four shippers (each a log segment in flight): a
+/// page's next write-back never overtakes its last one.
+#[test]
+fn four_shippers_rewriting_a_small_region_through_a_tiny_cache() {
+    if skip() {
+        return;
+    }
+    let region = 8 << 20;
+    stress_with(
+        Config {
+            local_bytes: 2 << 20,
+            shippers: 4,
+            log_segments: 4,
+            slab_batch: region,
+            ..Config::default()
+        },
+        region,
+    );
 }
