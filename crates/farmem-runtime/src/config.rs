@@ -233,14 +233,16 @@ pub struct Config {
     /// Log segments in the ring: how many batches can await acknowledgement.
     pub log_segments: usize,
     /// Threads shipping log segments, each with one in flight (no more
-    /// than `log_segments` run). Two: a batch's round trip no longer holds the
-    /// next, so faults wait less for the frames write-backs free. The
-    /// demo's PageRank over 256 MiB at 64 MiB local, three interleaved
-    /// pairs: 3.53-4.53 s against 3.81-5.67 s with one, the faults'
-    /// wait for free frames 0.14-0.17 s against 0.29-0.66 s; under a
-    /// `rate:80MB/s` link, 2.99-3.22 s against 3.51-3.78 s. A page is in
-    /// at most one segment in flight (it is claimed until its segment
-    /// lands), so their order does not matter.
+    /// than `log_segments` run). A page is in at most one segment in
+    /// flight (it is claimed until its segment lands), so their order does
+    /// not matter. One by default: a second overlaps round trips to the
+    /// memory nodes, but where the store compresses (`auto`'s pool) it is
+    /// a second compressor on the program's CPUs. Measured on the 2-core
+    /// VM, three interleaved pairs each, `farmem run` of the demo's
+    /// PageRank: over 256 MiB at 64 MiB local, two took 3.53-4.53 s
+    /// against 3.81-5.67 s, and `--backend remote` under a `rate:80MB/s`
+    /// link 2.99-3.22 s against 3.51-3.78 s; over 1 GiB at 258 MiB local
+    /// (the demo, `auto`), 20.1-26.0 s against 18.5-21.1 s.
     pub shippers: usize,
     /// Victims claimed per eviction round.
     pub evict_batch: usize,
@@ -316,7 +318,7 @@ impl Default for Config {
             zeroed_slabs: false,
             log_lines: 4096,
             log_segments: 4,
-            shippers: 2,
+            shippers: 1,
             evict_batch: 64,
             store_attempts: 3,
             give_up_after: std::time::Duration::from_secs(20),
