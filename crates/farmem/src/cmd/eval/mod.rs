@@ -120,6 +120,55 @@ pub fn run(args: Args) -> Outcome {
     (eval.2)(args)
 }
 
+/// `--workloads`' comma-separated names, each parsed by `parse`.
+fn parse_list<T>(list: &str, parse: impl Fn(&str) -> anyhow::Result<T>) -> anyhow::Result<Vec<T>> {
+    list.split(',')
+        .map(str::trim)
+        .filter(|w| !w.is_empty())
+        .map(parse)
+        .collect()
+}
+
+/// `w` on local memory, which must end well: the baseline every far run
+/// of it (`name`) is checked against.
+fn local_run(
+    w: &crate::cmd::bench::workload::Workload,
+    limit: std::time::Duration,
+    name: &str,
+) -> anyhow::Result<crate::cmd::bench::measure::Measured> {
+    let m = crate::cmd::bench::measure::run(&mut w.program(), Some(limit))?;
+    anyhow::ensure!(
+        m.outcome() == "ok",
+        "{name} on local memory: {}: {}",
+        m.outcome(),
+        m.stderr_tail
+    );
+    Ok(m)
+}
+
+/// An evaluation's end: its report written to `--out` by `write`, printed
+/// as JSON or by `print`, and exit 0 only if `out["pass"]`.
+fn finish(
+    args: &Args,
+    out: &serde_json::Value,
+    write: impl FnOnce(&std::path::Path, &serde_json::Value) -> anyhow::Result<()>,
+    print: impl FnOnce(&serde_json::Value),
+) -> Outcome {
+    if let Some(dir) = &args.out {
+        write(dir, out)?;
+    }
+    if args.json {
+        println!("{out}");
+    } else {
+        print(out);
+    }
+    Ok(if out["pass"] == true {
+        std::process::ExitCode::SUCCESS
+    } else {
+        std::process::ExitCode::FAILURE
+    })
+}
+
 /// The options a paper's plan takes (`farmem_sim::eval::*::plan`).
 fn options(args: &Args) -> EvalOptions {
     EvalOptions {

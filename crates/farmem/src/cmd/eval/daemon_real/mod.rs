@@ -102,31 +102,14 @@ pub fn run(args: Args) -> Outcome {
         "checks": checks,
         "pass": pass,
     });
-    if let Some(dir) = &args.out {
-        report::write(dir, &out)?;
-    }
-    if args.json {
-        println!("{out}");
-    } else {
-        report::print(&out);
-    }
-    Ok(if pass {
-        std::process::ExitCode::SUCCESS
-    } else {
-        std::process::ExitCode::FAILURE
-    })
+    super::finish(&args, &out, report::write, report::print)
 }
 
 impl Eval {
     fn new(args: &Args) -> anyhow::Result<Self> {
         let quick = args.quick;
         let programs = match &args.workloads {
-            Some(list) => list
-                .split(',')
-                .map(str::trim)
-                .filter(|w| !w.is_empty())
-                .map(Program::parse)
-                .collect::<anyhow::Result<Vec<_>>>()?,
+            Some(list) => super::parse_list(list, Program::parse)?,
             None if quick => Program::QUICK.to_vec(),
             None => Program::ALL.to_vec(),
         };
@@ -187,14 +170,7 @@ impl Eval {
     /// its rows.
     fn program(&self, p: Program, w: &Workload, rows: &mut Vec<Value>) -> anyhow::Result<()> {
         self.step(format!("{} on local memory", p.name()));
-        let m = measure::run(&mut w.program(), Some(self.limit))?;
-        anyhow::ensure!(
-            m.outcome() == "ok",
-            "{} on local memory: {}: {}",
-            p.name(),
-            m.outcome(),
-            m.stderr_tail
-        );
+        let m = super::local_run(w, self.limit, p.name())?;
         let (want, measured) = p.read(w, &m.stdout);
         anyhow::ensure!(want.is_some(), "{} printed no result", p.name());
         rows.push(json!({"program": p.name(), "point": "local", "config": "local", "outcome": "ok", "identical": true, "seconds": m.seconds, "measure": measured}));

@@ -102,19 +102,7 @@ pub fn run(args: Args) -> Outcome {
     let pass = checks.values().all(|c| c["pass"] == json!(true));
     out["checks"] = Value::Object(checks);
     out["pass"] = json!(pass);
-    if let Some(dir) = &args.out {
-        report::write(dir, &out)?;
-    }
-    if args.json {
-        println!("{out}");
-    } else {
-        report::print(&out);
-    }
-    Ok(if pass {
-        std::process::ExitCode::SUCCESS
-    } else {
-        std::process::ExitCode::FAILURE
-    })
+    super::finish(&args, &out, report::write, report::print)
 }
 
 /// `farmem bench delay` over the paper's range and beyond: its rows and

@@ -66,12 +66,7 @@ impl Plan {
         let f = &args.delay;
         let quick = args.quick;
         let programs = match &args.workloads {
-            Some(list) => list
-                .split(',')
-                .map(str::trim)
-                .filter(|w| !w.is_empty())
-                .map(Program::parse)
-                .collect::<anyhow::Result<Vec<_>>>()?,
+            Some(list) => crate::cmd::eval::parse_list(list, Program::parse)?,
             None => Program::ALL.to_vec(),
         };
         let delays = match &f.delays {

@@ -23,14 +23,7 @@ pub(super) struct Local {
 
 pub(super) fn local(plan: &Plan, p: Program, w: &Workload) -> anyhow::Result<Local> {
     plan.step(format!("{} on local memory", p.name()));
-    let m = measure::run(&mut w.program(), Some(plan.limit))?;
-    anyhow::ensure!(
-        m.outcome() == "ok",
-        "{} on local memory: {}: {}",
-        p.name(),
-        m.outcome(),
-        m.stderr_tail
-    );
+    let m = crate::cmd::eval::local_run(w, plan.limit, p.name())?;
     let (result, measured) = programs::read(p, w, &m.stdout);
     anyhow::ensure!(result.is_some(), "{} printed no result", p.name());
     plan.done();
