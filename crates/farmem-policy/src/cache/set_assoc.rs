@@ -533,8 +533,9 @@ impl SetAssoc {
     }
 
     /// Places `block` in `slot` (from [`probe`](Self::probe), with no
-    /// invalidation since: same `generation`); returns the block it displaced.
-    #[inline]
+    /// invalidation since: same `generation`); returns the block it
+    /// displaced. Always inlined, as [`probe`](Self::probe) is.
+    #[inline(always)]
     pub fn fill_at(&mut self, slot: usize, block: BlockId) -> Option<BlockId> {
         let old = self.tags[slot];
         let victim = (old != INVALID).then_some(old);
