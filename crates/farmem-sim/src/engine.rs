@@ -232,19 +232,23 @@ impl<C: CoreModel> Sink for Engine<C> {
 
     /// Steps each access with the L2 and LLC sets of the one
     /// `LOOKAHEAD` records later already on their way into the host's
-    /// cache: the set searches of a large LLC otherwise wait on DRAM.
+    /// cache: the set searches of a large LLC otherwise wait on DRAM. The
+    /// levels' geometry is read once a batch, not once a record.
     fn access_batch(&mut self, batch: &[Access]) {
+        let caches = &self.machine.caches;
+        let llc = caches.llc.prefetcher();
+        let l2: Vec<_> = caches.l2.iter().map(|c| c.prefetcher()).collect();
+        let cores = self.cores.len();
         for (i, &a) in batch.iter().enumerate() {
             if let Some(next) = batch.get(i + LOOKAHEAD) {
-                let caches = &self.machine.caches;
                 let line = next.addr >> LINE_SHIFT;
-                caches.llc.prefetch(line);
-                let core = if self.cores.len() == 1 {
+                llc.prefetch(line);
+                let core = if cores == 1 {
                     0
                 } else {
-                    next.thread as usize % self.cores.len()
+                    next.thread as usize % cores
                 };
-                caches.l2[core].prefetch(line);
+                l2[core].prefetch(line);
             }
             self.step(a);
         }

@@ -21,7 +21,8 @@ pub use fifo::Fifo;
 pub use filter::{FilterCache, FilterConfig, MAX_PAIRS};
 pub use lru::Lru;
 pub use set_assoc::{
-    FifoRule, LruRule, Probe, RandomRule, SetAssoc, SetAssocLru, SetRule, SetRuleKind, SrripRule,
+    FifoRule, LruRule, Probe, RandomRule, SetAssoc, SetAssocLru, SetPrefetch, SetRule, SetRuleKind,
+    SrripRule,
 };
 pub use two_q::TwoQ;
 pub use workingset::Workingset;

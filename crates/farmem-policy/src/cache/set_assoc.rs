@@ -347,6 +347,43 @@ pub enum Probe {
     },
 }
 
+/// Where a [`SetAssoc`]'s sets lie, for prefetches
+/// ([`SetAssoc::prefetcher`]). It holds the tag array's address, not a
+/// borrow, so the cache can change while it is used: a prefetch never
+/// faults, and one for an address the array has left is a wasted hint.
+#[derive(Debug, Clone, Copy)]
+pub struct SetPrefetch {
+    tags: *const i8,
+    sets: u64,
+    mask: Option<u64>,
+    set_bytes: usize,
+    mid: usize,
+}
+
+impl SetPrefetch {
+    /// Asks the CPU to bring `block`'s set into its cache (a hint only).
+    #[inline]
+    pub fn prefetch(&self, block: BlockId) {
+        #[cfg(target_arch = "x86_64")]
+        {
+            use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+            let set = match self.mask {
+                Some(m) => block & m,
+                None => block % self.sets,
+            };
+            let start = self.tags.wrapping_add(set as usize * self.set_bytes);
+            // SAFETY: a prefetch never faults, whatever the address.
+            unsafe {
+                _mm_prefetch::<_MM_HINT_T0>(start);
+                _mm_prefetch::<_MM_HINT_T0>(start.wrapping_add(self.mid));
+                _mm_prefetch::<_MM_HINT_T0>(start.wrapping_add(self.set_bytes - 1));
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = block;
+    }
+}
+
 impl SetAssoc {
     /// `capacity` blocks in sets of `ways` (both at least 1; `ways` is
     /// clamped to `capacity`), true LRU.
@@ -420,32 +457,26 @@ impl SetAssoc {
     /// no state changes.
     #[inline]
     pub fn prefetch(&self, block: BlockId) {
-        #[cfg(target_arch = "x86_64")]
-        {
-            use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+        self.prefetcher().prefetch(block);
+    }
+
+    /// [`prefetch`](Self::prefetch) with this cache's geometry read once:
+    /// a loop that prefetches for every record keeps it in registers.
+    #[inline]
+    pub fn prefetcher(&self) -> SetPrefetch {
+        let set_bytes = self.ways * std::mem::size_of::<u64>();
+        SetPrefetch {
+            tags: self.tags.as_ptr().cast(),
+            sets: self.sets,
+            mask: self.mask,
+            set_bytes,
             // The set's first and last bytes, and one line between for a
-            // set of up to 128 bytes (three lines when unaligned), by
-            // address: a loop over the set's lines cost more than the
-            // prefetches (run for every record), and so did bounds checks;
-            // longer sets' other lines wait for the search.
-            let start = self
-                .tags
-                .as_ptr()
-                .wrapping_add(self.set_base(block))
-                .cast::<i8>();
-            let bytes = self.ways * std::mem::size_of::<u64>();
-            // SAFETY: a prefetch never faults; each address is in the set
-            // (`set_base + ways <= tags.len()`).
-            unsafe {
-                _mm_prefetch::<_MM_HINT_T0>(start);
-                _mm_prefetch::<_MM_HINT_T0>(start.wrapping_add(bytes - 1));
-                if bytes > 64 {
-                    _mm_prefetch::<_MM_HINT_T0>(start.wrapping_add(64));
-                }
-            }
+            // set of up to 128 bytes (three lines when unaligned): a loop
+            // over the set's lines cost more than the prefetches (run for
+            // every record); longer sets' other lines wait for the search.
+            // A set of one line prefetches its last byte twice.
+            mid: 64.min(set_bytes - 1),
         }
-        #[cfg(not(target_arch = "x86_64"))]
-        let _ = block;
     }
 
     /// The slot holding `block`, without touching it.

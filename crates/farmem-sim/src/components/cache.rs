@@ -1,7 +1,7 @@
 //! CPU cache levels: set-associative, write-back, with dirty bits by slot,
 //! and the hierarchy of them (private L1D and L2 per core, a shared LLC).
 
-use farmem_policy::cache::{Probe, SetAssoc};
+use farmem_policy::cache::{Probe, SetAssoc, SetPrefetch};
 
 use crate::config::{CacheConfig, Config};
 use crate::stats::{Component, Stats};
@@ -60,10 +60,10 @@ impl CacheLevel {
         }
     }
 
-    /// Brings `line`'s set into the host's cache ahead of its lookup.
+    /// What brings a line's set into the host's cache ahead of its lookup.
     #[inline]
-    pub fn prefetch(&self, line: u64) {
-        self.policy.prefetch(line);
+    pub fn prefetcher(&self) -> SetPrefetch {
+        self.policy.prefetcher()
     }
 
     /// False when no line of `page` can be here.
