@@ -39,7 +39,8 @@ const EVALS: &[Eval] = &[
         "DaeMon on the real link: the demo's PageRank, key/value and redis under \
          farmem run, page against daemon engines (and LC, BP, PQ alone) at full, 1/2, 1/4 \
          and 1/8 bandwidth, beside the simulator's prediction and the paper's \
-         (~40 min; --quick: PageRank and kv, page and daemon, one round, ~5 min)",
+         (hours: at 1/8 of its own bandwidth each kv run takes minutes; --quick: PageRank \
+         and kv, page and daemon, one round, ~5 min)",
         daemon_real::run,
     ),
     (
