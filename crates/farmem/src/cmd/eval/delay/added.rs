@@ -38,7 +38,7 @@ const PHASE_SEED: u64 = 20;
 const PHASE: std::ops::Range<Duration> = Duration::from_millis(2)..Duration::from_millis(10);
 
 /// `w` on a link of its own whose delay alternates between none and
-/// [`DELAY`]: its row, with its mean remote fault under each and what the
+/// [`DELAY_US`]: its row, with its mean remote fault under each and what the
 /// delay added.
 pub(super) fn run(plan: &Plan, p: Program, w: &Workload, base: &Local) -> anyhow::Result<Value> {
     let delay = DelayModel::Period {
@@ -97,7 +97,8 @@ pub(super) fn run(plan: &Plan, p: Program, w: &Workload, base: &Local) -> anyhow
     ));
     row["switches"] = json!(switches);
     row["added_us"] = json!(added);
-    // The median fault's: what the delay adds without the tail's chains.
+    // The median fault's, beside: what the delay adds to a typical fault,
+    // apart from what it does to the tail.
     row["added_p50_us"] = json!(added_p50);
     Ok(row)
 }
