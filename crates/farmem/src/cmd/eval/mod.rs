@@ -121,6 +121,30 @@ pub fn run(args: Args) -> Outcome {
     (eval.2)(args)
 }
 
+/// The bar of an evaluation made of program runs, `len` of them.
+fn runs_bar(len: u64) -> indicatif::ProgressBar {
+    let bar = indicatif::ProgressBar::new(len);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} runs, {elapsed} {msg}")
+            .expect("static template")
+            .progress_chars("=> "),
+    );
+    bar
+}
+
+/// Says what evaluation `eval` runs next: on its bar, or a line when
+/// stderr is not a terminal (a log).
+fn step(bar: &indicatif::ProgressBar, eval: &str, what: String) {
+    if bar.is_hidden() {
+        eprintln!(
+            "farmem: eval {eval}: [{}/{}] {what}",
+            bar.position() + 1,
+            bar.length().unwrap_or(0)
+        );
+    }
+    bar.set_message(what);
+}
+
 /// `--workloads`' comma-separated names, each parsed by `parse`.
 fn parse_list<T>(list: &str, parse: impl Fn(&str) -> anyhow::Result<T>) -> anyhow::Result<Vec<T>> {
     list.split(',')

@@ -31,7 +31,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use farmem_core::ByteSize;
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::ProgressBar;
 use serde_json::{Value, json};
 
 use super::{Args, Outcome};
@@ -136,12 +136,7 @@ impl Eval {
             "--link-bw: at least 1 MB a second"
         );
         let bar =
-            ProgressBar::new((programs.len() * (2 + rounds * POINTS.len() * configs.len())) as u64);
-        bar.set_style(
-            ProgressStyle::with_template("{bar:30} {pos}/{len} runs, {elapsed} {msg}")
-                .expect("static template")
-                .progress_chars("=> "),
-        );
+            super::runs_bar((programs.len() * (2 + rounds * POINTS.len() * configs.len())) as u64);
         Ok(Self {
             quick,
             programs,
@@ -156,14 +151,7 @@ impl Eval {
     }
 
     fn step(&self, what: String) {
-        if self.bar.is_hidden() {
-            eprintln!(
-                "farmem: eval daemon-real: [{}/{}] {what}",
-                self.bar.position() + 1,
-                self.bar.length().unwrap_or(0)
-            );
-        }
-        self.bar.set_message(what);
+        super::step(&self.bar, "daemon-real", what);
     }
 
     /// `p` on local memory, then every round of every point and config:

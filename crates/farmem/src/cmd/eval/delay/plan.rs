@@ -6,7 +6,7 @@ use std::time::Duration;
 use anyhow::Context;
 use farmem_core::ByteSize;
 use farmem_policy::delay::DelayModel;
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::ProgressBar;
 
 use super::programs::{Program, Shape};
 use crate::cmd::eval::Args;
@@ -101,12 +101,7 @@ impl Plan {
                 crate::cmd::demo::worker::Kind::parse(p.name(), f.graph_scale, f.edge_factor)?;
             }
         }
-        let bar = ProgressBar::new(0);
-        bar.set_style(
-            ProgressStyle::with_template("{bar:30} {pos}/{len} runs, {elapsed} {msg}")
-                .expect("static template")
-                .progress_chars("=> "),
-        );
+        let bar = crate::cmd::eval::runs_bar(0);
         Ok(Plan {
             quick,
             programs,
@@ -140,14 +135,7 @@ impl Plan {
     /// Says what runs next: on the bar, or a line when stderr is not a
     /// terminal (a log).
     pub(super) fn step(&self, what: String) {
-        if self.bar.is_hidden() {
-            eprintln!(
-                "farmem: eval delay: [{}/{}] {what}",
-                self.bar.position() + 1,
-                self.bar.length().unwrap_or(0)
-            );
-        }
-        self.bar.set_message(what);
+        crate::cmd::eval::step(&self.bar, "delay", what);
     }
 
     pub(super) fn done(&self) {
