@@ -77,6 +77,23 @@ const POOL_LOW: u64 = 1024;
 /// counts it: a read of /proc/self/statm, some microseconds.
 const MEASURE_EVERY: Duration = Duration::from_millis(20);
 
+/// Measured sooner, but at most every [`MEASURE_SOON`], while the cache
+/// grows by a [`MEASURE_GROWTH_SHARE`]th of the limit: a program can fill
+/// its whole cache in fault-around windows within [`MEASURE_EVERY`], and
+/// its own heap, grown meanwhile, must be charged before the cache holds
+/// what the limit leaves for it (else the process holds more than the
+/// limit until the next measure).
+const MEASURE_SOON: Duration = Duration::from_millis(1);
+const MEASURE_GROWTH_SHARE: u64 = 32;
+
+/// Whether the process's memory is measured again, `elapsed` after the
+/// last measure, the cache having grown by `grown` pages since, under a
+/// limit of `limit` pages.
+fn measure_due(elapsed: Duration, grown: u64, limit: u64) -> bool {
+    let fast_growth = grown >= (limit / MEASURE_GROWTH_SHARE).max(1);
+    elapsed >= MEASURE_EVERY || (fast_growth && elapsed >= MEASURE_SOON)
+}
+
 /// The process's resident anonymous pages (/proc/self/statm: resident less
 /// shared, the pages backed by files and shared memory), or None if
 /// unreadable. File pages are the page cache's: shared with every process
@@ -146,8 +163,9 @@ pub(crate) struct Cache {
     /// The most `outside_pages` ever measured: a program's own heap can
     /// swell for a phase and shrink by its exit.
     outside_peak: AtomicU64,
-    /// When the process's resident memory was last measured.
-    measured: Mutex<Instant>,
+    /// When the process's resident memory was last measured, and the
+    /// cache's resident pages then.
+    measured: Mutex<(Instant, u64)>,
     /// Whether first writes keep a diff base.
     diff: Mutex<DiffBase>,
     /// Line mode: first writes take snapshots from the pool.
@@ -193,7 +211,7 @@ impl Cache {
             count_process: cfg.limit_counts_process,
             outside_pages: AtomicU64::new(0),
             outside_peak: AtomicU64::new(0),
-            measured: Mutex::new(Instant::now()),
+            measured: Mutex::new((Instant::now(), 0)),
             diff: Mutex::new(DiffBase::new(cfg.diff_base)),
             line_mode: cfg.dirty == DirtyMode::Line,
             policy_updates: signal.then(|| crossbeam_channel::bounded(2 * limit as usize + 64)),
@@ -258,19 +276,23 @@ impl Cache {
         self.outside_pages().min(self.limit / 2)
     }
 
-    /// Measures the process's resident memory, at most every
-    /// [`MEASURE_EVERY`], when the limit counts it: what the cache does not
-    /// count is charged against the limit, as a cgroup would charge it.
+    /// Measures the process's resident memory, every [`MEASURE_EVERY`] or
+    /// sooner while the cache grows ([`MEASURE_SOON`]), when the limit
+    /// counts it: what the cache does not count is charged against the
+    /// limit, as a cgroup would charge it.
     pub(crate) fn measure_process(&self) {
         if !self.count_process {
             return;
         }
         {
-            let mut at = self.measured.lock();
-            if at.elapsed() < MEASURE_EVERY {
+            let mut measured = self.measured.lock();
+            let (at, resident_then) = *measured;
+            let resident = self.resident();
+            let grown = resident.saturating_sub(resident_then);
+            if !measure_due(at.elapsed(), grown, self.limit) {
                 return;
             }
-            *at = Instant::now();
+            *measured = (Instant::now(), resident);
         }
         self.charge_process();
     }
@@ -747,5 +769,24 @@ impl Cache {
             self.marks.high_mark(self.room()),
             self.marks.low_mark(self.room())
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_growing_cache_has_the_process_measured_sooner() {
+        let ms = Duration::from_millis;
+        // Every 20 ms whatever happens.
+        assert!(measure_due(ms(20), 0, 4096));
+        assert!(!measure_due(ms(19), 0, 4096));
+        // A 32nd of the limit grown: after a millisecond already.
+        assert!(measure_due(ms(1), 128, 4096));
+        assert!(!measure_due(ms(1), 127, 4096));
+        assert!(!measure_due(Duration::from_micros(999), 128, 4096));
+        // A limit under 32 pages: each page counts.
+        assert!(measure_due(ms(1), 1, 16));
     }
 }

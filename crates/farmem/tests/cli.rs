@@ -119,10 +119,12 @@ fn runtime_benches_report_both_modes_over_a_local_rack() {
     }
     // Kona-VM takes two faults per page written (missing, then
     // write-protect); line and page mode fault fresh memory around in
-    // windows, mapped writable over zeros, so far fewer.
+    // windows, mapped writable over zeros, so far fewer. A window is cut
+    // short where the cache has no room yet (the evictor behind), so how
+    // much fewer varies from run to run: 60 to 600 faults here.
     assert_eq!(v["kona_vm"]["faults"].as_u64(), Some(8192), "{v}");
     for mode in ["line", "page"] {
-        assert!(v[mode]["faults"].as_u64().unwrap() < 4096 / 8, "{v}");
+        assert!(v[mode]["faults"].as_u64().unwrap() < 4096 / 4, "{v}");
     }
     // One line per page written in line mode, whole pages in page mode.
     assert!(v["writeback_reduction"].as_f64().unwrap() > 8.0, "{v}");
