@@ -621,6 +621,10 @@ impl Cache {
                 }
                 metrics.room_taken_sum.add(room);
                 metrics.slots_taken.inc();
+                if cur + 1 >= self.marks.low_mark(room) {
+                    metrics.room_full_sum.add(room);
+                    metrics.slots_taken_full.inc();
+                }
                 if self.marks.should_evict(cur + 1, self.pinned(), room) {
                     self.kick_evictor();
                 }
@@ -788,5 +792,41 @@ mod tests {
         assert!(!measure_due(Duration::from_micros(999), 128, 4096));
         // A limit under 32 pages: each page counts.
         assert!(measure_due(ms(1), 1, 16));
+    }
+
+    #[test]
+    fn the_room_reported_is_the_one_a_full_cache_had() {
+        let cfg = Config {
+            local_bytes: 200 * PAGE,
+            ..Config::default()
+        };
+        let cache = Cache::new(&cfg).unwrap();
+        let m = Metrics::default();
+        let stats = |m: &Metrics| {
+            m.snapshot(crate::stats::Books {
+                resident: 0,
+                snapshots: 0,
+                tables: 0,
+                store: 0,
+                outside: 0,
+                outside_peak: 0,
+                limit: 200,
+            })
+            .room_pages_mean
+        };
+        // Filling: the mean over every page taken.
+        for _ in 0..100 {
+            assert!(cache.try_reserve(&m));
+        }
+        assert_eq!(stats(&m), 200);
+        // Then the room shrinks as other memory is charged (a compressed
+        // pool of 40 pages), and the cache fills the rest: only the pages
+        // taken that brought it to its low watermark or past it count.
+        cache.set_store_bytes(40 * PAGE);
+        while cache.try_reserve(&m) {}
+        assert_eq!(m.slots_taken.get(), 160);
+        let low = cfg.watermarks().low_mark(160);
+        assert_eq!(m.slots_taken_full.get(), 160 - low + 1);
+        assert_eq!(stats(&m), 160);
     }
 }

@@ -26,8 +26,13 @@ impl Stage {
 
 #[derive(Debug, Default)]
 pub(crate) struct Metrics {
-    /// The cache's room summed over the slots taken, and the slots: their
-    /// mean is the local memory a model of the run sizes by.
+    /// The cache's room summed over the slots taken while it was full (at
+    /// its low watermark or past it: each page taken then meant one
+    /// evicted), and those slots: their mean is the local memory a model
+    /// of the run sizes by. The same over every slot, for a run that never
+    /// filled its cache.
+    pub room_full_sum: Counter,
+    pub slots_taken_full: Counter,
     pub room_taken_sum: Counter,
     pub slots_taken: Counter,
     pub faults_missing: Counter,
@@ -296,8 +301,11 @@ pub struct Stats {
     pub outside_pages_peak: u64,
     pub limit_pages: u64,
     /// The cache's room (the limit less everything else charged against
-    /// it) when it took a page, averaged over the pages it took: the local
-    /// memory a simulation of this run sizes by (`farmem eval validate`).
+    /// it) when it took a page while full, averaged over those pages (over
+    /// every page taken if it never filled): the local memory a simulation
+    /// of this run sizes by (`farmem eval validate`). The room shrinks as
+    /// the process's own memory grows, mostly while the cache first fills,
+    /// and the room that decides what is evicted is the one after.
     pub room_pages_mean: u64,
     /// Missing-fault latency, message read to page installed.
     pub fault_latency: LatencySummary,
@@ -395,7 +403,10 @@ impl Metrics {
             outside_pages: books.outside,
             outside_pages_peak: books.outside_peak,
             limit_pages: books.limit,
-            room_pages_mean: self.room_taken_sum.get() / self.slots_taken.get().max(1),
+            room_pages_mean: match self.slots_taken_full.get() {
+                0 => self.room_taken_sum.get() / self.slots_taken.get().max(1),
+                full => self.room_full_sum.get() / full,
+            },
             fault_latency: self.fault_latency.summary(),
             remote_fault_latency: self.remote_fault_latency.summary(),
             remote_fault_latency_by_delay: self.remote_by_delay.summaries(),
