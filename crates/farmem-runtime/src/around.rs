@@ -168,6 +168,47 @@ impl Shared {
         }
     }
 
+    /// Reads each of `runs` (first page, pages) of `job`'s region in one
+    /// request on `lane` and installs it ([`Self::install_read`]); a
+    /// failed read gives its pages back, for each to be fetched at its own
+    /// fault. `landed` is told each read's pages before they are
+    /// installed (counted before the install wakes the program).
+    pub(crate) fn read_runs(
+        &self,
+        job: &FetchJob,
+        runs: &[(usize, usize)],
+        run: &mut RunBuf,
+        lane: Lane,
+        mut landed: impl FnMut(usize),
+    ) {
+        for &(first, n) in runs.iter().filter(|&&(_, n)| n > 0) {
+            let t = Instant::now();
+            let read = match job.region.remote(first) {
+                Some(remote) => match lane {
+                    Lane::Demand => self.store.read(remote, run.run(n)),
+                    Lane::Bulk => self.store.read_bulk(remote, run.run(n)),
+                }
+                .map_err(|e| e.to_string()),
+                None => Err("no remote address".into()),
+            };
+            self.m.st_fetch.since(t);
+            match read {
+                Ok(()) => {
+                    landed(n);
+                    self.install_read(job, first, n, run, 0);
+                }
+                Err(e) => {
+                    self.m.fetch_errors.inc();
+                    self.report(format!(
+                        "reading {n} pages at {:#x}: {e}; each is fetched at its fault",
+                        job.region.page_addr(first)
+                    ));
+                    self.finish_run(job, first, n, 0, Settle::Clean, Ctx::Thread);
+                }
+            }
+        }
+    }
+
     /// Step two for stored pages (read-ahead by a filler, for a signal
     /// handler): the `n` pages after `job`'s that [`Shared::reserve_around`]
     /// took, read in one request into `run` and installed write-protected

@@ -213,6 +213,16 @@ pub struct Config {
     /// What a remote fault fetches ([`Engine`]).
     #[serde(default)]
     pub engine: Engine,
+    /// Engine `page` on a link whose gate is partitioned between demand
+    /// and bulk (`--delay-partition`, DaeMon's BP, seed 000 §4.1): a
+    /// stored page's fault reads its page alone on the demand lane,
+    /// installs it, then reads the fault-around window on the bulk lane,
+    /// as BP sends a line and its page. False: the page and its window in
+    /// one demand read, which under a partition squeezes whole windows
+    /// into the demand share. Thread fault path (a signal handler's
+    /// window is a filler's read anyway).
+    #[serde(default)]
+    pub demand_first: bool,
     /// How handler threads wait (fault path `thread`).
     pub wait: WaitMode,
     /// Threads reading the userfaultfd. Each resolves the faults it reads
@@ -311,6 +321,7 @@ impl Default for Config {
             dirty: DirtyMode::default(),
             fault_path: FaultPath::default(),
             engine: Engine::default(),
+            demand_first: false,
             wait: WaitMode::default(),
             handlers: 2,
             fillers: 0,

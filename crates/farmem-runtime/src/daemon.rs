@@ -17,7 +17,6 @@ use std::time::Duration;
 
 use farmem_policy::daemon::Fetch;
 
-use crate::around::Settle;
 use crate::cache::Ctx;
 use crate::page::{Around, FetchJob, Lane, PAGE, PageBuf, RunBuf, State};
 use crate::selector::{BulkJob, Daemon, selector_key};
@@ -190,36 +189,10 @@ impl Shared {
     /// at its own fault.
     fn read_cluster(&self, d: &Daemon, b: BulkJob, run: &mut RunBuf) {
         d.selector.lock().cluster_issued(b.cluster);
-        let runs = [
-            (b.job.idx - b.around.before, b.around.before),
-            (b.job.idx + 1, b.around.after),
-        ];
-        for (first, n) in runs.into_iter().filter(|&(_, n)| n > 0) {
-            let t = std::time::Instant::now();
-            let read = match b.job.region.remote(first) {
-                Some(remote) => self
-                    .store
-                    .read_bulk(remote, run.run(n))
-                    .map_err(|e| e.to_string()),
-                None => Err("no remote address".into()),
-            };
-            self.m.st_fetch.since(t);
-            match read {
-                Ok(()) => {
-                    d.bulk_reads.inc();
-                    d.bulk_pages.add(n as u64);
-                    self.install_read(&b.job, first, n, run, 0);
-                }
-                Err(e) => {
-                    self.m.fetch_errors.inc();
-                    self.report(format!(
-                        "reading a cluster's {n} pages at {:#x}: {e}; each is fetched at its fault",
-                        b.job.region.page_addr(first)
-                    ));
-                    self.finish_run(&b.job, first, n, 0, Settle::Clean, Ctx::Thread);
-                }
-            }
-        }
+        self.read_runs(&b.job, &b.around.runs(b.job.idx), run, Lane::Bulk, |n| {
+            d.bulk_reads.inc();
+            d.bulk_pages.add(n as u64);
+        });
         d.selector.lock().cluster_done(b.cluster);
     }
 

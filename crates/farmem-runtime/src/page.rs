@@ -388,6 +388,11 @@ impl Around {
     pub fn is_empty(&self) -> bool {
         self.before == 0 && self.after == 0
     }
+
+    /// Its two runs beside page `idx` (first page, pages): below, above.
+    pub fn runs(&self, idx: usize) -> [(usize, usize); 2] {
+        [(idx - self.before, self.before), (idx + 1, self.after)]
+    }
 }
 
 /// Which of the link's lanes a window is read on: a fault's own window

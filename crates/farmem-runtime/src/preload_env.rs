@@ -433,6 +433,9 @@ impl PreloadEnv {
             dirty: self.dirty,
             fault_path: self.fault_path,
             engine: self.engine,
+            // The partition is demand's share of the gate: a window read
+            // with its page would take it whole.
+            demand_first: self.delay_partition.is_some(),
             wait: self.fault_wait,
             // --local-mem is what the process may hold, as the kernel's
             // swap under a cgroup limit of the same size is held to it.

@@ -180,8 +180,10 @@ impl Shared {
         }
         let t = Instant::now();
         // A thread takes a stored page's window first, to read it with the
-        // page in one request; the others take it once the page is in hand.
-        let early = ctx == Ctx::Thread && !job.zero;
+        // page in one request; the others take it once the page is in hand
+        // (and so does a thread reading its page first on the demand lane,
+        // `Config::demand_first`).
+        let early = ctx == Ctx::Thread && !job.zero && !self.cfg.demand_first;
         let mut around = if early {
             self.reserve_around(&job, ctx)
         } else {
@@ -215,7 +217,7 @@ impl Shared {
                 false
             }
         };
-        let Some(job) = self.fill_around(job, around, installed, run, ctx) else {
+        let Some(job) = self.fill_around(job, around, installed, run, window_read, ctx) else {
             return true;
         };
         if installed || ctx == Ctx::Thread {
@@ -238,6 +240,7 @@ impl Shared {
         around: Around,
         installed: bool,
         run: Option<&mut RunBuf>,
+        window_read: bool,
         ctx: Ctx,
     ) -> Option<FetchJob> {
         if job.zero {
@@ -248,11 +251,16 @@ impl Shared {
         match run {
             // Read with the page (`read_window`): those below it first in
             // `run`, then the page, then those above.
-            Some(run) => {
+            Some(run) if window_read => {
                 let below = job.idx - around.before;
                 self.install_read(&job, below, around.before, run, 0);
                 let above = around.before + 1;
                 self.install_read(&job, job.idx + 1, around.after, run, above);
+            }
+            // The page first, on its own (`Config::demand_first`): the
+            // window now, on the bulk lane.
+            Some(run) if installed => {
+                self.read_runs(&job, &around.runs(job.idx), run, Lane::Bulk, |_| {});
             }
             None if installed && around.after > 0 => {
                 self.hand_off(Handoff::ReadAhead {
@@ -261,7 +269,7 @@ impl Shared {
                 });
                 return None;
             }
-            None => self.finish_around(&job, around, ctx),
+            _ => self.finish_around(&job, around, ctx),
         }
         Some(job)
     }

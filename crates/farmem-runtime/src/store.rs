@@ -127,6 +127,8 @@ pub enum FaultOp {
 #[derive(Debug, Clone, Copy, Default, Serialize, PartialEq, Eq)]
 pub struct MemStoreStats {
     pub reads: u64,
+    /// Of `reads`: those made on the bulk lane ([`RemoteStore::read_bulk`]).
+    pub bulk_reads: u64,
     pub bytes_read: u64,
     pub writes: u64,
     pub bytes_written: u64,
@@ -140,6 +142,7 @@ pub struct MemStoreStats {
 #[derive(Default)]
 struct Counters {
     reads: Counter,
+    bulk_reads: Counter,
     bytes_read: Counter,
     writes: Counter,
     bytes_written: Counter,
@@ -218,6 +221,7 @@ impl MemStore {
         let c = &self.counters;
         MemStoreStats {
             reads: c.reads.get(),
+            bulk_reads: c.bulk_reads.get(),
             bytes_read: c.bytes_read.get(),
             writes: c.writes.get(),
             bytes_written: c.bytes_written.get(),
@@ -292,6 +296,12 @@ impl RemoteStore for MemStore {
         }
         self.counters.reads.inc();
         self.counters.bytes_read.add(buf.len() as u64);
+        Ok(())
+    }
+
+    fn read_bulk(&self, addr: u64, buf: &mut [u8]) -> Result<(), StoreError> {
+        self.read(addr, buf)?;
+        self.counters.bulk_reads.inc();
         Ok(())
     }
 

@@ -5,7 +5,9 @@
 use std::sync::Arc;
 
 use farmem_policy::readahead::ReadaheadConfig;
-use farmem_runtime::{Config, DirtyMode, Engine, FaultPath, MemStore, PAGE, Runtime, Stats};
+use farmem_runtime::{
+    Config, DirtyMode, Engine, FaultPath, MemStore, MemStoreStats, PAGE, Runtime, Stats,
+};
 
 mod common;
 use common::skip;
@@ -46,9 +48,14 @@ fn stored_pages() -> (Arc<MemStore>, Vec<(u64, u64)>) {
 /// Reads the pages in `order` through a fresh runtime, checking each;
 /// returns its stats and the store's reads meanwhile.
 fn read_pages(engine: Engine, order: &[usize]) -> (Stats, u64) {
+    let (stats, reads) = read_pages_with(cfg(engine), order);
+    (stats, reads.reads)
+}
+
+fn read_pages_with(cfg: Config, order: &[usize]) -> (Stats, MemStoreStats) {
     let (store, extents) = stored_pages();
-    let before = store.stats().reads;
-    let rt = Runtime::new(cfg(engine), store.clone(), store.clone()).unwrap();
+    let before = store.stats();
+    let rt = Runtime::new(cfg, store.clone(), store.clone()).unwrap();
     let r = rt.region_over(&extents).unwrap();
     let mut page = vec![0u8; PAGE as usize];
     for &p in order {
@@ -58,7 +65,43 @@ fn read_pages(engine: Engine, order: &[usize]) -> (Stats, u64) {
     let stats = rt.stats();
     drop(r);
     drop(rt);
-    (stats, store.stats().reads - before)
+    let after = store.stats();
+    let reads = MemStoreStats {
+        reads: after.reads - before.reads,
+        bulk_reads: after.bulk_reads - before.bulk_reads,
+        bytes_read: after.bytes_read - before.bytes_read,
+        ..after
+    };
+    (stats, reads)
+}
+
+#[test]
+fn demand_first_reads_each_page_alone_and_its_window_on_the_bulk_lane() {
+    if skip() {
+        return;
+    }
+    let order: Vec<usize> = (0..PAGES).collect();
+    let all = PAGES as u64 * PAGE;
+    // Faults that read (not those that found their page on its way).
+    let fetching = |s: &Stats| s.faults_missing - s.faults_waited - s.faults_spurious;
+    // One demand read per fault, window and page together.
+    let (s, reads) = read_pages_with(cfg(Engine::Page), &order);
+    assert_eq!(reads.bytes_read, all, "every page crossed once");
+    assert_eq!((reads.reads, reads.bulk_reads), (fetching(&s), 0), "{s:?}");
+    // The page alone on the demand lane, then its window on the bulk one.
+    let demand_first = Config {
+        demand_first: true,
+        ..cfg(Engine::Page)
+    };
+    let (d, reads) = read_pages_with(demand_first, &order);
+    assert_eq!(reads.bytes_read, all, "every page crossed once");
+    let demand = reads.reads - reads.bulk_reads;
+    assert_eq!(demand, fetching(&d), "{d:?}");
+    // Each demand read a page alone: the rest came in windows, on the
+    // bulk lane.
+    assert_eq!(d.pages_fetched, PAGES as u64, "{d:?}");
+    assert_eq!(d.pages_faulted_around, PAGES as u64 - demand, "{d:?}");
+    assert!(reads.bulk_reads > 0, "{d:?}");
 }
 
 #[test]

@@ -235,6 +235,8 @@ pub struct Args {
     /// ThymesisFlow's injector is. The share is DaeMon's ratio over 4 KiB
     /// demand pages and a bulk unit (§4.7): 64 KiB (write-back batches),
     /// or the 256 KiB cluster with --engine daemon: 25% reserves 24%.
+    /// With --engine page a fault then reads its page alone on the demand
+    /// share and its read-ahead window after it, on the bulk share.
     #[arg(
         long,
         value_name = "RATIO",
