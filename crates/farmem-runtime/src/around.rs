@@ -211,35 +211,17 @@ impl Shared {
 
     /// Step two for stored pages (read-ahead by a filler, for a signal
     /// handler): the `n` pages after `job`'s that [`Shared::reserve_around`]
-    /// took, read in one request into `run` and installed write-protected
-    /// (clean). A failed read gives them back: each is fetched, with
-    /// retries, at its own fault.
+    /// took, read in one request into `run` (on the bulk lane under
+    /// [`Config::demand_first`](crate::Config::demand_first)) and
+    /// installed write-protected (clean). A failed read gives them back:
+    /// each is fetched, with retries, at its own fault.
     pub(crate) fn read_around(&self, job: &FetchJob, n: usize, run: &mut RunBuf) {
-        if n == 0 {
-            return;
-        }
-        let r = &job.region;
-        let first = job.idx + 1;
-        let t = Instant::now();
-        let read = match r.remote(first) {
-            Some(remote) => self
-                .store
-                .read(remote, run.run(n))
-                .map_err(|e| e.to_string()),
-            None => Err("no remote address".into()),
+        let lane = if self.cfg.demand_first {
+            Lane::Bulk
+        } else {
+            Lane::Demand
         };
-        self.m.st_fetch.since(t);
-        match read {
-            Ok(()) => self.install_read(job, first, n, run, 0),
-            Err(e) => {
-                self.m.fetch_errors.inc();
-                self.report(format!(
-                    "reading ahead {n} pages at {:#x}: {e}; each is fetched at its fault",
-                    r.page_addr(first)
-                ));
-                self.finish_run(job, first, n, 0, Settle::Clean, Ctx::Thread);
-            }
-        }
+        self.read_runs(job, &[(job.idx + 1, n)], run, lane, |_| {});
     }
 
     /// Installs `n` pages of `job`'s window from page `first`, read into

@@ -219,8 +219,9 @@ pub struct Config {
     /// installs it, then reads the fault-around window on the bulk lane,
     /// as BP sends a line and its page. False: the page and its window in
     /// one demand read, which under a partition squeezes whole windows
-    /// into the demand share. Thread fault path (a signal handler's
-    /// window is a filler's read anyway).
+    /// into the demand share. On the signal path, where a filler reads a
+    /// handler's window after its page anyway, the filler reads it on the
+    /// bulk lane.
     #[serde(default)]
     pub demand_first: bool,
     /// How handler threads wait (fault path `thread`).
