@@ -181,9 +181,11 @@ impl Readahead {
     }
 
     /// The window just returned for a miss on `block` was brought in only
-    /// `len` blocks from the miss outward (a block already present, or no
-    /// room): the stream continues where that run ends, with its window
-    /// kept, so a short run does not restart the ramp.
+    /// `len` blocks from the miss outward (a block already present, one
+    /// that does not fit, or no room): the stream continues where that run
+    /// ends, with its window kept, so a short run does not restart the
+    /// ramp. Callers count in the present blocks the run stopped at: the
+    /// program reads them without a miss, so its next miss is past them.
     pub fn cut(&mut self, block: BlockId, len: u32) {
         let now = self.misses;
         let len = u64::from(len.max(1));

@@ -78,6 +78,28 @@ impl Watermarks {
     }
 }
 
+/// Fault-around's share of the local limit: a fault's window takes at
+/// most `limit / AROUND_SHARE` pages besides the faulting one (1/32), and
+/// takes them even where the room is full, up to as many past it, which
+/// the evictor's next round gives back.
+///
+/// Why past the room: a window cut where no frame was free depended on
+/// how far behind the evictor thread ran, so the same program took 235 to
+/// 1,266 faults from run to run, and no model could predict it. Why a
+/// share of the limit, not of the room: the room moves as the process's
+/// own memory is measured, the limit does not, so both bodies take the
+/// same windows. Why a share at all: speculation keeps to a small part of
+/// a small cache, as Linux's readahead once kept to half the free and
+/// inactive pages (`max_sane_readahead`), and the limit is exceeded by at
+/// most 1/32 while the evictor catches up.
+pub const AROUND_SHARE: u64 = 32;
+
+/// The most pages a fault's window takes besides its own page, and the
+/// most it may take past the room, under a limit of `limit` pages.
+pub fn around_allowance(limit: u64) -> u64 {
+    limit / AROUND_SHARE
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -115,6 +137,13 @@ mod tests {
         let w = Watermarks::default();
         assert!(w.should_evict(1, 0, 0));
         assert_eq!(w.to_evict(7, 0, 0), 7);
+    }
+
+    #[test]
+    fn a_window_keeps_to_a_share_of_the_limit() {
+        assert_eq!(around_allowance(1024), 32);
+        assert_eq!(around_allowance(4578), 143);
+        assert_eq!(around_allowance(31), 0);
     }
 
     #[test]

@@ -36,8 +36,11 @@ impl Shared {
     /// thread, below it.
     /// Done before the job's page is installed, so the program, woken by
     /// that install, finds its next pages taken and waits for them instead
-    /// of faulting them in one by one. A full cache or a page that does
-    /// not fit ends the window early.
+    /// of faulting them in one by one. A window keeps to a share of the
+    /// limit and takes its pages even past the room, by as much
+    /// ([`farmem_policy::watermark::around_allowance`]), so its length
+    /// does not depend on how far behind the evictor runs; a page that
+    /// does not fit, or a cache past even that, ends it early.
     pub(crate) fn reserve_around(&self, job: &FetchJob, ctx: Ctx) -> Around {
         if self.zeros.is_none() {
             return Around::default();
@@ -46,13 +49,13 @@ impl Shared {
         let base = r.remote(idx);
         let mut readahead = ctx.lock(&r.readahead);
         let window = readahead.on_miss(idx as u64);
-        let room = MAX_FAULT_AROUND as usize - 1;
-        let after = (window.after(idx as u64) as usize).min(room);
+        let allowed = (MAX_FAULT_AROUND as usize - 1).min(self.cache.around_allowance() as usize);
+        let after = (window.after(idx as u64) as usize).min(allowed);
         // Zeros are installed in place on either path; stored pages below
         // the fault are read with it only on a thread (a handler's filler
         // reads those above).
         let before = if job.zero || ctx == Ctx::Thread {
-            (window.before(idx as u64) as usize).min(room)
+            window.before(idx as u64) as usize
         } else {
             0
         };
@@ -69,23 +72,38 @@ impl Shared {
                     && base.is_some()
                     && r.remote(j) == base.and_then(|b| b.checked_add_signed(offset))
             };
-            if m.state != State::Absent || !fits || !self.cache.try_reserve(&self.m) {
+            if m.state != State::Absent || !fits || !self.cache.try_reserve_around(&self.m) {
                 return false;
             }
             m.state = State::Fetching;
             true
         };
         let end = (idx + 1 + after).min(r.pages.len());
+        let after = (idx + 1..end).take_while(|&j| take(j)).count();
         let took = Around {
-            after: (idx + 1..end).take_while(|&j| take(j)).count(),
-            before: (idx.saturating_sub(before)..idx)
+            after,
+            before: (idx.saturating_sub(before.min(allowed - after))..idx)
                 .rev()
                 .take_while(|&j| take(j))
                 .count(),
         };
         let wanted = window.len as usize;
         if took.before + 1 + took.after < wanted {
-            readahead.cut(idx as u64, (took.before.max(took.after) + 1) as u32);
+            // The program reads resident pages without a fault, so a window
+            // cut at one goes on past the run of them: the stream's next
+            // miss is after it (a page the evictor is writing back, say).
+            let resident = |j: usize| ctx.lock(&r.pages[j]).state != State::Absent;
+            let up_to = (idx + 1 + window.after(idx as u64) as usize).min(r.pages.len());
+            let reach_after = took.after
+                + (idx + 1 + took.after..up_to)
+                    .take_while(|&j| resident(j))
+                    .count();
+            let reach_before = took.before
+                + (idx.saturating_sub(before)..idx - took.before)
+                    .rev()
+                    .take_while(|&j| resident(j))
+                    .count();
+            readahead.cut(idx as u64, (reach_before.max(reach_after) + 1) as u32);
         }
         took
     }

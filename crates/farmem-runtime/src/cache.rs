@@ -13,7 +13,7 @@ use farmem_core::sync::lock_without_parking;
 use farmem_policy::BlockId;
 use farmem_policy::cache::ReplacementPolicy;
 use farmem_policy::diffbase::DiffBase;
-use farmem_policy::watermark::Watermarks;
+use farmem_policy::watermark::{Watermarks, around_allowance};
 
 use crate::bufs::{Arena, Buf};
 use crate::config::{Config, DirtyMode, FaultPath};
@@ -596,11 +596,34 @@ impl Cache {
     /// has write-backs in flight that will free slots). A fault waiting
     /// for a slot never finds both idle.
     pub(crate) fn try_reserve(&self, metrics: &Metrics) -> bool {
+        self.take_slot(metrics, false)
+    }
+
+    /// [`Self::try_reserve`] for a page of a fault's window, which may
+    /// also take a slot past the room, up to [`around_allowance`] of the
+    /// limit (counted in `around_past_room`).
+    pub(crate) fn try_reserve_around(&self, metrics: &Metrics) -> bool {
+        self.take_slot(metrics, true)
+    }
+
+    /// Fault-around's pages for one fault (besides its own): a share of
+    /// the limit ([`around_allowance`]).
+    pub(crate) fn around_allowance(&self) -> u64 {
+        around_allowance(self.limit)
+    }
+
+    fn take_slot(&self, metrics: &Metrics, around: bool) -> bool {
         loop {
             let cur = self.resident.load(Ordering::SeqCst);
             let overheads = self.overheads();
             let room = self.room_with(overheads);
-            let full = cur >= room + self.pinned();
+            let allowed = room + self.pinned();
+            let past = if around {
+                around_allowance(self.limit)
+            } else {
+                0
+            };
+            let full = cur >= allowed + past;
             if full && !self.store_refusing() {
                 self.kick_evictor();
                 return false;
@@ -612,6 +635,8 @@ impl Cache {
             {
                 if full {
                     metrics.limit_overruns.inc();
+                } else if cur >= allowed {
+                    metrics.around_past_room.inc();
                 } else if cur >= room {
                     metrics.pinned_overruns.inc();
                 }

@@ -463,13 +463,25 @@ mod tests {
         stored: bool,
         around: u32,
     ) -> Option<(Shared, Arc<MemStore>, Arc<RegionInner>)> {
+        setup_sized(path, stored, around, 64, 8)
+    }
+
+    /// As [`setup_around`], with a limit of `local` pages and a region of
+    /// `pages`.
+    fn setup_sized(
+        path: FaultPath,
+        stored: bool,
+        around: u32,
+        local: u64,
+        pages: u64,
+    ) -> Option<(Shared, Arc<MemStore>, Arc<RegionInner>)> {
         if let Err(why) = crate::uffd::available() {
             eprintln!("skipping: {why}");
             return None;
         }
         let store = Arc::new(MemStore::new(1 << 30));
         let cfg = Config {
-            local_bytes: 64 * PAGE,
+            local_bytes: local * PAGE,
             fault_path: path,
             dirty: DirtyMode::Line,
             zeroed_slabs: !stored,
@@ -484,9 +496,9 @@ mod tests {
         };
         let sh = Shared::new(cfg, store.clone(), store.clone()).unwrap();
         let backing = if stored {
-            Backing::Eager(SlabTable::new(&sh.rm.take(8 * PAGE).unwrap()))
+            Backing::Eager(SlabTable::new(&sh.rm.take(pages * PAGE).unwrap()))
         } else {
-            Backing::Lazy(LazyTable::new(8 * PAGE))
+            Backing::Lazy(LazyTable::new(pages * PAGE))
         };
         let r = sh.map_region(backing, stored).unwrap();
         Some((sh, store, r))
@@ -711,17 +723,86 @@ mod tests {
             return;
         };
         // Page 0 starts a stream (window 1); page 1 continues it (window 2:
-        // pages 1 and 2); page 3 continues it (window 4: pages 3 to 6).
-        // One read each.
+        // pages 1 and 2); page 3 continues it (window 4, but a window takes
+        // at most 1/32 of the 64-page limit besides its page: pages 3 to
+        // 5). One read each.
+        assert_eq!(sh.cache.around_allowance(), 2);
         assert_eq!(stream_of_three(&sh, &store, &r), [1, 2, 3]);
-        assert_eq!(store.stats().bytes_read, 7 * PAGE);
-        for idx in 0..7 {
+        assert_eq!(store.stats().bytes_read, 6 * PAGE);
+        for idx in 0..6 {
             assert_eq!(state(&r, idx), State::Clean, "page {idx}");
             assert_eq!(bytes(&r, idx), vec![idx as u8 + 1; PAGE as usize]);
         }
-        assert_eq!(state(&r, 7), State::Absent);
-        assert_eq!(sh.m.pages_fetched.get(), 7);
-        assert_eq!(sh.cache.resident(), 7);
+        assert_eq!(state(&r, 6), State::Absent);
+        assert_eq!(sh.m.pages_fetched.get(), 6);
+        assert_eq!(sh.cache.resident(), 6);
+    }
+
+    #[test]
+    fn a_window_takes_its_share_of_the_limit_past_a_full_room() {
+        let Some((sh, _store, r)) = setup_sized(FaultPath::Thread, false, 8, 64, 16) else {
+            return;
+        };
+        let mut bufs = FetchBufs::new();
+        let mut write = |idx: usize| {
+            let Step::Fetch(job) = sh.resolve(r.clone(), fault(&r, idx, true, false), Ctx::Thread)
+            else {
+                panic!("page {idx} is absent");
+            };
+            assert!(sh.fetch(job, By::Thread(&mut bufs)));
+        };
+        write(0);
+        write(1);
+        // The room full but for page 3's own slot (other pages' slots
+        // taken here, as a program's would be).
+        while sh.cache.resident() + 1 < sh.cache.room() {
+            assert!(sh.cache.try_reserve(&sh.m));
+        }
+        // 3's window of 4 takes 4 and 5 past the room: 1/32 of 64 pages.
+        write(3);
+        assert_eq!(sh.cache.resident(), sh.cache.room() + 2);
+        assert_eq!(sh.m.around_past_room.get(), 2);
+        assert_eq!(
+            [4, 5, 6].map(|j| state(&r, j)),
+            [State::Dirty, State::Dirty, State::Absent]
+        );
+    }
+
+    #[test]
+    fn a_window_cut_at_resident_pages_leaves_the_stream_going_on_past_them() {
+        // 1,024 pages of limit: windows of up to 16 pages are not capped.
+        let Some((sh, _store, r)) = setup_sized(FaultPath::Thread, false, 16, 1024, 64) else {
+            return;
+        };
+        let mut bufs = FetchBufs::new();
+        let mut write = |idx: usize| {
+            let Step::Fetch(job) = sh.resolve(r.clone(), fault(&r, idx, true, false), Ctx::Thread)
+            else {
+                panic!("page {idx} is absent");
+            };
+            assert!(sh.fetch(job, By::Thread(&mut bufs)));
+        };
+        // A stream of fresh pages: windows of 1, 2, 4 and 8 pages.
+        for idx in [0, 1, 3, 7] {
+            write(idx);
+        }
+        // Pages 17..23 are resident, as if being written back, when 15's
+        // window of 16 comes: it takes page 16 only.
+        let busy = 17..23;
+        for j in busy.clone() {
+            r.pages[j].lock().state = State::Busy;
+        }
+        write(15);
+        assert_eq!(state(&r, 16), State::Dirty);
+        // The program reads 17..22 without a fault: its next miss, 23,
+        // continues the stream (a window of 16), where a stream cut at 17
+        // would start over at one page (23 is past the slack a stream
+        // allows).
+        let window = r.readahead.lock().on_miss(23);
+        assert_eq!((window.first, window.len), (23, 16));
+        for j in busy {
+            r.pages[j].lock().state = State::Absent;
+        }
     }
 
     #[test]

@@ -72,6 +72,9 @@ pub(crate) struct Metrics {
     /// Slots taken past the room for pages pinned by system calls in
     /// flight: resident pages stay within the room plus the pinned ones.
     pub pinned_overruns: Counter,
+    /// Slots a fault's window took past the room (`around_allowance`):
+    /// the evictor's next round gives them back.
+    pub around_past_room: Counter,
     /// Slots taken past the limit because the charges besides the cache
     /// (page tables, the process, a compressed pool, snapshot buffers)
     /// left less than the room's floor: the limit is exceeded by at most
@@ -276,6 +279,7 @@ pub struct Stats {
     /// (the limit is soft then: the program runs on instead of hanging).
     pub limit_overruns: u64,
     pub pinned_overruns: u64,
+    pub around_past_room: u64,
     pub room_floored: u64,
     pub filler_waits: u64,
     pub faults_handed_off: u64,
@@ -390,6 +394,7 @@ impl Metrics {
             writeback_kept: self.writeback_kept.get(),
             limit_overruns: self.limit_overruns.get(),
             pinned_overruns: self.pinned_overruns.get(),
+            around_past_room: self.around_past_room.get(),
             room_floored: self.room_floored.get(),
             filler_waits: self.filler_waits.get(),
             faults_handed_off: self.faults_handed_off.get(),

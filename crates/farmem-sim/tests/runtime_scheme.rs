@@ -118,8 +118,8 @@ fn a_read_then_a_write_takes_a_write_protect_fault() {
 
 #[test]
 fn fault_around_doubles_its_window_and_stops_at_the_region_end() {
-    // A store per page over 64 fresh pages, windows up to 8, room for
-    // all: faults at pages 0 (window 1), 1 (2), 3 (4), 7, 15, … 55 (8
+    // A store per page over 64 fresh pages, windows up to 8 (a 1 MiB
+    // limit allows 8 pages besides a fault's own), room for all: faults at pages 0 (window 1), 1 (2), 3 (4), 7, 15, … 55 (8
     // each), and 63, whose window of 8 is cut at the region's end: 11
     // faults, exactly the 64 pages filled, none past the region. From the
     // top down the same: faults at 63, 62 (with 61), 60 (57-60), 56, 48,
@@ -135,7 +135,11 @@ fn fault_around_doubles_its_window_and_stops_at_the_region_end() {
             .iter()
             .map(|p| Access::store(BASE + p * PAGE, 8, 0))
             .collect();
-        let sets = [("local.size", "400KiB"), ("runtime.fault_around", "8")];
+        let sets = [
+            ("local.size", "400KiB"),
+            ("runtime.fault_around", "8"),
+            ("runtime.limit", "\"1MiB\""),
+        ];
         let r = run(&sets, n * PAGE, &acc);
         assert_eq!(count(&r, "faults_missing"), 11, "down: {down}");
         assert_eq!(count(&r, "pages_zero_filled"), 64, "down: {down}");
@@ -146,27 +150,33 @@ fn fault_around_doubles_its_window_and_stops_at_the_region_end() {
 }
 
 #[test]
-fn fault_around_takes_only_free_slots_and_reads_stored_pages_below() {
-    // 16 pages local (marks at 15 and 13), windows up to 8. Writing 64
-    // pages: faults at 0, 1, 3 and 7 take 1, 2, 4 and 8 pages; at 15
-    // the cache is full and the fault takes its page alone, then a round
-    // evicts 3. From then on a fault finds 2 slots free: it takes its
-    // page and 2 more, and the round after it evicts 3 (16, 19, … 61):
-    // 21 faults, pages 0..51 stored.
-    // Reading 47..0 down: 47 alone (a new stream), 46 with 45, then
-    // windows cut to the free slots again, 3 pages a fault (44, 41, … 2):
-    // 17 faults, 48 pages fetched, the ones below each fault in its read.
+fn fault_around_takes_its_window_past_the_room_and_reads_stored_pages_below() {
+    // 16 pages local (marks at 15 and 13), windows up to 8, a 512 KiB
+    // limit: a window takes at most 4 pages besides its fault's (1/32 of
+    // 128), even past the room. Writing 64 pages: faults at 0, 1, 3 and 7
+    // take 1, 2, 4 and 5 pages; 12 takes 5 more (17 resident, one past
+    // the room), and each later fault first lands the round the last one
+    // started (down to 13), then takes 5: 17, 22, … 57, and 62 with 63,
+    // the region's last. 15 faults; 49..63 stay resident, 0..48 stored.
+    // Reading 47..0 down: 47 alone (a new stream), 46 with 45, 44 with
+    // 43..41, then 5 a fault: 40, 35, … 5, and 0 alone at the region's
+    // start. 12 faults, 48 pages fetched, those below each fault in its
+    // read. No window is cut short by a full cache.
     let n = 64;
     let mut acc: Vec<Access> = (0..n)
         .map(|p| Access::store(BASE + p * PAGE, 8, 0))
         .collect();
     acc.extend((0..48).rev().map(|p| Access::load(BASE + p * PAGE, 8, 0)));
-    let sets = [("local.size", "64KiB"), ("runtime.fault_around", "8")];
+    let sets = [
+        ("local.size", "64KiB"),
+        ("runtime.fault_around", "8"),
+        ("runtime.limit", "\"512KiB\""),
+    ];
     let r = run(&sets, n * PAGE, &acc);
-    assert_eq!(count(&r, "faults_missing"), 21 + 17);
+    assert_eq!(count(&r, "faults_missing"), 15 + 12);
     assert_eq!(count(&r, "pages_zero_filled"), 64);
     assert_eq!(count(&r, "pages_fetched"), 48);
-    assert_eq!(count(&r, "pages_faulted_around"), (64 - 21) + (48 - 17));
+    assert_eq!(count(&r, "pages_faulted_around"), (64 - 15) + (48 - 12));
 }
 
 #[test]

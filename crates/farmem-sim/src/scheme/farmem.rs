@@ -11,8 +11,11 @@
 //! - Fault-around takes a window from [`Readahead`]: absent never-written
 //!   pages beside a never-written fault, absent stored pages beside a
 //!   stored one, on either side, within the region, at most [`MAX_FAULT_AROUND`]
-//!   pages, and only into free slots: the page itself waits for room, its
-//!   neighbours never do (`around.rs`).
+//!   pages and a share of the limit ([`around_allowance`]), taken even past
+//!   the room: the page itself waits for room, its neighbours never do. A
+//!   window cut at a resident page tells the readahead its stream goes on
+//!   past the run of resident pages, which the program reads without a
+//!   fault (`around.rs`).
 //! - A page faulted in by a read is write-protected: its first write is a
 //!   write-protect fault that marks it dirty and touches the replacement
 //!   order, the only touch the runtime sees of a resident page. A write
@@ -39,8 +42,11 @@
 //!   ship stays as it was, zeros or stored (`evict.rs` `diff_into`).
 //!
 //! Where it differs: the runtime's evictor runs beside the program, so how
-//! many batches land between two faults is a race (on a fast scan the
-//! runtime's own fault count moves by 2x between runs); the room shrinks
+//! many batches land between two faults is a race: a page it is writing
+//! back is still resident there and ends a window, where here it has left
+//! (windows no longer wait on the race itself: they take their pages past
+//! the room, where they were cut at the first page with no free frame and
+//! the same replay took 235 to 1,266 faults from run to run); the room shrinks
 //! and grows with snapshot buffers and the process's own memory; the
 //! simulator takes one room, `local.size` (`farmem eval validate` sets
 //! the mean room the run reported). A written line counts as changed: the
@@ -50,7 +56,7 @@
 use farmem_core::{CACHE_LINE, PAGE_SIZE};
 use farmem_policy::diffbase::{DiffBase, DiffBaseConfig};
 use farmem_policy::readahead::{Readahead, ReadaheadConfig};
-use farmem_policy::watermark::Watermarks;
+use farmem_policy::watermark::{Watermarks, around_allowance};
 use farmem_policy::write_streak::{Seen, WriteStreak};
 
 use super::{Scheme, SchemeEntry};
@@ -203,19 +209,33 @@ impl Runtime {
         let zero = !p.stored;
         let predicted = !write && p.streak.predicts_write();
         let window = self.readahead.on_miss(page);
-        // Pages beside it are taken while slots are free, never waiting.
-        let free = cap.saturating_sub(m.local.policy.len() as u64 + 1);
-        let room = u64::from(MAX_FAULT_AROUND - 1).min(free);
-        let after = u64::from(window.after(page)).min(room);
+        // Pages beside it: a share of the limit, taken even past the room
+        // (never cut for want of a free frame).
+        let allowed = u64::from(MAX_FAULT_AROUND - 1).min(around_allowance(self.limit_pages));
+        let after = u64::from(window.after(page)).min(allowed);
         let up = (1..=after)
             .take_while(|&d| page + d < self.region_end && self.fits(m, page + d, zero))
             .count() as u64;
-        let before = u64::from(window.before(page)).min(room - up);
+        let before = u64::from(window.before(page)).min(allowed - up);
         let down = (1..=before)
             .take_while(|&d| page >= BASE_PAGE + d && self.fits(m, page - d, zero))
             .count() as u64;
         if down + 1 + up < u64::from(window.len) {
-            self.readahead.cut(page, (down.max(up) + 1) as u32);
+            // A resident page is read without a fault: the stream goes on
+            // past the run of them (`around.rs`).
+            let mut resident = |p: u64| {
+                let id = m.pages.id(p);
+                m.pages.pages[id as usize].resident
+            };
+            let up_to = u64::from(window.after(page)).min(self.region_end.saturating_sub(page + 1));
+            let reach_up = up + (up + 1..=up_to).take_while(|&d| resident(page + d)).count() as u64;
+            let down_to = u64::from(window.before(page)).min(page.saturating_sub(BASE_PAGE));
+            let reach_down = down
+                + (down + 1..=down_to)
+                    .take_while(|&d| resident(page - d))
+                    .count() as u64;
+            self.readahead
+                .cut(page, (reach_down.max(reach_up) + 1) as u32);
         }
         let pages = down + 1 + up;
         let ready = if zero {
