@@ -181,22 +181,22 @@ impl Readahead {
     }
 
     /// The window just returned for a miss on `block` was brought in only
-    /// `len` blocks from the miss outward (a block already present, one
-    /// that does not fit, or no room): the stream continues where that run
-    /// ends, with its window kept, so a short run does not restart the
-    /// ramp. Callers count in the present blocks the run stopped at: the
-    /// program reads them without a miss, so its next miss is past them.
-    pub fn cut(&mut self, block: BlockId, len: u32) {
+    /// `below` blocks under the miss and `above` over it (a block already
+    /// present, one that does not fit, or no room): the stream continues
+    /// where that run ends in its direction, with its window kept, so a
+    /// short run does not restart the ramp. Callers count in the present
+    /// blocks the run stopped at: the program reads them without a miss,
+    /// so its next miss is past them.
+    pub fn cut(&mut self, block: BlockId, below: u32, above: u32) {
         let now = self.misses;
-        let len = u64::from(len.max(1));
         if let Some(s) = self
             .streams
             .iter_mut()
             .find(|s| s.used == now && s.window > 0)
         {
             match s.dir {
-                Direction::Down => s.low = block.saturating_sub(len - 1),
-                _ => s.end = block.saturating_add(len),
+                Direction::Down => s.low = block.saturating_sub(u64::from(below)),
+                _ => s.end = block.saturating_add(u64::from(above) + 1),
             }
         }
     }
@@ -343,7 +343,7 @@ mod tests {
         assert_eq!(sequential(&mut r, 0, 4), [1, 2, 4, 8]);
         // The miss at 15 gets 16 blocks but only 3 are brought in.
         assert_eq!(r.on_miss(15).len, 16);
-        r.cut(15, 3);
+        r.cut(15, 0, 2);
         assert_eq!(r.on_miss(18).len, 16, "the stream goes on at full width");
         // Uncut, the stream would have expected 34.
         assert_eq!(r.on_miss(50).len, 1);
@@ -355,7 +355,7 @@ mod tests {
             r.on_miss(b);
         }
         assert_eq!(r.on_miss(993), Window { first: 986, len: 8 });
-        r.cut(993, 2);
+        r.cut(993, 1, 0);
         assert_eq!(
             r.on_miss(991),
             Window {
@@ -363,6 +363,18 @@ mod tests {
                 len: 16
             }
         );
+        // A miss a few blocks below a downward stream takes the blocks it
+        // skipped above it too; cut below, the stream goes on from there,
+        // whatever came in above.
+        assert_eq!(
+            r.on_miss(973),
+            Window {
+                first: 958,
+                len: 18
+            }
+        );
+        r.cut(973, 1, 2);
+        assert_eq!(r.on_miss(971).len, 16, "the stream goes on below 972");
     }
 
     #[test]

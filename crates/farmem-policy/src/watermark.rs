@@ -100,6 +100,15 @@ pub fn around_allowance(limit: u64) -> u64 {
     limit / AROUND_SHARE
 }
 
+/// Blocks a cache's replacement policy is built for under a limit of
+/// `limit` pages: every page the limit allows, a window's
+/// [`around_allowance`] past it, and slack, so an insert never has to
+/// push a victim out behind the evictor's back (the evictor's rounds
+/// between the marks decide what leaves; the policy only orders it).
+pub fn policy_capacity(limit: u64) -> usize {
+    usize::try_from(limit + around_allowance(limit) + 64).unwrap_or(usize::MAX)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -103,7 +103,7 @@ impl Shared {
                     .rev()
                     .take_while(|&j| resident(j))
                     .count();
-            readahead.cut(idx as u64, (reach_before.max(reach_after) + 1) as u32);
+            readahead.cut(idx as u64, reach_before as u32, reach_after as u32);
         }
         took
     }

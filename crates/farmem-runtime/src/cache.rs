@@ -13,7 +13,7 @@ use farmem_core::sync::lock_without_parking;
 use farmem_policy::BlockId;
 use farmem_policy::cache::ReplacementPolicy;
 use farmem_policy::diffbase::DiffBase;
-use farmem_policy::watermark::{Watermarks, around_allowance};
+use farmem_policy::watermark::{Watermarks, around_allowance, policy_capacity};
 
 use crate::bufs::{Arena, Buf};
 use crate::config::{Config, DirtyMode, FaultPath};
@@ -66,7 +66,8 @@ impl PolicyUpdate {
 /// one page, and an access needing two far pages at once (a `memcmp` of
 /// two far buffers, a load straddling pages) evicted each for the other
 /// forever. Past the floor the limit is exceeded instead, by at most the
-/// floor, and counted (`room_floored`).
+/// floor (and a fault-around window's allowance past the room), and
+/// counted (`room_floored`).
 const MIN_ROOM_SHARE: u64 = 8;
 const MIN_ROOM_PAGES: u64 = 16;
 
@@ -182,11 +183,9 @@ impl Cache {
     /// A cache of `cfg.local_bytes`, its watermarks and policy.
     pub(crate) fn new(cfg: &Config) -> Result<Self, RuntimeError> {
         let limit = cfg.local_bytes / PAGE;
-        // Room for every page the limit allows plus slack, so insert never
-        // has to pick a victim behind the evictor's back.
         let policy = cfg
             .policy
-            .build(limit as usize + 64)
+            .build(policy_capacity(limit))
             .map_err(|e| RuntimeError::Config(e.to_string()))?;
         let signal = cfg.fault_path == FaultPath::Signal;
         Ok(Self {

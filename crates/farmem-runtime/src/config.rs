@@ -275,7 +275,9 @@ pub struct Config {
     /// Fault-around of fresh memory: a fault on a never-written page in a
     /// sequential stream also installs the never-written pages after it,
     /// up to this window ([`farmem_policy::readahead`]; at most
-    /// [`MAX_FAULT_AROUND`] pages; 0 or 1 turns it off).
+    /// [`MAX_FAULT_AROUND`] pages, and 1/32 of `local_bytes` besides the
+    /// fault's own, [`farmem_policy::watermark::around_allowance`]; 0 or
+    /// 1 turns it off).
     pub fault_around: ReadaheadConfig,
     /// Line mode: when a first write keeps a diff base (a page copy, which
     /// counts against `local_bytes`) and when pages are written back whole

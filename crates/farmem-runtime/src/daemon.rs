@@ -118,12 +118,9 @@ impl Shared {
         };
         // The readahead's stream goes on where what this fault brings
         // ends, so the next cluster's first fault continues it.
-        let brought = if window.first < job.idx as u64 {
-            around.before + 1
-        } else {
-            around.after + 1
-        };
-        r.readahead.lock().cut(job.idx as u64, brought as u32);
+        r.readahead
+            .lock()
+            .cut(job.idx as u64, around.before as u32, around.after as u32);
         (fetch, around)
     }
 

@@ -94,6 +94,9 @@ impl Shared {
                     // Asleep in the kernel: the owner wakes it when done.
                     self.add_waiter(&mut m, f.page, f.t0);
                     self.m.faults_waited.inc();
+                    if !f.wp {
+                        self.m.faults_missing_found.inc();
+                    }
                 }
                 Step::Wait
             }
@@ -106,6 +109,9 @@ impl Shared {
             State::Clean | State::Dirty => {
                 drop(m);
                 self.m.faults_spurious.inc();
+                if !f.wp {
+                    self.m.faults_missing_found.inc();
+                }
                 Step::Spurious
             }
             State::Parked => self.unpark(&mut m, f.page, ctx),
@@ -549,6 +555,7 @@ mod tests {
         let step = sh.resolve(r.clone(), fault(&r, 3, false, false), Ctx::Thread);
         assert!(matches!(step, Step::Spurious));
         assert_eq!(sh.m.faults_spurious.get(), 1);
+        assert_eq!(sh.m.faults_missing_found.get(), 1);
 
         // A first write keeps the stored bytes as its diff base.
         let step = sh.resolve(r.clone(), fault(&r, 3, true, true), Ctx::Thread);
@@ -610,7 +617,16 @@ mod tests {
             sh.woke(since.unwrap());
         }
         assert_eq!(sh.m.faults_waited.get(), 2);
-        assert_eq!(sh.m.wait_latency.summary().count, 2, "each wait timed");
+        // A write to a page being written back waits too, but it was a
+        // write-protect fault: no missing fault found its page.
+        r.pages[1].lock().state = State::Busy;
+        let step = sh.resolve(r.clone(), fault(&r, 1, true, true), Ctx::Thread);
+        assert!(matches!(step, Step::Wait));
+        let since = sh.take_waiters(&mut r.pages[1].lock(), r.page_addr(1));
+        sh.woke(since.unwrap());
+        assert_eq!(sh.m.faults_waited.get(), 3);
+        assert_eq!(sh.m.faults_missing_found.get(), 2);
+        assert_eq!(sh.m.wait_latency.summary().count, 3, "each wait timed");
         assert!(sh.waiting.lock().is_empty(), "nothing left behind");
     }
 

@@ -47,6 +47,9 @@ pub(crate) struct Metrics {
     pub faults_waited: Counter,
     /// Fault messages that were already resolved when read (woken only).
     pub faults_spurious: Counter,
+    /// Missing faults (of `faults_missing`) that found their page on its
+    /// way or already in, waited or spurious: they brought nothing in.
+    pub faults_missing_found: Counter,
     pub pages_fetched: Counter,
     pub pages_zero_filled: Counter,
     pub pages_faulted_around: Counter,
@@ -72,8 +75,8 @@ pub(crate) struct Metrics {
     /// Slots taken past the room for pages pinned by system calls in
     /// flight: resident pages stay within the room plus the pinned ones.
     pub pinned_overruns: Counter,
-    /// Slots a fault's window took past the room (`around_allowance`):
-    /// the evictor's next round gives them back.
+    /// Slots a fault's window took past the room and the pinned pages
+    /// (`around_allowance`): the evictor's next round gives them back.
     pub around_past_room: Counter,
     /// Slots taken past the limit because the charges besides the cache
     /// (page tables, the process, a compressed pool, snapshot buffers)
@@ -243,6 +246,8 @@ pub struct Stats {
     pub pages_pinned_passed: u64,
     pub faults_waited: u64,
     pub faults_spurious: u64,
+    /// Missing faults that found their page on its way or already in.
+    pub faults_missing_found: u64,
     pub pages_fetched: u64,
     /// First touches of never-written pages served without the store.
     pub pages_zero_filled: u64,
@@ -374,6 +379,7 @@ impl Metrics {
             pages_pinned_passed: self.pages_pinned_passed.get(),
             faults_waited: self.faults_waited.get(),
             faults_spurious: self.faults_spurious.get(),
+            faults_missing_found: self.faults_missing_found.get(),
             pages_fetched: self.pages_fetched.get(),
             pages_zero_filled: self.pages_zero_filled.get(),
             pages_faulted_around: self.pages_faulted_around.get(),

@@ -168,7 +168,7 @@ fn eval_validate_sets_both_bodies_side_by_side() {
     assert_eq!(rows.len(), 2, "{v}");
     for r in rows {
         assert_eq!(r["identical"], true, "{r}");
-        let faults = &r["metrics"]["faults_missing"];
+        let faults = &r["metrics"]["faults_filled"];
         assert!(faults["measured"].as_f64().unwrap() > 0.0, "{r}");
         assert!(faults["predicted"].as_f64().unwrap() > 0.0, "{r}");
         assert!(r["room_pages_mean"].as_u64().unwrap() > 0, "{r}");

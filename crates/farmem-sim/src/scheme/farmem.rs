@@ -54,9 +54,10 @@
 //! trace replay` never stores one).
 
 use farmem_core::{CACHE_LINE, PAGE_SIZE};
+use farmem_policy::cache::PolicyConfig;
 use farmem_policy::diffbase::{DiffBase, DiffBaseConfig};
 use farmem_policy::readahead::{Readahead, ReadaheadConfig};
-use farmem_policy::watermark::{Watermarks, around_allowance};
+use farmem_policy::watermark::{Watermarks, around_allowance, policy_capacity};
 use farmem_policy::write_streak::{Seen, WriteStreak};
 
 use super::{Scheme, SchemeEntry};
@@ -126,6 +127,8 @@ struct Counts {
 
 pub struct Runtime {
     cfg: RuntimeSimConfig,
+    /// Local memory's policy, built again for the run's limit.
+    policy: PolicyConfig,
     marks: Watermarks,
     readahead: Readahead,
     diff: DiffBase,
@@ -157,6 +160,7 @@ impl Runtime {
                 max_share: cfg.diff_share.get(),
                 ..DiffBaseConfig::default()
             }),
+            policy: PolicyConfig::default(),
             snapshots: 0,
             limit_pages: 0,
             shipping_bases: 0,
@@ -234,8 +238,7 @@ impl Runtime {
                 + (down + 1..=down_to)
                     .take_while(|&d| resident(page - d))
                     .count() as u64;
-            self.readahead
-                .cut(page, (reach_down.max(reach_up) + 1) as u32);
+            self.readahead.cut(page, reach_down as u32, reach_up as u32);
         }
         let pages = down + 1 + up;
         let ready = if zero {
@@ -388,6 +391,7 @@ impl Scheme for Runtime {
 
     fn configure(&mut self, cfg: &Config) {
         *self = Self::new(cfg.runtime.clone());
+        self.policy = cfg.local.policy;
         // The runtime always evicts between marks, its own by default.
         self.marks = cfg.local.watermarks.unwrap_or_default();
     }
@@ -405,6 +409,12 @@ impl Scheme for Runtime {
             // Local memory is sized by now (`Engine::begin`).
             let cap = m.local.capacity_pages as u64;
             self.limit_pages = (self.cfg.limit.0 / PAGE_SIZE).max(cap);
+            // The runtime's policy holds the limit and a window past it
+            // (its rounds, not the policy, keep the cache to its room), so
+            // victims leave in rounds here too, not one per insert.
+            if let Ok(p) = self.policy.build(policy_capacity(self.limit_pages)) {
+                m.local.policy = p;
+            }
         }
         let page = line / LINES_PER_PAGE;
         let id = m.pages.id(page);
@@ -448,6 +458,10 @@ impl Scheme for Runtime {
         let c = &self.counts;
         for (k, v) in [
             ("faults_missing", c.faults_missing),
+            // Every fault here fills its page: a touch of a page on its way
+            // waits for it without a fault (the runtime counts a fault,
+            // `faults_missing_found`).
+            ("faults_filled", c.faults_missing),
             ("faults_wp", c.faults_wp),
             ("writes_predicted", c.writes_predicted),
             ("snapshots", c.snapshots),

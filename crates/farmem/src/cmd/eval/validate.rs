@@ -44,9 +44,8 @@ const TOLERANCE: f64 = 0.10;
 /// stays local, as the simulator has no pages for it.
 const THRESHOLD: &str = "2MiB";
 /// What is compared: the runtime's counter, the simulator's. Faults are
-/// those that bring their page in: the runtime's `faults_missing` less
-/// `faults_waited` ([`faults_bringing_pages`]).
-const METRICS: [&str; 3] = ["faults_missing", "bytes_fetched", "bytes_written_back"];
+/// those that fill their page ([`faults_filled`]).
+const METRICS: [&str; 3] = ["faults_filled", "bytes_fetched", "bytes_written_back"];
 /// Each mechanism's own counters, to name the one that differs.
 const MECHANISMS: [(&str, &str); 10] = [
     ("pages_zero_filled", "first touches (zero fill)"),
@@ -73,7 +72,7 @@ const MECHANISMS: [(&str, &str); 10] = [
 /// was written after a write-protect fault or installed writable.
 const DRIVERS: [(&str, &[&str]); 3] = [
     (
-        "faults_missing",
+        "faults_filled",
         &[
             "pages_zero_filled",
             "pages_faulted_around",
@@ -198,7 +197,7 @@ pub fn run(args: Args) -> Outcome {
     let identical = compared.clone().all(|r| r["identical"] == json!(true));
     let report = json!({
         "eval": "validate",
-        "what": "each workload's trace replayed on real memory under `farmem run --backend remote` (rounds: median and spread of each counter) and simulated under scheme `farmem` configured from those runs (local room, limit, policy, watermarks, fault-around, dirty tracking, eviction batch); predicted / median measured per metric, within when inside the tolerance or the runs' spread; faults are those that brought their page in (the runtime's faults_missing less faults_waited, its faults on a page already on its way, which the simulator counts as waits: both in each row's `faults_missing_all` and `faults_waited`)",
+        "what": "each workload's trace replayed on real memory under `farmem run --backend remote` (rounds: median and spread of each counter) and simulated under scheme `farmem` configured from those runs (local room, limit, policy, watermarks, fault-around, dirty tracking, eviction batch); predicted / median measured per metric, within when inside the tolerance or the runs' spread; faults_filled are the missing faults that filled their page (the runtime's faults_missing less faults_missing_found, those that found their page on its way or in, which the simulator counts as waits: both in each row's runtime_only)",
         "settings": {
             "policy": set.policy, "fault_around": set.fault_around, "dirty": set.dirty,
             "watermarks": {"high": set.high, "low": set.low}, "threshold": THRESHOLD,
@@ -340,7 +339,7 @@ fn compare(
         .iter()
         .all(|r| checksum(&r.measured.stdout).as_deref() == Some(want));
     for r in &mut runs {
-        faults_bringing_pages(&mut r.stats);
+        faults_filled(&mut r.stats);
     }
     // Each counter's median over the rounds, and its spread: the runtime's
     // evictor races the program, so its counts move between runs.
@@ -384,7 +383,7 @@ fn compare(
         .collect();
     let differs = differs(&metrics, &mechanisms);
     // The runtime's own fault counts, which the simulator does not predict.
-    let runtime_only: serde_json::Map<String, Value> = ["faults_missing_all", "faults_waited"]
+    let runtime_only: serde_json::Map<String, Value> = ["faults_missing", "faults_missing_found"]
         .iter()
         .map(|k| {
             let (m, lo, hi) = spread(k);
@@ -411,17 +410,15 @@ fn compare(
     }))
 }
 
-/// Counts, in a run's stats, as `faults_missing` only the faults that
-/// brought their page in, as the simulator counts them: a fault on a page
-/// already on its way (`faults_waited`: the program touched a page of a
-/// window while the handler was still installing it) is a wait on that
-/// page there, not a fault. The runtime's own count stays as
-/// `faults_missing_all`.
-fn faults_bringing_pages(stats: &mut Value) {
+/// Adds to a run's stats `faults_filled`: its missing faults less those
+/// that found their page on its way or already in
+/// (`faults_missing_found`: the program touched a page of a window while
+/// the handler was still installing it). The simulator counts those as
+/// waits on the page, not faults; its `faults_filled` is every fault.
+fn faults_filled(stats: &mut Value) {
     let count = |k: &str| stats[k].as_u64().unwrap_or(0);
-    let (all, waited) = (count("faults_missing"), count("faults_waited"));
-    stats["faults_missing_all"] = json!(all);
-    stats["faults_missing"] = json!(all.saturating_sub(waited));
+    let filled = count("faults_missing").saturating_sub(count("faults_missing_found"));
+    stats["faults_filled"] = json!(filled);
 }
 
 /// For each metric off, the mechanism it moves with ([`DRIVERS`]) whose
@@ -468,7 +465,7 @@ fn differs_text(differs: &Value) -> Option<String> {
     let named = differs.as_object()?;
     fn short(m: &str) -> &str {
         match m {
-            "faults_missing" => "faults",
+            "faults_filled" => "faults",
             "bytes_fetched" => "fetched",
             "bytes_written_back" => "written back",
             other => other,
@@ -615,7 +612,7 @@ fn print_table(report: &Value) {
                 v["predicted"].as_f64().unwrap_or(0.0),
                 v["measured"].as_f64().unwrap_or(0.0),
             );
-            if k == "faults_missing" {
+            if k == "faults_filled" {
                 format!("{p:.0}/{m:.0} {:.2}", ratio(p, m))
             } else {
                 format!(
@@ -631,7 +628,7 @@ fn print_table(report: &Value) {
             r["workload"].as_str().unwrap_or("?"),
             r["local_share"].as_f64().unwrap_or(0.0) * 100.0,
             r["room_pages_mean"].as_u64().unwrap_or(0),
-            cell("faults_missing"),
+            cell("faults_filled"),
             cell("bytes_fetched"),
             cell("bytes_written_back"),
             if r["identical"] != json!(true) {
@@ -653,21 +650,21 @@ mod tests {
     }
 
     #[test]
-    fn faults_on_pages_on_their_way_are_not_compared() {
-        let mut stats = json!({"faults_missing": 300, "faults_waited": 19});
-        faults_bringing_pages(&mut stats);
-        assert_eq!(stats["faults_missing"], json!(281));
-        assert_eq!(stats["faults_missing_all"], json!(300));
-        // A run that reported no waits (an older binary) loses nothing.
-        let mut stats = json!({"faults_missing": 300});
-        faults_bringing_pages(&mut stats);
+    fn faults_that_found_their_page_are_not_compared() {
+        let mut stats = json!({"faults_missing": 300, "faults_missing_found": 19});
+        faults_filled(&mut stats);
+        assert_eq!(stats["faults_filled"], json!(281));
         assert_eq!(stats["faults_missing"], json!(300));
+        // A run that reported none (an older binary) loses nothing.
+        let mut stats = json!({"faults_missing": 300});
+        faults_filled(&mut stats);
+        assert_eq!(stats["faults_filled"], json!(300));
     }
 
     #[test]
     fn each_metric_off_names_its_own_mechanism_most_off() {
         let metrics: serde_json::Map<String, Value> = [
-            ("faults_missing", entry(100.0, 130.0, false)),
+            ("faults_filled", entry(100.0, 130.0, false)),
             ("bytes_fetched", entry(100.0, 101.0, true)),
             ("bytes_written_back", entry(75.0, 100.0, false)),
         ]
@@ -686,7 +683,7 @@ mod tests {
         mechanisms.insert("snapshots_capped".into(), entry(0.0, 1000.0, false));
         mechanisms.insert("writes_predicted".into(), entry(50.0, 100.0, false));
         let d = differs(&metrics, &mechanisms);
-        assert_eq!(d["faults_missing"]["counter"], "pages_evicted_clean");
+        assert_eq!(d["faults_filled"]["counter"], "pages_evicted_clean");
         assert!(d["bytes_fetched"].is_null());
         // None against some is off without bound.
         assert_eq!(d["bytes_written_back"]["counter"], "snapshots_capped");
@@ -708,7 +705,7 @@ mod tests {
             mechanisms.insert(k.into(), entry(10.0, 10.0, true));
         }
         let d = differs(&metrics, &mechanisms);
-        assert_eq!(d["faults_missing"]["counter"], "pages_zero_filled");
+        assert_eq!(d["faults_filled"]["counter"], "pages_zero_filled");
         // Refused and refused at the cap alike: the cap is named.
         mechanisms.insert("snapshots_skipped".into(), entry(0.0, 1000.0, false));
         let d = differs(&metrics, &mechanisms);
