@@ -22,6 +22,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::BlockId;
 
+/// The most blocks one miss brings in, its own among them: the runtime's
+/// cap on a fault-around window (it installs zeros from a mapping of this
+/// many pages), which the simulator's runtime scheme keeps too.
+pub const MAX_FAULT_AROUND: u32 = 256;
+
 /// How many blocks past a confirmed stream's edge (window over 1) a miss
 /// may land and still continue it, the blocks it skipped brought in with
 /// its window: GNU sort's merge threads write their output a page or three

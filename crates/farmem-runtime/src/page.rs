@@ -20,7 +20,7 @@ pub const PAGE: u64 = farmem_core::PAGE_SIZE;
 /// Dirty-tracking granularity in line mode.
 pub const LINE: usize = farmem_core::CACHE_LINE as usize;
 /// Most pages a fault installs around itself (a window beyond it is cut).
-pub const MAX_FAULT_AROUND: u32 = 256;
+pub use farmem_policy::readahead::MAX_FAULT_AROUND;
 
 /// One page of memory, aligned as UFFDIO_COPY requires of its source.
 #[repr(C, align(4096))]

@@ -519,6 +519,15 @@ mod tests {
         }
     }
 
+    /// A write fault on absent page `idx`, fetched by a thread.
+    fn write_on_thread(sh: &Shared, r: &Arc<RegionInner>, idx: usize, bufs: &mut FetchBufs) {
+        let Step::Fetch(job) = sh.resolve(r.clone(), fault(r, idx, true, false), Ctx::Thread)
+        else {
+            panic!("page {idx} is absent");
+        };
+        assert!(sh.fetch(job, By::Thread(bufs)));
+    }
+
     fn state(r: &RegionInner, idx: usize) -> State {
         r.pages[idx].lock().state
     }
@@ -760,13 +769,7 @@ mod tests {
             return;
         };
         let mut bufs = FetchBufs::new();
-        let mut write = |idx: usize| {
-            let Step::Fetch(job) = sh.resolve(r.clone(), fault(&r, idx, true, false), Ctx::Thread)
-            else {
-                panic!("page {idx} is absent");
-            };
-            assert!(sh.fetch(job, By::Thread(&mut bufs)));
-        };
+        let mut write = |idx: usize| write_on_thread(&sh, &r, idx, &mut bufs);
         write(0);
         write(1);
         // The room full but for page 3's own slot (other pages' slots
@@ -791,13 +794,7 @@ mod tests {
             return;
         };
         let mut bufs = FetchBufs::new();
-        let mut write = |idx: usize| {
-            let Step::Fetch(job) = sh.resolve(r.clone(), fault(&r, idx, true, false), Ctx::Thread)
-            else {
-                panic!("page {idx} is absent");
-            };
-            assert!(sh.fetch(job, By::Thread(&mut bufs)));
-        };
+        let mut write = |idx: usize| write_on_thread(&sh, &r, idx, &mut bufs);
         // A stream of fresh pages: windows of 1, 2, 4 and 8 pages.
         for idx in [0, 1, 3, 7] {
             write(idx);

@@ -56,7 +56,7 @@
 use farmem_core::{CACHE_LINE, PAGE_SIZE};
 use farmem_policy::cache::PolicyConfig;
 use farmem_policy::diffbase::{DiffBase, DiffBaseConfig};
-use farmem_policy::readahead::{Readahead, ReadaheadConfig};
+use farmem_policy::readahead::{MAX_FAULT_AROUND, Readahead, ReadaheadConfig};
 use farmem_policy::watermark::{Watermarks, around_allowance, policy_capacity};
 use farmem_policy::write_streak::{Seen, WriteStreak};
 
@@ -71,9 +71,6 @@ pub const SCHEMES: &[SchemeEntry] = &[(
     "farmem's runtime: pages fault in (zeros if never written), fault-around, dirty lines shipped at eviction",
     || Box::new(Runtime::new(RuntimeSimConfig::default())),
 )];
-
-/// The most pages one fault brings in, the runtime's cap (`page.rs`).
-pub const MAX_FAULT_AROUND: u32 = 256;
 
 /// Where simulated regions start (`farmem_workloads::space::BASE`), in pages.
 const BASE_PAGE: u64 = farmem_workloads::space::BASE / PAGE_SIZE;
