@@ -193,6 +193,38 @@ impl Readahead {
     /// blocks the run stopped at: the program reads them without a miss,
     /// so its next miss is past them.
     pub fn cut(&mut self, block: BlockId, below: u32, above: u32) {
+        self.cut_to(block, u64::from(below), u64::from(above));
+    }
+
+    /// The window just returned for a miss on `block` brought in `took`
+    /// blocks (below it, above it); `reach` is how far the window went on
+    /// each side, within the region. If that is less than the window, cuts
+    /// it ([`Self::cut`]), counting in the `present` blocks the run
+    /// stopped at: the program reads them without a miss, so its next miss
+    /// is past them (a page being written back, say).
+    pub fn end_window(
+        &mut self,
+        block: BlockId,
+        window: Window,
+        took: (u64, u64),
+        reach: (u64, u64),
+        mut present: impl FnMut(BlockId) -> bool,
+    ) {
+        if took.0 + 1 + took.1 >= u64::from(window.len) {
+            return;
+        }
+        let below = took.0
+            + (took.0 + 1..=reach.0)
+                .take_while(|&d| present(block - d))
+                .count() as u64;
+        let above = took.1
+            + (took.1 + 1..=reach.1)
+                .take_while(|&d| present(block + d))
+                .count() as u64;
+        self.cut_to(block, below, above);
+    }
+
+    fn cut_to(&mut self, block: BlockId, below: u64, above: u64) {
         let now = self.misses;
         if let Some(s) = self
             .streams
@@ -200,8 +232,8 @@ impl Readahead {
             .find(|s| s.used == now && s.window > 0)
         {
             match s.dir {
-                Direction::Down => s.low = block.saturating_sub(u64::from(below)),
-                _ => s.end = block.saturating_add(u64::from(above) + 1),
+                Direction::Down => s.low = block.saturating_sub(below),
+                _ => s.end = block.saturating_add(above + 1),
             }
         }
     }
@@ -380,6 +412,20 @@ mod tests {
         );
         r.cut(973, 1, 2);
         assert_eq!(r.on_miss(971).len, 16, "the stream goes on below 972");
+    }
+
+    #[test]
+    fn a_window_ended_at_present_blocks_continues_past_them() {
+        let mut r = ra(16);
+        assert_eq!(sequential(&mut r, 0, 4), [1, 2, 4, 8]);
+        // 15's window of 16 brings in 16 only: 17..23 are present.
+        let w = r.on_miss(15);
+        r.end_window(15, w, (0, 1), (0, 15), |b| (17..23).contains(&b));
+        assert_eq!(r.on_miss(23).len, 16, "the next miss is past them");
+        // A window brought in whole is not cut.
+        let w = r.on_miss(39);
+        r.end_window(39, w, (0, 15), (0, 15), |_| false);
+        assert_eq!(r.on_miss(55).len, 16);
     }
 
     #[test]

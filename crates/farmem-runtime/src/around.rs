@@ -87,24 +87,17 @@ impl Shared {
                 .take_while(|&j| take(j))
                 .count(),
         };
-        let wanted = window.len as usize;
-        if took.before + 1 + took.after < wanted {
-            // The program reads resident pages without a fault, so a window
-            // cut at one goes on past the run of them: the stream's next
-            // miss is after it (a page the evictor is writing back, say).
-            let resident = |j: usize| ctx.lock(&r.pages[j]).state != State::Absent;
-            let up_to = (idx + 1 + window.after(idx as u64) as usize).min(r.pages.len());
-            let reach_after = took.after
-                + (idx + 1 + took.after..up_to)
-                    .take_while(|&j| resident(j))
-                    .count();
-            let reach_before = took.before
-                + (idx.saturating_sub(before)..idx - took.before)
-                    .rev()
-                    .take_while(|&j| resident(j))
-                    .count();
-            readahead.cut(idx as u64, reach_before as u32, reach_after as u32);
-        }
+        let reach = (
+            before.min(idx) as u64,
+            u64::from(window.after(idx as u64)).min((r.pages.len() - 1 - idx) as u64),
+        );
+        readahead.end_window(
+            idx as u64,
+            window,
+            (took.before as u64, took.after as u64),
+            reach,
+            |j| ctx.lock(&r.pages[j as usize]).state != State::Absent,
+        );
         took
     }
 

@@ -221,22 +221,15 @@ impl Runtime {
         let down = (1..=before)
             .take_while(|&d| page >= BASE_PAGE + d && self.fits(m, page - d, zero))
             .count() as u64;
-        if down + 1 + up < u64::from(window.len) {
-            // A resident page is read without a fault: the stream goes on
-            // past the run of them (`around.rs`).
-            let mut resident = |p: u64| {
+        let reach = (
+            u64::from(window.before(page)).min(page.saturating_sub(BASE_PAGE)),
+            u64::from(window.after(page)).min(self.region_end.saturating_sub(page + 1)),
+        );
+        self.readahead
+            .end_window(page, window, (down, up), reach, |p| {
                 let id = m.pages.id(p);
                 m.pages.pages[id as usize].resident
-            };
-            let up_to = u64::from(window.after(page)).min(self.region_end.saturating_sub(page + 1));
-            let reach_up = up + (up + 1..=up_to).take_while(|&d| resident(page + d)).count() as u64;
-            let down_to = u64::from(window.before(page)).min(page.saturating_sub(BASE_PAGE));
-            let reach_down = down
-                + (down + 1..=down_to)
-                    .take_while(|&d| resident(page - d))
-                    .count() as u64;
-            self.readahead.cut(page, reach_down as u32, reach_up as u32);
-        }
+            });
         let pages = down + 1 + up;
         let ready = if zero {
             self.counts.pages_zero_filled += pages;
