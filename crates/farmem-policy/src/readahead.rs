@@ -4,7 +4,9 @@
 //! stream upward, one that lands just below where it began continues it
 //! downward (a few blocks past, too, once the stream is confirmed: the
 //! window then covers the blocks skipped), and the stream's window doubles
-//! up to a cap; any other miss
+//! up to a cap. A window cut short at present blocks counts them in (the
+//! program reads them without a miss), and a miss among them, one evicted
+//! before the program got there, continues the stream too. Any other miss
 //! starts a stream with a window of one block (no speculation on a single
 //! miss). This is Linux's on-demand readahead reduced to its core, with
 //! several streams tracked at once so threads filling different parts of
@@ -99,6 +101,11 @@ struct Stream {
     dir: Direction,
     /// When it was last continued, in misses: for replacement.
     used: u64,
+    /// Blocks at the window's far edge that were present when it was cut
+    /// and counted in ([`Readahead::end_window`]). The program reads them
+    /// without a miss, unless one is evicted before it gets there: a miss
+    /// among them still continues the stream.
+    present: u64,
 }
 
 impl Stream {
@@ -109,9 +116,17 @@ impl Stream {
         }
         // A confirmed stream also takes a miss a few blocks past its edge.
         let slack = if self.window > 1 { JITTER } else { 0 };
-        if self.dir != Direction::Down && block >= self.end && block - self.end <= slack {
+        let up_from = self.end - self.present.min(self.end);
+        let down_to = self.low.saturating_add(self.present);
+        if self.dir != Direction::Down
+            && block >= up_from
+            && block.saturating_sub(self.end) <= slack
+        {
             Some(Direction::Up)
-        } else if self.dir != Direction::Up && block < self.low && self.low - 1 - block <= slack {
+        } else if self.dir != Direction::Up
+            && block < down_to
+            && self.low.saturating_sub(block + 1) <= slack
+        {
             Some(Direction::Down)
         } else {
             None
@@ -172,13 +187,16 @@ impl Readahead {
         };
         s.used = now;
         let w = u64::from(s.window);
+        // A miss among the present blocks the last window counted in (one
+        // was evicted first) starts the window at the miss.
         let (low, end) = match (s.dir, edge) {
-            (Direction::Down, Some(low)) => (block.saturating_sub(w - 1), low),
-            (_, Some(end)) => (end, block.saturating_add(w)),
+            (Direction::Down, Some(low)) => (block.saturating_sub(w - 1), low.max(block + 1)),
+            (_, Some(end)) => (end.min(block), block.saturating_add(w)),
             (_, None) => (block, block.saturating_add(w)),
         };
         s.low = low;
         s.end = end;
+        s.present = 0;
         Window {
             first: low,
             len: (end - low).max(1) as u32,
@@ -193,7 +211,7 @@ impl Readahead {
     /// blocks the run stopped at: the program reads them without a miss,
     /// so its next miss is past them.
     pub fn cut(&mut self, block: BlockId, below: u32, above: u32) {
-        self.cut_to(block, u64::from(below), u64::from(above));
+        self.cut_to(block, (u64::from(below), u64::from(above)), (0, 0));
     }
 
     /// The window just returned for a miss on `block` brought in `took`
@@ -221,10 +239,12 @@ impl Readahead {
             + (took.1 + 1..=reach.1)
                 .take_while(|&d| present(block + d))
                 .count() as u64;
-        self.cut_to(block, below, above);
+        self.cut_to(block, (below, above), (below - took.0, above - took.1));
     }
 
-    fn cut_to(&mut self, block: BlockId, below: u64, above: u64) {
+    /// Ends the stream's last window `reach` blocks (below, above) from
+    /// `block`, the last `present` of them (below, above) present blocks.
+    fn cut_to(&mut self, block: BlockId, reach: (u64, u64), present: (u64, u64)) {
         let now = self.misses;
         if let Some(s) = self
             .streams
@@ -232,8 +252,14 @@ impl Readahead {
             .find(|s| s.used == now && s.window > 0)
         {
             match s.dir {
-                Direction::Down => s.low = block.saturating_sub(below),
-                _ => s.end = block.saturating_add(above + 1),
+                Direction::Down => {
+                    s.low = block.saturating_sub(reach.0);
+                    s.present = present.0;
+                }
+                _ => {
+                    s.end = block.saturating_add(reach.1 + 1);
+                    s.present = present.1;
+                }
             }
         }
     }
@@ -426,6 +452,39 @@ mod tests {
         let w = r.on_miss(39);
         r.end_window(39, w, (0, 15), (0, 15), |_| false);
         assert_eq!(r.on_miss(55).len, 16);
+    }
+
+    #[test]
+    fn a_miss_among_present_blocks_counted_in_continues_the_stream() {
+        let mut r = ra(16);
+        assert_eq!(sequential(&mut r, 0, 4), [1, 2, 4, 8]);
+        // 15's window brings in 16 only: 17..23 are present, but 20 is
+        // evicted before the program reaches it.
+        let w = r.on_miss(15);
+        r.end_window(15, w, (0, 1), (0, 15), |b| (17..23).contains(&b));
+        assert_eq!(
+            r.on_miss(20),
+            Window { first: 20, len: 16 },
+            "the stream goes on from the miss, its window kept"
+        );
+        // Below a block the stream took, a miss is another stream's.
+        assert_eq!(r.on_miss(16).len, 1);
+        // Downward: 993's window of 8 brings in 1 below it, then 990..992
+        // are present; 991 is evicted first.
+        let mut r = ra(16);
+        for b in [1000, 999, 997] {
+            r.on_miss(b);
+        }
+        let w = r.on_miss(993);
+        assert_eq!(w, Window { first: 986, len: 8 });
+        r.end_window(993, w, (1, 0), (7, 0), |b| (990..992).contains(&b));
+        assert_eq!(
+            r.on_miss(991),
+            Window {
+                first: 976,
+                len: 16
+            }
+        );
     }
 
     #[test]
