@@ -43,10 +43,13 @@
 //!
 //! Where it differs: the runtime's evictor runs beside the program, so how
 //! many batches land between two faults is a race: a page it is writing
-//! back is still resident there and ends a window, where here it has left
-//! (windows no longer wait on the race itself: they take their pages past
-//! the room, where they were cut at the first page with no free frame and
-//! the same replay took 235 to 1,266 faults from run to run); the room shrinks
+//! back is still resident there and ends a window, where here it has left,
+//! and on a stream over the replacement order's oldest pages the evictor
+//! there takes them as the stream arrives, here about ten faults before
+//! (pr at 50%: 580-1,277 faults there, 449-454 here; docs/sim.md). Windows
+//! no longer wait on the race itself: they take their pages past the room,
+//! where they were cut at the first page with no free frame and the same
+//! replay took 235 to 1,266 faults from run to run. The room shrinks
 //! and grows with snapshot buffers and the process's own memory; the
 //! simulator takes one room, `local.size` (`farmem eval validate` sets
 //! the mean room the run reported). A written line counts as changed: the
