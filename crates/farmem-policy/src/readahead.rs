@@ -440,13 +440,19 @@ mod tests {
         assert_eq!(r.on_miss(971).len, 16, "the stream goes on below 972");
     }
 
-    #[test]
-    fn a_window_ended_at_present_blocks_continues_past_them() {
+    /// A stream ramped to 8 blocks whose next window, at 15, brings in 16
+    /// only: 17..23 are present.
+    fn cut_at_present_blocks() -> Readahead {
         let mut r = ra(16);
         assert_eq!(sequential(&mut r, 0, 4), [1, 2, 4, 8]);
-        // 15's window of 16 brings in 16 only: 17..23 are present.
         let w = r.on_miss(15);
         r.end_window(15, w, (0, 1), (0, 15), |b| (17..23).contains(&b));
+        r
+    }
+
+    #[test]
+    fn a_window_ended_at_present_blocks_continues_past_them() {
+        let mut r = cut_at_present_blocks();
         assert_eq!(r.on_miss(23).len, 16, "the next miss is past them");
         // A window brought in whole is not cut.
         let w = r.on_miss(39);
@@ -456,12 +462,9 @@ mod tests {
 
     #[test]
     fn a_miss_among_present_blocks_counted_in_continues_the_stream() {
-        let mut r = ra(16);
-        assert_eq!(sequential(&mut r, 0, 4), [1, 2, 4, 8]);
-        // 15's window brings in 16 only: 17..23 are present, but 20 is
-        // evicted before the program reaches it.
-        let w = r.on_miss(15);
-        r.end_window(15, w, (0, 1), (0, 15), |b| (17..23).contains(&b));
+        // 20, present when the window was cut, is evicted before the
+        // program reaches it.
+        let mut r = cut_at_present_blocks();
         assert_eq!(
             r.on_miss(20),
             Window { first: 20, len: 16 },
