@@ -470,7 +470,7 @@ mod tests {
             Window { first: 20, len: 16 },
             "the stream goes on from the miss, its window kept"
         );
-        // Below a block the stream took, a miss is another stream's.
+        // A miss on a block its earlier window took is another stream's.
         assert_eq!(r.on_miss(16).len, 1);
         // Downward: 993's window of 8 brings in 1 below it, then 990..992
         // are present; 991 is evicted first.
