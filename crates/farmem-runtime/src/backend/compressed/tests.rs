@@ -380,7 +380,9 @@ fn a_pool_turned_off_drains_a_few_batches_per_write_back_one_at_a_time() {
         s.write_lines(&lines_of(base + i * P, &compressible(i as u8)))
             .unwrap();
     }
-    let per_write = (DEMOTE_BATCH * DRAIN_BATCHES) as u64;
+    // A pool of 1 MiB demotes 16 pages a batch.
+    let per_write = (demote_batch(1 << 20) * DRAIN_BATCHES) as u64;
+    assert_eq!(per_write, 16 * 8);
     let st = s.stats();
     assert_eq!((st.switches, st.demoted), (1, per_write), "{st:?}");
     let mut calls = below.stats().write_lines_calls;
@@ -507,4 +509,11 @@ proptest! {
         let st = s.stats();
         prop_assert!(st.bytes <= 2 * (ENTRY_OVERHEAD + 60) || st.pages <= 1, "{:?}", st);
     }
+}
+
+#[test]
+fn a_batch_demotes_a_sixteenth_of_a_small_pool_and_at_most_64_pages() {
+    assert_eq!(demote_batch(1_258_291), 19, "a fifth of 6 MiB");
+    assert_eq!(demote_batch(16 << 10), 4, "a tiny pool: a few pages");
+    assert_eq!(demote_batch(52 << 20), DEMOTE_BATCH, "a fifth of 258 MiB");
 }
