@@ -50,15 +50,15 @@ const ENTRY_OVERHEAD: u64 = 64;
 /// line records, take local memory the limit does not count: draining a
 /// fifth of 258 MiB at once took the demo's peak RSS to 1.2x its limit,
 /// 256 pages at a time to 1.104x, 64 at a time to 1.08x (as without the
-/// pool). A small pool demotes a sixteenth of its pages at a time
-/// ([`demote_batch`]).
+/// pool). A small pool turned off drains a sixteenth of its pages at a
+/// time ([`demote_batch`]).
 const DEMOTE_BATCH: usize = 64;
 
-/// Most pages one write-back demotes from a pool of `max_bytes`. A batch
-/// goes below as line records (4.6 KiB a page), and the shipper's heap
-/// stays resident at their peak, charged to the program's local memory:
-/// 64 pages grew its line buffer to 433 KB, 7% of a 6 MiB limit, whose
-/// pool holds some 300 pages.
+/// Most pages one batch drains from a pool of `max_bytes` turned off. A
+/// batch goes below as line records (4.6 KiB a page), and the shipper's
+/// heap stays resident at their peak, charged to the program's local
+/// memory: 64 pages grew its line buffer to 433 KB, 7% of a 6 MiB limit,
+/// whose pool holds some 300 pages.
 fn demote_batch(max_bytes: u64) -> usize {
     ((max_bytes / PAGE as u64 / 16) as usize).clamp(4, DEMOTE_BATCH)
 }
@@ -547,7 +547,15 @@ impl CompressedStore {
             // Off, the pool gives all its memory back to the cache.
             let on = pool.is_on();
             let max = if on { self.max_bytes } else { 0 };
-            let victims = pool.pick_victims(max, demote_batch(self.max_bytes));
+            // On, a batch frees what the write-back just added, which keeps
+            // the pool within its size; off, a small pool drains in small
+            // batches.
+            let most = if on {
+                DEMOTE_BATCH
+            } else {
+                demote_batch(self.max_bytes)
+            };
+            let victims = pool.pick_victims(max, most);
             if on {
                 pool.demoting(victims.len() as u32);
             }
