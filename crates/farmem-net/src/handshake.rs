@@ -22,9 +22,10 @@ const HANDSHAKE_MAX_FRAME: u32 = 4096;
 /// a read reply at least this long goes straight into the caller's buffer.
 /// A runtime keeps a connection per memory node and lane, each buffer
 /// resident at the most it ever held, and charged to the program's local
-/// memory: 256 KiB buffers cost bzip2 -9 at a 6 MiB limit about 30 of its
-/// 1,536 pages. `farmem bench wire` streamed 4 KiB reads at the same rate
-/// with 32, 64 and 256 KiB, within its run-to-run noise.
+/// memory: 256 KiB buffers cost bzip2 -9 at a 6 MiB limit 20-40 of its
+/// 1,536 pages against 32 KiB ones. `farmem bench wire` streamed 4 KiB
+/// reads at the same rate with 32, 64 and 256 KiB, within its run-to-run
+/// noise.
 const READ_BUFFER: usize = 64 << 10;
 
 /// Dials and authenticates: the read side, the write side, and what the

@@ -62,6 +62,7 @@ const DEMOTE_BATCH: usize = 64;
 fn demote_batch(max_bytes: u64) -> usize {
     ((max_bytes / PAGE as u64 / 16) as usize).clamp(4, DEMOTE_BATCH)
 }
+
 /// Most demotion batches one write-back ships while the pool is off: it
 /// drains that much faster (its tuner waits for the drain to measure it
 /// off), one batch's memory at a time.

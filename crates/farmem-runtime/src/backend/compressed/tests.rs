@@ -380,7 +380,7 @@ fn a_pool_turned_off_drains_a_few_batches_per_write_back_one_at_a_time() {
         s.write_lines(&lines_of(base + i * P, &compressible(i as u8)))
             .unwrap();
     }
-    // A pool of 1 MiB demotes 16 pages a batch.
+    // Turned off, a pool of 1 MiB drains 16 pages a batch.
     let per_write = (demote_batch(1 << 20) * DRAIN_BATCHES) as u64;
     assert_eq!(per_write, 16 * 8);
     let st = s.stats();
