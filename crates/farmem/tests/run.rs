@@ -878,6 +878,10 @@ fn bench_swap_runs_redis_and_sqlite_with_the_local_answers() {
             far["farmem"]["bytes_written_back"].as_u64().unwrap() > 0,
             "{far}"
         );
+        // The cache had part of the limit, never more.
+        let room = far["farmem"]["room_pages_mean"].as_u64().unwrap();
+        let limit = far["farmem"]["limit_pages"].as_u64().unwrap();
+        assert!(room > 0 && room <= limit, "{far}");
         let tiers = &far["farmem"]["tiers"];
         let n = |k: &str| tiers[k].as_u64().unwrap_or_else(|| panic!("{k}: {far}"));
         assert!(n("pool_pages_kept") + n("below_pages_written") > 0, "{far}");

@@ -425,6 +425,10 @@ impl Bench {
             "bytes_written_back": total["bytes_written_back"],
             "program_seconds": s["seconds"],
             "fault_path": s["fault_path"],
+            // What of the limit the cache had (the rest held the process's
+            // own memory and farmem's buffers), in pages.
+            "room_pages_mean": total["room_pages_mean"],
+            "limit_pages": total["limit_pages"],
             "tiers": tiers(&s),
         });
     }

@@ -125,6 +125,7 @@ impl Report<'_> {
         if matches!(c, Config::Farmem(_)) {
             v["farmem_faults_missing_median"] = json!(med("/farmem/faults_missing"));
             v["farmem_faults_wp_median"] = json!(med("/farmem/faults_wp"));
+            v["farmem_room_pages_median"] = json!(med("/farmem/room_pages_mean"));
             // Each tier's traffic, the median of each counter the runs report.
             let keys: std::collections::BTreeSet<String> = ok
                 .iter()
@@ -161,6 +162,15 @@ pub fn one_line(r: &Value) -> String {
             ", farmem faults {} + {} wp",
             f["faults_missing"], f["faults_wp"]
         );
+        if let (Some(room), Some(limit)) = (
+            f["room_pages_mean"].as_u64(),
+            f["limit_pages"].as_u64().filter(|&l| l > 0),
+        ) {
+            s += &format!(
+                ", cache room {:.0}% of the limit",
+                room as f64 * 100.0 / limit as f64
+            );
+        }
     }
     s
 }
@@ -332,5 +342,20 @@ mod tests {
             runs: &[],
             host: json!({}),
         }
+    }
+
+    #[test]
+    fn a_farmem_run_line_says_what_share_of_the_limit_its_cache_had() {
+        let mut r = run("farmem", "ok", 1.0, "x");
+        r["farmem"] = json!({"faults_missing": 5, "faults_wp": 1,
+                             "room_pages_mean": 768, "limit_pages": 1536});
+        let line = one_line(&r);
+        assert!(
+            line.ends_with("farmem faults 5 + 1 wp, cache room 50% of the limit"),
+            "{line}"
+        );
+        // A stats file without the room (an older runtime): no share.
+        r["farmem"] = json!({"faults_missing": 5, "faults_wp": 1});
+        assert!(one_line(&r).ends_with("1 wp"));
     }
 }
