@@ -116,7 +116,7 @@ impl Stream {
         }
         // A confirmed stream also takes a miss a few blocks past its edge.
         let slack = if self.window > 1 { JITTER } else { 0 };
-        let up_from = self.end - self.present.min(self.end);
+        let up_from = self.end.saturating_sub(self.present);
         let down_to = self.low.saturating_add(self.present);
         if self.dir != Direction::Down
             && block >= up_from
