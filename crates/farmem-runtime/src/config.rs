@@ -246,11 +246,12 @@ pub struct Config {
     /// Threads shipping log segments, each with one in flight (no more
     /// than `log_segments` run). A page is in at most one segment in
     /// flight (it is claimed until its segment lands), so their order does
-    /// not matter. One by default: a second overlaps round trips to the
-    /// memory nodes, but where the store compresses (`auto`'s pool) it is
-    /// a second compressor on the program's CPUs. Measured on the 2-core
-    /// VM, three interleaved pairs each, `farmem run` of the demo's
-    /// PageRank: over 256 MiB at 64 MiB local, two took 3.53-4.53 s
+    /// not matter. One by default; under the shim, the backend's choice
+    /// ([`crate::backend::Backend::shippers`]): a second overlaps round
+    /// trips to the memory nodes, but where the store compresses (`auto`'s
+    /// pool) it is a second compressor on the program's CPUs. Measured on
+    /// the 2-core VM, three interleaved pairs each, `farmem run` of the
+    /// demo's PageRank: over 256 MiB at 64 MiB local, two took 3.53-4.53 s
     /// against 3.81-5.67 s, and `--backend remote` under a `rate:80MB/s`
     /// link 2.99-3.22 s against 3.51-3.78 s; over 1 GiB at 258 MiB local
     /// (the demo, `auto`), 20.1-26.0 s against 18.5-21.1 s.

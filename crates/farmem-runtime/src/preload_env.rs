@@ -440,6 +440,7 @@ impl PreloadEnv {
             // --local-mem is what the process may hold, as the kernel's
             // swap under a cgroup limit of the same size is held to it.
             limit_counts_process: true,
+            shippers: self.backend.shippers(),
             ..Config::default()
         };
         if self.fault_path == FaultPath::Signal {
