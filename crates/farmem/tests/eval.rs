@@ -190,6 +190,16 @@ fn eval_delay_runs_programs_behind_the_gate_and_checks_their_answers() {
         rows.iter()
             .any(|r| r["search_seconds"].as_f64() > Some(0.0))
     );
+    // The in-run comparison reads one page per remote fault, so that its
+    // two delays' means are of the same work.
+    let added = v["added"].as_array().unwrap();
+    assert_eq!(added.len(), 2, "{v}");
+    for r in added {
+        assert_eq!(r["outcome"], "ok", "{r}");
+        let faults = r["remote_faults"].as_u64().unwrap();
+        assert!(faults > 0, "{r}");
+        assert_eq!(r["bytes_fetched"].as_u64(), Some(faults * 4096), "{r}");
+    }
     // Two delays are too few for the study: the check says so.
     assert_eq!(v["checks"]["programs_at_6_delays_identical"]["pass"], false);
     assert_eq!(v["pass"], false);

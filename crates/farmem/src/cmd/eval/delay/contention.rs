@@ -21,7 +21,7 @@ use serde_json::{Value, json};
 
 use super::plan::Plan;
 use super::programs::Program;
-use super::runs::{far, local};
+use super::runs::{Via, far, local};
 
 /// The shared link's rate: low enough that four instances are link-bound.
 const RATE: &str = "rate:40MiB/s";
@@ -47,7 +47,20 @@ pub fn run(plan: &Plan) -> anyhow::Result<Value> {
         let rows = std::thread::scope(|s| {
             let runs: Vec<_> = (0..n)
                 .map(|_| {
-                    s.spawn(|| far(plan, Program::Stream, &w, &model, LOCAL, Some(&name), &base))
+                    s.spawn(|| {
+                        far(
+                            plan,
+                            Program::Stream,
+                            &w,
+                            &model,
+                            LOCAL,
+                            Via {
+                                link: Some(&name),
+                                ..Via::default()
+                            },
+                            &base,
+                        )
+                    })
                 })
                 .collect();
             runs.into_iter()
@@ -67,7 +80,17 @@ pub fn run(plan: &Plan) -> anyhow::Result<Value> {
             loaders.push(loader(plan)?);
             anyhow::Ok(())
         });
-        let row = started.and_then(|()| far(plan, Program::Stream, &w, &model, LOCAL, None, &base));
+        let row = started.and_then(|()| {
+            far(
+                plan,
+                Program::Stream,
+                &w,
+                &model,
+                LOCAL,
+                Via::default(),
+                &base,
+            )
+        });
         for mut l in loaders {
             let _ = l.kill();
             let _ = l.wait();

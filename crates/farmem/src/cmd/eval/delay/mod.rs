@@ -5,7 +5,7 @@
 //! |--------------|---------------------------------------------|------|
 //! | `validation` | Figs. 2-3: latency linear in PERIOD, bandwidth-delay product constant | `farmem bench delay` (4 KiB reads through the gate) |
 //! | `programs`   | §V: STREAM bandwidth, redis, Graph500 BFS/SSSP per delay (Table I) | each program on local memory, then under `farmem run --delay D` at a quarter of its footprint local, for every D |
-//! | `added`      | (§III-B: the injected latency reaches the program) | with `programs`: each program once more, its delay switched between none and 20 µs in the run (`added.rs`) |
+//! | `added`      | (§III-B: the injected latency reaches the program) | with `programs`: each program once more, one page per fault, its delay switched between none and 20 µs in the run (`added.rs`) |
 //! | `variance`   | its next step: delays from distributions, varying in a run | one mean delay as fixed, uniform and exponential, and a step mid-run from twice it to none |
 //! | `resilience` | the attach broke at 4 ms                    | 1, 4 and 10 ms: the answer, or the named deadline error |
 //! | `contention` | §V-C: MCBN, MCLN                            | `contention.rs` |
@@ -34,7 +34,7 @@ use crate::cmd::bench::measure;
 pub use plan::Flags;
 use plan::{Plan, RESILIENCE};
 use programs::Program;
-use runs::{far, local};
+use runs::{Via, far, local};
 
 /// The mean delay of the variance study (its step: from twice it to none).
 const VARIANCE_MEAN_US: u64 = 50;
@@ -140,7 +140,15 @@ fn sweep(plan: &Plan) -> anyhow::Result<(Vec<Value>, Vec<Value>)> {
         let base = local(plan, p, &w)?;
         rows.push(base.row.clone());
         for model in &plan.delays {
-            rows.push(far(plan, p, &w, model, plan.local_mem, None, &base)?);
+            rows.push(far(
+                plan,
+                p,
+                &w,
+                model,
+                plan.local_mem,
+                Via::default(),
+                &base,
+            )?);
         }
         added.push(added::run(plan, p, &w, &base)?);
     }
@@ -163,14 +171,22 @@ fn variance(plan: &Plan) -> anyhow::Result<Vec<Value>> {
             format!("exp:{mean}us"),
         ] {
             let model: DelayModel = spec.parse()?;
-            let row = far(plan, p, &w, &model, plan.local_mem, None, &base)?;
+            let row = far(plan, p, &w, &model, plan.local_mem, Via::default(), &base)?;
             half = half.or(row["seconds"].as_f64().map(|s| s / 2.0));
             rows.push(row);
         }
         let at = Duration::from_secs_f64(half.unwrap_or(1.0).max(0.01));
         let step: DelayModel =
             format!("steps:0={}us,{}ms=0", 2 * mean, at.as_millis().max(1)).parse()?;
-        rows.push(far(plan, p, &w, &step, plan.local_mem, None, &base)?);
+        rows.push(far(
+            plan,
+            p,
+            &w,
+            &step,
+            plan.local_mem,
+            Via::default(),
+            &base,
+        )?);
     }
     Ok(rows)
 }
@@ -190,7 +206,7 @@ fn resilience(plan: &Plan) -> anyhow::Result<Vec<Value>> {
         let base = local(plan, p, &w)?;
         for spec in RESILIENCE {
             let model: DelayModel = spec.parse()?;
-            rows.push(far(plan, p, &w, &model, 4 << 20, None, &base)?);
+            rows.push(far(plan, p, &w, &model, 4 << 20, Via::default(), &base)?);
         }
     }
     Ok(rows)

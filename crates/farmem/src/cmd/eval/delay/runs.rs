@@ -32,7 +32,16 @@ pub(super) fn local(plan: &Plan, p: Program, w: &Workload) -> anyhow::Result<Loc
     Ok(Local { result, row })
 }
 
-/// `w` under `farmem run --delay model` (on the named link if given): a
+/// How a far run reaches its memory node.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Via<'a> {
+    /// A shared link by name (`farmem run --link`), else a gate of its own.
+    pub link: Option<&'a str>,
+    /// `--fault-around 0`: every remote fault reads its own page alone.
+    pub one_page_faults: bool,
+}
+
+/// `w` under `farmem run --delay model` (`via` a shared link if given): a
 /// row of how it ended, what it measured, its faults, and whether it
 /// answered as `base` did.
 pub(super) fn far(
@@ -41,7 +50,7 @@ pub(super) fn far(
     w: &Workload,
     model: &DelayModel,
     local_mem: u64,
-    link: Option<&str>,
+    via: Via<'_>,
     base: &Local,
 ) -> anyhow::Result<Value> {
     plan.step(format!("{} under --delay {model}", p.name()));
@@ -52,8 +61,11 @@ pub(super) fn far(
     cmd.arg("run")
         .args(["--local-mem", &local_mem.to_string(), "--replicas", "1"])
         .args(["--backend", "remote", "--delay", &model.to_string()]);
-    if let Some(name) = link {
+    if let Some(name) = via.link {
         cmd.args(["--link", name]);
+    }
+    if via.one_page_faults {
+        cmd.args(["--fault-around", "0"]);
     }
     let run = ProgramRun::start(w, cmd, Some(plan.limit))?;
     measure::check_interrupted()?;
