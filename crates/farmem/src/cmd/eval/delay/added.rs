@@ -74,8 +74,8 @@ pub(super) fn run(plan: &Plan, p: Program, w: &Workload, base: &Local) -> anyhow
         })
     };
     let via = Via {
-        link: Some(&name),
         one_page_faults: true,
+        ..Via::on_link(&name)
     };
     let row = far(plan, p, w, &DelayModel::None, plan.local_mem, via, base);
     stop.store(true, Ordering::Relaxed);

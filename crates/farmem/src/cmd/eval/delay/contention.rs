@@ -41,27 +41,13 @@ pub fn run(plan: &Plan) -> anyhow::Result<Value> {
     let w = shape.workload(Program::Stream, BYTES)?;
     let base = local(plan, Program::Stream, &w)?;
     let model: DelayModel = RATE.parse()?;
+    let stream = |via: Via<'_>| far(plan, Program::Stream, &w, &model, LOCAL, via, &base);
     let mut mcbn = Vec::new();
     for n in 1..=MAX_N {
         let name = format!("eval-delay-{}-{n}", std::process::id());
         let rows = std::thread::scope(|s| {
             let runs: Vec<_> = (0..n)
-                .map(|_| {
-                    s.spawn(|| {
-                        far(
-                            plan,
-                            Program::Stream,
-                            &w,
-                            &model,
-                            LOCAL,
-                            Via {
-                                link: Some(&name),
-                                ..Via::default()
-                            },
-                            &base,
-                        )
-                    })
-                })
+                .map(|_| s.spawn(|| stream(Via::on_link(&name))))
                 .collect();
             runs.into_iter()
                 .map(|r| {
@@ -80,17 +66,7 @@ pub fn run(plan: &Plan) -> anyhow::Result<Value> {
             loaders.push(loader(plan)?);
             anyhow::Ok(())
         });
-        let row = started.and_then(|()| {
-            far(
-                plan,
-                Program::Stream,
-                &w,
-                &model,
-                LOCAL,
-                Via::default(),
-                &base,
-            )
-        });
+        let row = started.and_then(|()| stream(Via::default()));
         for mut l in loaders {
             let _ = l.kill();
             let _ = l.wait();

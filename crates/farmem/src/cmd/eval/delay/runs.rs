@@ -41,6 +41,16 @@ pub(super) struct Via<'a> {
     pub one_page_faults: bool,
 }
 
+impl<'a> Via<'a> {
+    /// The shared link `name`.
+    pub fn on_link(name: &'a str) -> Self {
+        Self {
+            link: Some(name),
+            ..Self::default()
+        }
+    }
+}
+
 /// `w` under `farmem run --delay model` (`via` a shared link if given): a
 /// row of how it ended, what it measured, its faults, and whether it
 /// answered as `base` did.
