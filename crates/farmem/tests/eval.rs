@@ -197,8 +197,11 @@ fn eval_delay_runs_programs_behind_the_gate_and_checks_their_answers() {
     for r in added {
         assert_eq!(r["outcome"], "ok", "{r}");
         let faults = r["remote_faults"].as_u64().unwrap();
-        assert!(faults > 0, "{r}");
-        assert_eq!(r["bytes_fetched"].as_u64(), Some(faults * 4096), "{r}");
+        let pages = r["bytes_fetched"].as_u64().unwrap() / 4096;
+        // A page is counted fetched before its install, the fault's
+        // latency after: a handler's fault may be between the two when
+        // the statistics are taken. Windows would fetch many times more.
+        assert!(faults > 0 && (faults..=faults + 2).contains(&pages), "{r}");
     }
     // Two delays are too few for the study: the check says so.
     assert_eq!(v["checks"]["programs_at_6_delays_identical"]["pass"], false);
