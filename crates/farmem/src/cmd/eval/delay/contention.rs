@@ -66,7 +66,7 @@ pub fn run(plan: &Plan) -> anyhow::Result<Value> {
             loaders.push(loader(plan)?);
             anyhow::Ok(())
         });
-        let row = started.and_then(|()| stream(Via::default()));
+        let row = started.and_then(|()| stream(Via::OWN));
         for mut l in loaders {
             let _ = l.kill();
             let _ = l.wait();

@@ -140,15 +140,7 @@ fn sweep(plan: &Plan) -> anyhow::Result<(Vec<Value>, Vec<Value>)> {
         let base = local(plan, p, &w)?;
         rows.push(base.row.clone());
         for model in &plan.delays {
-            rows.push(far(
-                plan,
-                p,
-                &w,
-                model,
-                plan.local_mem,
-                Via::default(),
-                &base,
-            )?);
+            rows.push(far(plan, p, &w, model, plan.local_mem, Via::OWN, &base)?);
         }
         added.push(added::run(plan, p, &w, &base)?);
     }
@@ -171,22 +163,14 @@ fn variance(plan: &Plan) -> anyhow::Result<Vec<Value>> {
             format!("exp:{mean}us"),
         ] {
             let model: DelayModel = spec.parse()?;
-            let row = far(plan, p, &w, &model, plan.local_mem, Via::default(), &base)?;
+            let row = far(plan, p, &w, &model, plan.local_mem, Via::OWN, &base)?;
             half = half.or(row["seconds"].as_f64().map(|s| s / 2.0));
             rows.push(row);
         }
         let at = Duration::from_secs_f64(half.unwrap_or(1.0).max(0.01));
         let step: DelayModel =
             format!("steps:0={}us,{}ms=0", 2 * mean, at.as_millis().max(1)).parse()?;
-        rows.push(far(
-            plan,
-            p,
-            &w,
-            &step,
-            plan.local_mem,
-            Via::default(),
-            &base,
-        )?);
+        rows.push(far(plan, p, &w, &step, plan.local_mem, Via::OWN, &base)?);
     }
     Ok(rows)
 }
@@ -206,7 +190,7 @@ fn resilience(plan: &Plan) -> anyhow::Result<Vec<Value>> {
         let base = local(plan, p, &w)?;
         for spec in RESILIENCE {
             let model: DelayModel = spec.parse()?;
-            rows.push(far(plan, p, &w, &model, 4 << 20, Via::default(), &base)?);
+            rows.push(far(plan, p, &w, &model, 4 << 20, Via::OWN, &base)?);
         }
     }
     Ok(rows)

@@ -33,7 +33,7 @@ pub(super) fn local(plan: &Plan, p: Program, w: &Workload) -> anyhow::Result<Loc
 }
 
 /// How a far run reaches its memory node.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy)]
 pub(super) struct Via<'a> {
     /// A shared link by name (`farmem run --link`), else a gate of its own.
     pub link: Option<&'a str>,
@@ -41,12 +41,20 @@ pub(super) struct Via<'a> {
     pub one_page_faults: bool,
 }
 
+impl Via<'static> {
+    /// A gate of the run's own, windows as `farmem run` takes them.
+    pub const OWN: Self = Self {
+        link: None,
+        one_page_faults: false,
+    };
+}
+
 impl<'a> Via<'a> {
     /// The shared link `name`.
     pub fn on_link(name: &'a str) -> Self {
         Self {
             link: Some(name),
-            ..Self::default()
+            ..Via::OWN
         }
     }
 }
