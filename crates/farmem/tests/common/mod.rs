@@ -5,6 +5,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// A child of this binary, killed with SIGKILL when dropped.
 pub struct Daemon(pub Child);
@@ -24,20 +25,38 @@ pub fn daemon(args: &[&str]) -> (Daemon, String) {
 }
 
 /// Starts `farmem ARGS… --json` and returns it with the object it printed.
+/// Its stderr goes to a file, read back only if it printed no object: a
+/// daemon that failed to start says why in the test's panic.
 pub fn daemon_json(args: &[&str]) -> (Daemon, serde_json::Value) {
+    static STARTED: AtomicUsize = AtomicUsize::new(0);
+    let log = std::env::temp_dir().join(format!(
+        "farmem-test-daemon-{}-{}.stderr",
+        std::process::id(),
+        STARTED.fetch_add(1, Ordering::Relaxed)
+    ));
     let mut child = Command::new(env!("CARGO_BIN_EXE_farmem"))
         .args(args)
         .arg("--json")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
         .spawn()
         .unwrap();
     let mut line = String::new();
     BufReader::new(child.stdout.take().unwrap())
         .read_line(&mut line)
         .unwrap();
-    (Daemon(child), serde_json::from_str(line.trim()).unwrap())
+    let printed: serde_json::Value = match serde_json::from_str(line.trim()) {
+        Ok(v) => v,
+        Err(e) => {
+            // Killed and reaped first, so its stderr is all there.
+            drop(Daemon(child));
+            let why = std::fs::read_to_string(&log).unwrap_or_default();
+            panic!("farmem {args:?} printed {line:?} ({e}); its stderr:\n{why}")
+        }
+    };
+    let _ = std::fs::remove_file(&log);
+    (Daemon(child), printed)
 }
 
 /// `farmem status --controller CTL --json EXTRA…`, which must succeed, as
