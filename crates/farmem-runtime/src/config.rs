@@ -247,7 +247,7 @@ pub struct Config {
     /// than `log_segments` run). A page is in at most one segment in
     /// flight (it is claimed until its segment lands), so their order does
     /// not matter. One by default; under the shim, the backend's choice
-    /// ([`crate::backend::Backend::shippers`]): a second overlaps round
+    /// (`Backend::shippers`): a second overlaps round
     /// trips to the memory nodes, but where the store compresses (`auto`'s
     /// pool) it is a second compressor on the program's CPUs. Measured on
     /// the 2-core VM, three interleaved pairs each, `farmem run` of the
