@@ -225,3 +225,33 @@ fn bases_the_shipper_holds_count_against_the_cap_until_the_next_fault() {
     // second); 0..4, evicted over their bases unwritten, ship nothing.
     assert_eq!(count(&r, "dirty_lines_shipped"), 32);
 }
+
+#[test]
+fn a_window_stops_at_a_page_its_own_fault_is_still_shipping() {
+    // 16 pages local (marks at 15 and 13), windows up to 8, a 512 KiB
+    // limit (4 pages besides a fault's). Writing 22 fresh pages: faults
+    // at 0, 1, 3, 7, 12 and 17 (as above); 17's round takes 0..3 out, and
+    // lands 4..8 at the next fault. Reading 2..13 up (0..3 stored, 4..21
+    // resident): 2 alone (a new stream; its round takes 4..8),
+    // 3 with 4, 5 with 6..8 (its round takes 9..11), then 9, whose round
+    // takes 12..15: those are still shipping while 9 reads (the runtime
+    // drops a victim only once its batch is acknowledged), so 9's window
+    // takes 10 and 11 and stops at 12. 12 takes 13..15 and stops at 16,
+    // taken by its own round. Without the hold, 9 would read 12 and 13
+    // back in the fault whose round had just written them out.
+    let mut acc: Vec<Access> = (0..22)
+        .map(|p| Access::store(BASE + p * PAGE, 8, 0))
+        .collect();
+    acc.extend((2..14).map(|p| Access::load(BASE + p * PAGE, 8, 0)));
+    let sets = [
+        ("local.size", "64KiB"),
+        ("runtime.fault_around", "8"),
+        ("runtime.limit", "\"512KiB\""),
+    ];
+    let r = run(&sets, 22 * PAGE, &acc);
+    assert_eq!(count(&r, "faults_missing"), 6 + 5);
+    assert_eq!(count(&r, "pages_zero_filled"), 22);
+    assert_eq!(count(&r, "pages_fetched"), 1 + 2 + 4 + 3 + 4);
+    assert_eq!(count(&r, "pages_faulted_around"), 16 + (1 + 3 + 2 + 3));
+    assert_eq!(count(&r, "pages_evicted_dirty"), 4 + 5 + 3 + 4 + 3);
+}

@@ -172,6 +172,15 @@ fn eval_validate_sets_both_bodies_side_by_side() {
         assert!(faults["measured"].as_f64().unwrap() > 0.0, "{r}");
         assert!(faults["predicted"].as_f64().unwrap() > 0.0, "{r}");
         assert!(r["room_pages_mean"].as_u64().unwrap() > 0, "{r}");
+        // Two rounds, more where they disagree; each simulated at its room.
+        let rounds = r["rounds"].as_u64().unwrap();
+        assert!(
+            (2..=v["rounds_max"].as_u64().unwrap()).contains(&rounds),
+            "{r}"
+        );
+        let rooms = r["rooms"].as_array().unwrap();
+        assert_eq!(rooms.len() as u64, rounds, "{r}");
+        assert!(rooms.iter().all(|x| x.as_u64().unwrap() > 0), "{r}");
     }
     for f in ["validate.json", "validate.csv", "validate.svg"] {
         assert!(dir.join(f).exists(), "{f}");

@@ -40,20 +40,25 @@
 //!   A dirty page ships the lines that differ from its base (all 64
 //!   without one; page mode: all 64 once any differ); a page with none to
 //!   ship stays as it was, zeros or stored (`evict.rs` `diff_into`).
+//! - A dirty victim's write-back is in flight for the rest of the fault
+//!   whose batch took it: the runtime keeps the page in place (Busy) until
+//!   its batch is acknowledged, so that fault's window stops at it as at a
+//!   resident page (`around.rs`, `evict.rs` `drop_pages`). Its frame is
+//!   free here at once, where the runtime counts it resident until then.
 //!
 //! Where it differs: the runtime's evictor runs beside the program, so how
-//! many batches land between two faults is a race: a page it is writing
-//! back is still resident there and ends a window, where here it has left,
-//! and on a stream over the replacement order's oldest pages the evictor
-//! there takes them as the stream arrives, here about ten faults before
-//! (pr at 50%: 580-1,277 faults there, 449-454 here; docs/sim.md). Windows
-//! no longer wait on the race itself: they take their pages past the room,
-//! where they were cut at the first page with no free frame and the same
-//! replay took 235 to 1,266 faults from run to run. The room shrinks
-//! and grows with snapshot buffers and the process's own memory; the
-//! simulator takes one room, `local.size` (`farmem eval validate` sets
-//! the mean room the run reported). A written line counts as changed: the
-//! diff would find a store of the value already there unchanged (`farmem
+//! many batches land between two faults, and how long a victim stays in
+//! the way, is a race. On a stream over the replacement order's oldest
+//! pages the evictor there takes them as the stream arrives, and one run
+//! of pr at 50% differs from the next by up to 2x in faults (502 to 1,119
+//! in eight runs; docs/sim.md). Windows no longer wait on the race
+//! itself: they take their pages past the room, where they were cut at
+//! the first page with no free frame and the same replay took 235 to
+//! 1,266 faults from run to run. The room shrinks and grows with snapshot
+//! buffers and the process's own memory; the simulator takes one room,
+//! `local.size` (`farmem eval validate` simulates each run at the mean
+//! room that run reported). A written line counts as changed: the diff
+//! would find a store of the value already there unchanged (`farmem
 //! trace replay` never stores one).
 
 use farmem_core::{CACHE_LINE, PAGE_SIZE};
@@ -105,6 +110,11 @@ struct Page {
     /// Lines written since it came in.
     lines: u64,
     streak: WriteStreak,
+    /// The fault in whose eviction batch it left dirty (0: none). Its
+    /// write-back is in flight for the rest of that fault, and the runtime
+    /// keeps such a page in place (Busy) until its batch is acknowledged,
+    /// so that fault's window stops at it as at a resident page.
+    left_dirty_at: u64,
 }
 
 /// What the scheme counts, by the runtime's `--stats-json` names.
@@ -181,10 +191,13 @@ impl Runtime {
     }
 
     /// Whether fault-around takes `page` for a fault of kind `zero`: it is
-    /// absent and of the same kind (never written, or stored).
+    /// absent, not still shipping, and of the same kind (never written, or
+    /// stored).
     fn fits(&mut self, m: &mut Machine, page: u64, zero: bool) -> bool {
         let id = m.pages.id(page);
-        !m.pages.pages[id as usize].resident && self.page(id).stored != zero
+        let p = *self.page(id);
+        let shipping = p.left_dirty_at == self.counts.faults_missing;
+        !m.pages.pages[id as usize].resident && p.stored != zero && !shipping
     }
 
     /// A missing fault on `page` at `now`: the page and its window come in
@@ -364,6 +377,7 @@ impl Runtime {
             *self.page(id) = Page {
                 streak,
                 stored: p.stored || lines > 0,
+                left_dirty_at: self.counts.faults_missing,
                 ..Page::default()
             };
             if lines > 0 {
