@@ -18,16 +18,20 @@
 
 use std::ffi::OsString;
 use std::io::IsTerminal;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use anyhow::Context;
-use farmem_core::{ByteSize, PAGE_SIZE};
-use farmem_sim::eval::figure::{self, BarChart, Series};
+use farmem_core::PAGE_SIZE;
 use farmem_sim::{ConfigBuilder, Input};
 use farmem_workloads::{Scale, TraceWriter};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::{Value, json};
+
+mod mechanism;
+mod report;
+
+use mechanism::{MECHANISMS, METRICS, differs, ratio};
 
 use super::{Args, Outcome};
 use crate::cmd::bench::delay::ProgramRun;
@@ -49,65 +53,6 @@ const MORE_ROUNDS: usize = 3;
 /// The replay's buffer goes far; the trace reader's own buffer (1 MiB)
 /// stays local, as the simulator has no pages for it.
 const THRESHOLD: &str = "2MiB";
-/// What is compared: the runtime's counter, the simulator's. Faults are
-/// those that fill their page ([`faults_filled`]).
-const METRICS: [&str; 3] = ["faults_filled", "bytes_fetched", "bytes_written_back"];
-/// Each mechanism's own counters, to name the one that differs.
-const MECHANISMS: [(&str, &str); 10] = [
-    ("pages_zero_filled", "first touches (zero fill)"),
-    ("pages_faulted_around", "fault-around"),
-    ("pages_evicted_clean", "eviction (clean pages)"),
-    ("pages_evicted_dirty", "eviction (dirty pages)"),
-    ("faults_wp", "write tracking (write-protect faults)"),
-    (
-        "writes_predicted",
-        "write prediction (pages installed writable)",
-    ),
-    ("snapshots", "diff bases kept"),
-    ("snapshots_skipped", "diff bases refused (shipped whole)"),
-    (
-        "snapshots_capped",
-        "diff bases refused at the cap (shipped whole)",
-    ),
-    ("dirty_lines_shipped", "dirty tracking (lines shipped)"),
-];
-/// The mechanisms each metric moves with: where a metric is off, the one
-/// of these whose counter is most off is named. A fault is a first touch,
-/// a page evicted before its next touch, or one fault-around did not take;
-/// a page ships whole when it was refused a base, and is dirty when it
-/// was written after a write-protect fault or installed writable.
-const DRIVERS: [(&str, &[&str]); 3] = [
-    (
-        "faults_filled",
-        &[
-            "pages_zero_filled",
-            "pages_faulted_around",
-            "pages_evicted_clean",
-            "pages_evicted_dirty",
-        ],
-    ),
-    (
-        "bytes_fetched",
-        &[
-            "pages_zero_filled",
-            "pages_faulted_around",
-            "pages_evicted_clean",
-            "pages_evicted_dirty",
-        ],
-    ),
-    (
-        "bytes_written_back",
-        &[
-            "snapshots",
-            "snapshots_skipped",
-            "snapshots_capped",
-            "writes_predicted",
-            "faults_wp",
-            "pages_evicted_dirty",
-        ],
-    ),
-];
-
 /// The runtime's settings both bodies use.
 struct Settings {
     policy: String,
@@ -215,11 +160,11 @@ pub fn run(args: Args) -> Outcome {
         "all_within": all_within,
         "all_identical": identical,
     });
-    write_outputs(&dir, &report)?;
+    report::write_outputs(&dir, &report)?;
     if args.json {
         println!("{report}");
     } else {
-        print_table(&report);
+        report::print_table(&report);
         eprintln!(
             "farmem: validate: CSV, JSON and figure in {}",
             dir.display()
@@ -459,73 +404,6 @@ fn faults_filled(stats: &mut Value) {
     stats["faults_filled"] = json!(filled);
 }
 
-/// For each metric off, the mechanism it moves with ([`DRIVERS`]) whose
-/// counter is off most (by the log of predicted / measured), those off
-/// themselves (outside the tolerance and the runs' spread) first:
-/// `{metric: {counter, mechanism, predicted, measured}}`; null when every
-/// metric is within.
-fn differs(
-    metrics: &serde_json::Map<String, Value>,
-    mechanisms: &serde_json::Map<String, Value>,
-) -> Value {
-    let off = |v: &Value| (v["ratio"].as_f64().unwrap_or(1.0).ln()).abs();
-    let named: serde_json::Map<String, Value> = DRIVERS
-        .iter()
-        .filter(|(m, _)| metrics.get(*m).is_some_and(|v| v["within"] != json!(true)))
-        .filter_map(|(m, drivers)| {
-            // Those off themselves first; on a tie the later, narrower
-            // counter (refused at the cap, not refused).
-            let rank = |v: &Value| (v["within"] != json!(true), off(v));
-            let (k, v) = drivers
-                .iter()
-                .filter_map(|k| mechanisms.get(*k).map(|v| (*k, v)))
-                .max_by(|a, b| {
-                    let (a, b) = (rank(a.1), rank(b.1));
-                    a.0.cmp(&b.0).then(a.1.total_cmp(&b.1))
-                })?;
-            let what = MECHANISMS.iter().find(|x| x.0 == k).map_or(k, |x| x.1);
-            Some((
-                m.to_string(),
-                json!({"counter": k, "mechanism": what,
-                       "predicted": v["predicted"], "measured": v["measured"]}),
-            ))
-        })
-        .collect();
-    if named.is_empty() {
-        Value::Null
-    } else {
-        Value::Object(named)
-    }
-}
-
-/// The row's `differs`, for the table: `metric: mechanism (sim/run)`.
-fn differs_text(differs: &Value) -> Option<String> {
-    let named = differs.as_object()?;
-    fn short(m: &str) -> &str {
-        match m {
-            "faults_filled" => "faults",
-            "bytes_fetched" => "fetched",
-            "bytes_written_back" => "written back",
-            other => other,
-        }
-    }
-    Some(
-        named
-            .iter()
-            .map(|(m, d)| {
-                format!(
-                    "{}: {} ({:.0}/{:.0})",
-                    short(m),
-                    d["mechanism"].as_str().unwrap_or("?"),
-                    d["predicted"].as_f64().unwrap_or(0.0),
-                    d["measured"].as_f64().unwrap_or(0.0)
-                )
-            })
-            .collect::<Vec<_>>()
-            .join("; "),
-    )
-}
-
 /// The trace replayed under `farmem run` at `local_mem`.
 fn run_once(local_mem: u64, trace: &Path, set: &Settings) -> anyhow::Result<ProgramRun> {
     let exe = std::env::current_exe().context("finding the farmem binary")?;
@@ -569,123 +447,9 @@ fn simulate(
     )?)
 }
 
-/// predicted / measured; 1 when both are 0, infinite when only the
-/// measure is.
-fn ratio(predicted: f64, measured: f64) -> f64 {
-    if measured == 0.0 {
-        if predicted == 0.0 { 1.0 } else { f64::INFINITY }
-    } else {
-        predicted / measured
-    }
-}
-
-fn write_outputs(dir: &Path, report: &Value) -> anyhow::Result<()> {
-    let path = dir.join("validate.json");
-    std::fs::write(&path, format!("{report:#}\n"))
-        .with_context(|| format!("writing {}", path.display()))?;
-    let rows = report["rows"].as_array().cloned().unwrap_or_default();
-    let mut csv = String::from("workload,local_share,metric,measured,predicted,ratio\n");
-    let mut groups = Vec::new();
-    let mut series: Vec<Series> = METRICS
-        .iter()
-        .map(|m| Series::new(*m, Vec::new()))
-        .collect();
-    for r in rows.iter().filter(|r| r["skipped"].is_null()) {
-        groups.push(format!(
-            "{} {:.0}%",
-            r["workload"].as_str().unwrap_or("?"),
-            r["local_share"].as_f64().unwrap_or(0.0) * 100.0
-        ));
-        for (i, m) in METRICS.iter().enumerate() {
-            let v = &r["metrics"][m];
-            csv.push_str(&format!(
-                "{},{},{m},{},{},{}\n",
-                r["workload"].as_str().unwrap_or("?"),
-                r["local_share"],
-                v["measured"],
-                v["predicted"],
-                v["ratio"]
-            ));
-            series[i]
-                .values
-                .push(v["ratio"].as_f64().unwrap_or(f64::NAN));
-        }
-    }
-    let path = dir.join("validate.csv");
-    std::fs::write(&path, csv).with_context(|| format!("writing {}", path.display()))?;
-    let chart = BarChart {
-        title: "farmem sim against farmem run: predicted / measured".into(),
-        y_label: "predicted / measured".into(),
-        groups,
-        series,
-        reference: Some(1.0),
-    };
-    let path: PathBuf = dir.join("validate.svg");
-    figure::write(&path, &chart.to_svg()?)
-        .with_context(|| format!("writing {}", path.display()))?;
-    Ok(())
-}
-
-fn print_table(report: &Value) {
-    println!(
-        "{:<12} {:>5} {:>9} | {:>21} | {:>27} | {:>27} | differs",
-        "workload",
-        "local",
-        "room",
-        "faults (sim/run)",
-        "fetched (sim/run)",
-        "written back (sim/run)"
-    );
-    for r in report["rows"].as_array().into_iter().flatten() {
-        if let Some(why) = r["skipped"].as_str() {
-            println!(
-                "{:<12} skipped: {why}",
-                r["workload"].as_str().unwrap_or("?")
-            );
-            continue;
-        }
-        let cell = |k: &str| {
-            let v = &r["metrics"][k];
-            let (p, m) = (
-                v["predicted"].as_f64().unwrap_or(0.0),
-                v["measured"].as_f64().unwrap_or(0.0),
-            );
-            if k == "faults_filled" {
-                format!("{p:.0}/{m:.0} {:.2}", ratio(p, m))
-            } else {
-                format!(
-                    "{}/{} {:.2}",
-                    ByteSize(p as u64),
-                    ByteSize(m as u64),
-                    ratio(p, m)
-                )
-            }
-        };
-        println!(
-            "{:<12} {:>4.0}% {:>9} | {:>21} | {:>27} | {:>27} | {}",
-            r["workload"].as_str().unwrap_or("?"),
-            r["local_share"].as_f64().unwrap_or(0.0) * 100.0,
-            r["room_pages_mean"].as_u64().unwrap_or(0),
-            cell("faults_filled"),
-            cell("bytes_fetched"),
-            cell("bytes_written_back"),
-            if r["identical"] != json!(true) {
-                "OUTPUT DIFFERS".to_string()
-            } else {
-                differs_text(&r["differs"]).unwrap_or_else(|| "-".into())
-            }
-        );
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn entry(predicted: f64, measured: f64, within: bool) -> Value {
-        json!({"predicted": predicted, "measured": measured,
-               "ratio": ratio(predicted, measured), "within": within})
-    }
 
     #[test]
     fn runs_apart_by_more_than_the_tolerance_on_a_compared_counter_disagree() {
@@ -715,56 +479,5 @@ mod tests {
         let mut stats = json!({"faults_missing": 300});
         faults_filled(&mut stats);
         assert_eq!(stats["faults_filled"], json!(300));
-    }
-
-    #[test]
-    fn each_metric_off_names_its_own_mechanism_most_off() {
-        let metrics: serde_json::Map<String, Value> = [
-            ("faults_filled", entry(100.0, 130.0, false)),
-            ("bytes_fetched", entry(100.0, 101.0, true)),
-            ("bytes_written_back", entry(75.0, 100.0, false)),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v))
-        .collect();
-        let mut mechanisms: serde_json::Map<String, Value> = MECHANISMS
-            .iter()
-            .map(|(k, _)| (k.to_string(), entry(10.0, 10.0, true)))
-            .collect();
-        // Off most of all, but inside the runs' spread: named only when
-        // no mechanism of the metric is off.
-        mechanisms.insert("pages_zero_filled".into(), entry(1.0, 100.0, true));
-        mechanisms.insert("pages_evicted_clean".into(), entry(70.0, 100.0, false));
-        mechanisms.insert("pages_faulted_around".into(), entry(90.0, 100.0, false));
-        mechanisms.insert("snapshots_capped".into(), entry(0.0, 1000.0, false));
-        mechanisms.insert("writes_predicted".into(), entry(50.0, 100.0, false));
-        let d = differs(&metrics, &mechanisms);
-        assert_eq!(d["faults_filled"]["counter"], "pages_evicted_clean");
-        assert!(d["bytes_fetched"].is_null());
-        // None against some is off without bound.
-        assert_eq!(d["bytes_written_back"]["counter"], "snapshots_capped");
-        let text = differs_text(&d).unwrap_or_default();
-        assert!(
-            text.contains("faults: eviction (clean pages) (70/100)"),
-            "{text}"
-        );
-
-        let within: serde_json::Map<String, Value> = METRICS
-            .iter()
-            .map(|k| (k.to_string(), entry(1.0, 1.0, true)))
-            .collect();
-        assert!(differs(&within, &mechanisms).is_null());
-
-        // A metric off with every mechanism inside its spread: the one
-        // most off still names where to look.
-        for k in ["pages_evicted_clean", "pages_faulted_around"] {
-            mechanisms.insert(k.into(), entry(10.0, 10.0, true));
-        }
-        let d = differs(&metrics, &mechanisms);
-        assert_eq!(d["faults_filled"]["counter"], "pages_zero_filled");
-        // Refused and refused at the cap alike: the cap is named.
-        mechanisms.insert("snapshots_skipped".into(), entry(0.0, 1000.0, false));
-        let d = differs(&metrics, &mechanisms);
-        assert_eq!(d["bytes_written_back"]["counter"], "snapshots_capped");
     }
 }
