@@ -6,8 +6,10 @@
 //! the page is read and after the program runs on), or the cluster alone
 //! with the page in it (bulk lane, the fault waiting). The region's
 //! readahead says whether the fault shows locality; the selector's buffers
-//! are the lanes' occupancy. Thread fault path only: a signal handler
-//! cannot wait on the selector's lock.
+//! are the lanes' occupancy. A cluster is the aligned block the selector
+//! tracks, stretched to the readahead's window where a stream's window is
+//! longer. Thread fault path only: a signal handler cannot wait on the
+//! selector's lock.
 //!
 //! Never-written pages keep fault-around's zeros (they cross no link), so
 //! only remote faults meet the selector.
@@ -16,6 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use farmem_policy::daemon::Fetch;
+use farmem_policy::readahead::Window;
 
 use crate::cache::Ctx;
 use crate::page::{Around, FetchJob, Lane, PAGE, PageBuf, RunBuf, State};
@@ -114,7 +117,7 @@ impl Shared {
             .on_fault(page_no, job.write, window.len > 1);
         let around = match fetch {
             Fetch::Page => Around::default(),
-            _ => self.reserve_cluster(d, job),
+            _ => self.reserve_cluster(d, job, window),
         };
         // The readahead's stream goes on where what this fault brings
         // ends, so the next cluster's first fault continues it.
@@ -127,13 +130,20 @@ impl Shared {
     /// Takes the absent stored pages of `job`'s cluster beside its page
     /// (Fetching, with their slots): those whose remote addresses run on
     /// from the page's, outward from it, until one does not fit or the
-    /// cache is full. The selector's cluster is then these pages.
-    fn reserve_cluster(&self, d: &Daemon, job: &FetchJob) -> Around {
+    /// cache is full. The cluster is the aligned block the selector knows,
+    /// or the fault's readahead `window` where that reaches further. The
+    /// selector's cluster is then these pages.
+    fn reserve_cluster(&self, d: &Daemon, job: &FetchJob, window: Window) -> Around {
         let r = &job.region;
         let idx = job.idx;
         let n = d.cluster_pages;
-        let first = idx - idx % n;
-        let end = (first + n).min(r.pages.len());
+        // The aligned cluster, stretched to the readahead's window where
+        // the stream's is longer: a stream then faults as seldom as under
+        // `--engine page`, whose windows grow past a cluster.
+        let first = (idx - idx % n).min(idx - window.before(idx as u64) as usize);
+        let end = (idx - idx % n + n)
+            .max(idx + 1 + window.after(idx as u64) as usize)
+            .min(r.pages.len());
         let base = r.remote(idx);
         let take = |j: usize| {
             let mut m = r.pages[j].lock();

@@ -152,3 +152,27 @@ fn scattered_faults_fetch_their_pages_alone() {
     assert_eq!(page_reads, PAGES as u64);
     assert_eq!(p.pages_fetched, s.pages_fetched);
 }
+
+#[test]
+fn a_stream_past_a_cluster_takes_its_readahead_window() {
+    if skip() {
+        return;
+    }
+    // Windows up to 128 pages, clusters of 64. The stream's windows double
+    // from its second fault: 2 at page 1, 4 at 64, 8, 16, 32, 64 at 320,
+    // 128 at 384. Each fault takes its aligned cluster, and the one at 384
+    // its window, 384-511, two clusters in one bulk read: 7 clusters
+    // where the aligned ones alone were 8.
+    let order: Vec<usize> = (0..PAGES).collect();
+    let cfg = Config {
+        fault_around: ReadaheadConfig { max_blocks: 128 },
+        ..cfg(Engine::Daemon)
+    };
+    let (s, reads) = read_pages_with(cfg, &order);
+    assert_eq!(s.engine_pages_only, 1, "{s:?}");
+    assert_eq!(s.engine_page_and_cluster, 7, "{s:?}");
+    assert_eq!(s.engine_bulk_reads, 7, "{s:?}");
+    assert_eq!(s.engine_bulk_pages, 62 + 5 * 63 + 127, "{s:?}");
+    assert_eq!(s.pages_fetched, PAGES as u64, "{s:?}");
+    assert_eq!(reads.reads, 1 + 2 * 7);
+}
