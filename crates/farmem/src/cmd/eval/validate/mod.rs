@@ -53,6 +53,7 @@ const MORE_ROUNDS: usize = 3;
 /// The replay's buffer goes far; the trace reader's own buffer (1 MiB)
 /// stays local, as the simulator has no pages for it.
 const THRESHOLD: &str = "2MiB";
+
 /// The runtime's settings both bodies use.
 struct Settings {
     policy: String,
