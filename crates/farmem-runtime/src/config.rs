@@ -213,6 +213,11 @@ pub struct Config {
     /// What a remote fault fetches ([`Engine`]).
     #[serde(default)]
     pub engine: Engine,
+    /// `engine: daemon`: a fault's page and cluster are read as one when
+    /// the cluster's read takes at most this many demand reads' time
+    /// ([`farmem_policy::daemon::FaultConfig::whole_within`]; 0: never).
+    #[serde(default = "default_whole_within")]
+    pub whole_within: u32,
     /// Engine `page` on a link whose gate is partitioned between demand
     /// and bulk (`--delay-partition`, DaeMon's BP, seed 000 §4.1): a
     /// stored page's fault reads its page alone on the demand lane,
@@ -310,6 +315,10 @@ fn default_park_share() -> f64 {
     Config::default().park_share
 }
 
+fn default_whole_within() -> u32 {
+    farmem_policy::daemon::FaultConfig::default().whole_within
+}
+
 impl Default for Config {
     fn default() -> Self {
         Self {
@@ -325,6 +334,7 @@ impl Default for Config {
             dirty: DirtyMode::default(),
             fault_path: FaultPath::default(),
             engine: Engine::default(),
+            whole_within: default_whole_within(),
             demand_first: false,
             wait: WaitMode::default(),
             handlers: 2,
@@ -417,6 +427,7 @@ impl Config {
     pub fn daemon_config(&self) -> farmem_policy::daemon::FaultConfig {
         farmem_policy::daemon::FaultConfig {
             demand_slots: self.handlers.max(1),
+            whole_within: self.whole_within,
             ..Default::default()
         }
     }

@@ -51,7 +51,13 @@ impl Shared {
             Fetch::Cluster if !around.is_empty() => {
                 d.selector.lock().cluster_issued(cluster);
                 let read = self.read_window(&job, around, buf, run, Lane::Bulk);
-                d.selector.lock().cluster_done(cluster);
+                let mut selector = d.selector.lock();
+                selector.cluster_done(cluster);
+                if read {
+                    let pages = (around.before + around.after + 1) as u64;
+                    selector.observe_bulk_read(elapsed_ns(t), pages);
+                }
+                drop(selector);
                 if read {
                     d.bulk_reads.inc();
                     d.bulk_pages.add((around.before + around.after) as u64);
@@ -68,7 +74,11 @@ impl Shared {
             }
             Fetch::Page | Fetch::PageAndCluster => {
                 let ok = self.fill(&job, buf, Ctx::Thread);
-                d.selector.lock().page_done(page_no);
+                let mut selector = d.selector.lock();
+                selector.page_done(page_no);
+                if ok {
+                    selector.observe_demand_read(elapsed_ns(t));
+                }
                 ok
             }
         };
@@ -196,11 +206,16 @@ impl Shared {
     /// at its own fault.
     fn read_cluster(&self, d: &Daemon, b: BulkJob, run: &mut RunBuf) {
         d.selector.lock().cluster_issued(b.cluster);
+        let t = std::time::Instant::now();
+        let mut read = 0u64;
         self.read_runs(&b.job, &b.around.runs(b.job.idx), run, Lane::Bulk, |n| {
             d.bulk_reads.inc();
             d.bulk_pages.add(n as u64);
+            read += n as u64;
         });
-        d.selector.lock().cluster_done(b.cluster);
+        let mut selector = d.selector.lock();
+        selector.cluster_done(b.cluster);
+        selector.observe_bulk_read(elapsed_ns(t), read);
     }
 
     /// A cluster that will not be read: its pages Absent again, its
@@ -224,4 +239,8 @@ pub(crate) fn bulk_worker(sh: Arc<Shared>) {
     while let Ok(b) = d.rx.try_recv() {
         sh.give_back_cluster(d, b);
     }
+}
+
+fn elapsed_ns(since: std::time::Instant) -> u64 {
+    u64::try_from(since.elapsed().as_nanos()).unwrap_or(u64::MAX)
 }

@@ -146,6 +146,7 @@ impl Runtime {
             stats.engine_no_locality = f.no_locality;
             stats.engine_cluster_refused = f.cluster_refused;
             stats.engine_stalled = f.stalled;
+            stats.engine_whole = f.whole;
             stats.engine_bulk_reads = d.bulk_reads.get();
             stats.engine_bulk_pages = d.bulk_pages.get();
         }

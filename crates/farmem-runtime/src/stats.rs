@@ -344,6 +344,9 @@ pub struct Stats {
     pub engine_no_locality: u64,
     pub engine_cluster_refused: u64,
     pub engine_stalled: u64,
+    /// Of `engine_cluster_only`: page and cluster read as one, the link
+    /// fast enough that splitting them would not pay.
+    pub engine_whole: u64,
     /// Reads on the bulk lane, and the pages of clusters they installed.
     pub engine_bulk_reads: u64,
     pub engine_bulk_pages: u64,

@@ -25,6 +25,9 @@ fn cfg(engine: Engine) -> Config {
         dirty: DirtyMode::Line,
         fault_path: FaultPath::Thread,
         engine,
+        // The decisions below are counted exactly: none may turn on the
+        // reads' measured times.
+        whole_within: 0,
         fault_around: ReadaheadConfig { max_blocks: 32 },
         ..Config::default()
     }
