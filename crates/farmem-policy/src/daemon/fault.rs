@@ -6,7 +6,7 @@
 //! the answer is [`ComputeEngine::on_miss`]'s, mapped onto what a fault can
 //! do, so there is one selection policy for both bodies.
 //!
-//! Two inputs the hardware engine does not have, both the caller's:
+//! Three inputs the hardware engine does not have, all the caller's:
 //! - **Locality.** The hardware schedules a 4 KB page at a 64 B miss; a
 //!   256 KiB cluster per random 4 KiB fault would multiply the bytes on
 //!   the link by 64. A cluster is offered to the engine only when the caller
@@ -18,10 +18,16 @@
 //!   page buffer the clusters queued or in flight on the bulk lane. A
 //!   slower link keeps clusters longer, the page buffer fills, and faults
 //!   fall back to their page alone: the adaptivity of §4.2.
+//! - **The link's pace.** Splitting a fault's page from its cluster saves
+//!   the fault the cluster's transfer and costs a second read; where the
+//!   cluster's read takes little longer than a page's, the two are read as
+//!   one ([`FaultConfig::whole_within`]).
 //!
 //! Pure: no clocks, no I/O. The caller tells it when a read leaves and
 //! lands ([`FaultSelector::page_done`], [`FaultSelector::cluster_issued`],
-//! [`FaultSelector::cluster_done`]).
+//! [`FaultSelector::cluster_done`]) and how long reads took
+//! ([`FaultSelector::observe_demand_read`],
+//! [`FaultSelector::observe_bulk_read`]).
 
 use serde::{Deserialize, Serialize};
 

@@ -91,6 +91,12 @@
 //!   ([`Selection::effective_partition`]).
 //! - **Masks are 64 bits (§4.5)**, so a page holds at most 64 sub-blocks: 64 B
 //!   lines in 4 KB pages, or e.g. 4 KB demand pages in a 64 KB cluster.
+//! - **Sending the line and the page both (§4.2)** pays in hardware, where
+//!   the line is a 64th of the page and the link is slow next to the core.
+//!   A runtime's split costs a second read and a hand-off, so where the
+//!   link moves a cluster in a few page reads' time the fault reads the
+//!   two as one ([`FaultConfig::whole_within`]); the paper does not meet
+//!   the case.
 //!
 //! # Driving it (simulator or runtime)
 //! 1. A miss in the LLC and local memory: [`ComputeEngine::on_miss`]. Park
