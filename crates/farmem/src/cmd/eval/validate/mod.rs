@@ -303,13 +303,7 @@ fn compare(
         .iter()
         .all(|r| checksum(&r.measured.stdout).as_deref() == Some(want));
     // Each counter's median over the rounds, and its spread.
-    let spread = |k: &str| {
-        let v: Vec<f64> = runs.iter().map(|r| counter(r, k)).collect();
-        let median = crate::cmd::median(&v).unwrap_or(0.0);
-        let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
-        let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-        (median, lo.min(median), hi.max(median))
-    };
+    let measured = |k: &str| spread(&runs.iter().map(|r| counter(r, k)).collect::<Vec<_>>());
     let rooms: Vec<u64> = runs
         .iter()
         .map(|r| counter(r, "room_pages_mean") as u64)
@@ -318,7 +312,7 @@ fn compare(
         rooms.iter().all(|&room| room > 0),
         "{name}: a run reported no room (no far page taken?)"
     );
-    let room = spread("room_pages_mean").0 as u64;
+    let room = measured("room_pages_mean").0 as u64;
     // Each run simulated at its own room: the counts of a loop just past
     // the cache swing with the room (where a window meets the loop), and
     // the rooms of the runs differ by a few percent.
@@ -334,7 +328,7 @@ fn compare(
         crate::cmd::median(&v).unwrap_or(0.0)
     };
     let row = |k: &str| {
-        let (p, (m, lo, hi)) = (predicted(k), spread(k));
+        let (p, (m, lo, hi)) = (predicted(k), measured(k));
         let r = ratio(p, m);
         let within = (r - 1.0).abs() <= TOLERANCE || (lo <= p && p <= hi);
         json!({"measured": m, "measured_min": lo, "measured_max": hi,
@@ -352,7 +346,7 @@ fn compare(
     let runtime_only: serde_json::Map<String, Value> = ["faults_missing", "faults_missing_found"]
         .iter()
         .map(|k| {
-            let (m, lo, hi) = spread(k);
+            let (m, lo, hi) = measured(k);
             (
                 k.to_string(),
                 json!({"measured": m, "measured_min": lo, "measured_max": hi}),
@@ -387,11 +381,18 @@ fn counter(run: &ProgramRun, k: &str) -> f64 {
 fn disagree(stats: &[&Value]) -> bool {
     METRICS.iter().any(|k| {
         let v: Vec<f64> = stats.iter().map(|s| s[k].as_f64().unwrap_or(0.0)).collect();
-        let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
-        let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-        let median = crate::cmd::median(&v).unwrap_or(0.0);
+        let (median, lo, hi) = spread(&v);
         hi - lo > TOLERANCE * median
     })
+}
+
+/// The median of `values`, and the least and the most of them (all 0
+/// when there are none).
+fn spread(values: &[f64]) -> (f64, f64, f64) {
+    let median = crate::cmd::median(values).unwrap_or(0.0);
+    let lo = values.iter().copied().fold(median, f64::min);
+    let hi = values.iter().copied().fold(median, f64::max);
+    (median, lo, hi)
 }
 
 /// Adds to a run's stats `faults_filled`: its missing faults less those
